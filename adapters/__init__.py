@@ -1,0 +1,1 @@
+"""One module per platform (plus the terminal). Adapters translate; the core decides."""

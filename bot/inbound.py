@@ -1,0 +1,25 @@
+"""What an adapter hands the core, and what the core hands back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """One user message, already translated out of its platform."""
+
+    platform: str  # "telegram", "discord", "cli"
+    session_key: str  # e.g. "telegram:dm:42"; see bot.keys
+    user_key: str  # e.g. "telegram-42"; owns the workspace
+    text: str
+    sender_name: str = ""
+    is_private: bool = True
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The core's answer. `private` answers (/memory, /recall) must never be shown in a group."""
+
+    text: str
+    private: bool = False

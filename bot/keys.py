@@ -1,0 +1,24 @@
+"""The one place that turns platform ids into user keys and session keys (DESIGN.md §2).
+
+Platform ids are untrusted: each part is escaped so that no id can forge another key's
+separators. (File names are derived from keys separately, by memory.keys.)
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+
+def _part(value: object) -> str:
+    """Escape one id so it cannot contain ':' (the session separator) or '-' ambiguity."""
+    return quote(str(value), safe="")
+
+
+def user_key(platform: str, user_id: object) -> str:
+    """`<platform>-<user_id>`, e.g. `telegram-42`: who owns the memory."""
+    return f"{platform}-{_part(user_id)}"
+
+
+def session_key(platform: str, scope: str, *parts: object) -> str:
+    """`<platform>:<scope>:<part>:…`, e.g. `telegram:group:-1001:42:topic:7`."""
+    return ":".join([platform, scope, *(_part(p) for p in parts)])

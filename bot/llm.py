@@ -1,0 +1,131 @@
+"""The one LLM client, over the `openai` SDK: any OpenAI-compatible endpoint.
+
+It serves both the agent and the consolidator (it satisfies memory.llm.ChatLLM). Provider
+failures, after the SDK's own retries, become memory.llm.LLMError (LLMBadRequest for a 400),
+so callers handle one exception type. Usage is recorded for /status and token correction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from memory.llm import ChatResult, LLMBadRequest, LLMError, ToolCall
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Usage:
+    """Totals since start, and the last request's prompt size as the provider counted it."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    last_prompt_tokens: int | None = None
+
+
+class LLMClient:
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        max_retries: int = 2,
+        max_output_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> None:
+        self.model = model
+        self.max_output_tokens = max_output_tokens
+        self.temperature = temperature
+        self.usage = Usage()
+        # Called with the provider's prompt_tokens after each request (token estimate correction).
+        self.on_usage: Callable[[int], None] | None = None
+        # Local servers (Ollama, vLLM) accept any key; the SDK insists on one being set.
+        self._client = AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key or "not-needed",
+            timeout=timeout_s,
+            max_retries=max_retries,
+        )
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+    ) -> ChatResult:
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
+        limit = max_tokens or self.max_output_tokens
+        if limit:
+            kwargs["max_tokens"] = limit
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
+        try:
+            response = await self._client.chat.completions.create(**kwargs)
+        except openai.BadRequestError as exc:
+            raise LLMBadRequest(f"the model provider rejected the request: {_reason(exc)}") from exc
+        except openai.APITimeoutError as exc:
+            raise LLMError("the model provider timed out") from exc
+        except openai.APIConnectionError as exc:
+            raise LLMError("the model provider could not be reached") from exc
+        except openai.APIStatusError as exc:
+            raise LLMError(f"the model provider answered HTTP {exc.status_code}") from exc
+        except openai.OpenAIError as exc:
+            raise LLMError(f"the model provider's answer was unusable: {type(exc).__name__}") from exc
+        return self._to_result(response)
+
+    def _to_result(self, response: Any) -> ChatResult:
+        if isinstance(response, str | bytes):  # e.g. an HTML error page with status 200
+            raise LLMError("the model provider answered with something that is not a completion")
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise LLMError("the model provider answered without any choice")
+        message = choices[0].message
+        calls = [
+            ToolCall(id=c.id or f"call_{i}", name=c.function.name, arguments=c.function.arguments)
+            for i, c in enumerate(message.tool_calls or [])
+            if getattr(c, "function", None) is not None
+        ]
+        result = ChatResult(
+            content=message.content,
+            tool_calls=calls,
+            finish_reason=choices[0].finish_reason,
+        )
+        usage = getattr(response, "usage", None)
+        if usage is not None:
+            result.prompt_tokens = usage.prompt_tokens
+            result.completion_tokens = usage.completion_tokens
+            self.usage.requests += 1
+            self.usage.prompt_tokens += usage.prompt_tokens or 0
+            self.usage.completion_tokens += usage.completion_tokens or 0
+            self.usage.last_prompt_tokens = usage.prompt_tokens
+            if self.on_usage and usage.prompt_tokens:
+                self.on_usage(usage.prompt_tokens)
+        return result
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def _reason(exc: openai.APIStatusError) -> str:
+    """The provider's own error message, short; never the request (it may hold user text)."""
+    body = exc.body
+    if isinstance(body, dict):
+        message = body.get("message") or (body.get("error") or {}).get("message")
+        if message:
+            return str(message)[:200]
+    return f"HTTP {exc.status_code}"

@@ -1,0 +1,47 @@
+"""The narrow LLM interface that memory/ needs, so it never depends on a concrete client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class ToolCall:
+    """One tool call as the provider returned it; `arguments` is usually a JSON string."""
+
+    id: str
+    name: str
+    arguments: Any
+
+
+@dataclass
+class ChatResult:
+    """What one chat completion produced."""
+
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class LLMError(Exception):
+    """The provider failed after the client's own retries (outage, timeout, bad answer)."""
+
+
+class LLMBadRequest(LLMError):
+    """The provider rejected the request itself (HTTP 400), e.g. a forced tool_choice."""
+
+
+class ChatLLM(Protocol):
+    """Anything with one async chat method: the bot's client, or a test double of the far end."""
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+    ) -> ChatResult: ...

@@ -1,0 +1,140 @@
+"""A small OpenAI-compatible server on 127.0.0.1 for tests: the far end, never our code.
+
+Answers are scripted: push items with `queue(...)`; when the queue is empty `default` answers.
+An item is a completion body (HTTP 200), `Status(code, body)`, `Delay(seconds, item)`, or a
+callable taking the request JSON and returning an item. Every request body is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Status:
+    code: int
+    body: Any = None
+    content_type: str = "application/json"
+
+
+@dataclass
+class Delay:
+    seconds: float
+    item: Any
+
+
+def completion(
+    content: str | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
+    *,
+    prompt_tokens: int = 10,
+    completion_tokens: int = 5,
+    finish_reason: str | None = None,
+) -> dict[str, Any]:
+    """A chat.completion body as providers send it."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": "fake-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop"),
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def tool_call(name: str, arguments: Any, call_id: str = "call_1") -> dict[str, Any]:
+    """One entry of `message.tool_calls`; dict arguments are JSON-encoded as providers do."""
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def save_memory_call(history_entry: str, memory_update: str) -> dict[str, Any]:
+    """A completion that calls `save_memory` the way a good model does."""
+    args = {"history_entry": history_entry, "memory_update": memory_update}
+    return completion(None, [tool_call("save_memory", args)])
+
+
+def is_consolidation(request: dict[str, Any]) -> bool:
+    """True for the consolidator's request (it offers the save_memory tool)."""
+    return any(t.get("function", {}).get("name") == "save_memory" for t in request.get("tools") or [])
+
+
+class FakeOpenAI:
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.script: deque[Any] = deque()
+        self.default: Callable[[dict[str, Any]], Any] = lambda req: completion("ok")
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def queue(self, *items: Any) -> None:
+        self.script.extend(items)
+
+    async def start(self) -> FakeOpenAI:
+        app = web.Application(client_max_size=1024**3)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        item: Any = self.script.popleft() if self.script else self.default
+        while True:
+            if callable(item):
+                item = item(body)
+            elif isinstance(item, Delay):
+                await asyncio.sleep(item.seconds)
+                item = item.item
+            else:
+                break
+        if isinstance(item, Status):
+            text = item.body if isinstance(item.body, str) else json.dumps(item.body or {})
+            return web.Response(status=item.code, text=text, content_type=item.content_type)
+        return web.json_response(item)
+
+    @property
+    def chat_requests(self) -> list[dict[str, Any]]:
+        """Requests of the agent (not the consolidator)."""
+        return [r for r in self.requests if not is_consolidation(r)]
+
+    @property
+    def consolidation_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if is_consolidation(r)]
