@@ -1,0 +1,197 @@
+"""Token estimates: tiktoken with no network, what a message costs, caching, correction."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from memory.session import SessionStore
+from memory.tokens import TokenEstimator
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(code: str, env_extra: dict[str, str], tmp_path: Path) -> dict:
+    """Run `code` in a fresh interpreter (fresh tiktoken state) and return its JSON output."""
+    env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper()}
+    env.update(env_extra)
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+NO_NETWORK = """
+    import json, socket
+
+    def refuse(*args, **kwargs):
+        raise OSError("network unreachable (test)")
+
+    socket.socket.connect = refuse
+    socket.socket.connect_ex = refuse
+    socket.create_connection = refuse
+    socket.getaddrinfo = refuse
+"""
+
+
+def test_tiktoken_works_with_the_network_unreachable(tmp_path: Path) -> None:
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    out = _run(
+        NO_NETWORK
+        + """
+    import tiktoken
+    try:
+        tiktoken.get_encoding("cl100k_base")
+        plain = "loaded"
+    except Exception as exc:
+        plain = type(exc).__name__
+
+    from memory.tokens import TokenEstimator
+    est = TokenEstimator()
+    print(json.dumps({"plain": plain, "method": est.method,
+                      "hello": est.count_text("hello world"),
+                      "eot": est.count_text("a <|endoftext|> b")}))
+    """,
+        {
+            "TIKTOKEN_CACHE_DIR": str(cache),
+            "HTTPS_PROXY": "http://127.0.0.1:9",
+            "HTTP_PROXY": "http://127.0.0.1:9",
+        },
+        tmp_path,
+    )
+    assert out["plain"] != "loaded"  # the network really is unreachable: a download would fail
+    assert out["method"] == "tiktoken"
+    assert out["hello"] == 2  # cl100k_base: "hello", " world"
+    assert out["eot"] > 3
+
+
+def test_without_tiktoken_falls_back_to_chars_over_4_with_one_warning(tmp_path: Path) -> None:
+    out = _run(
+        """
+    import json, logging, sys
+    sys.modules["tiktoken"] = None  # not installed
+    records = []
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+    logging.getLogger().addHandler(Keep())
+    from memory.tokens import TokenEstimator
+    a, b = TokenEstimator(), TokenEstimator()
+    warnings = [r for r in records if r.levelno == logging.WARNING]
+    print(json.dumps({"method": a.method, "n": a.count_text("x" * 40), "one": b.count_text("x"),
+                      "warnings": len(warnings)}))
+    """,
+        {},
+        tmp_path,
+    )
+    assert out == {"method": "chars/4", "n": 10, "one": 1, "warnings": 1}
+
+
+def test_tiktoken_counts_and_special_tokens_in_user_text() -> None:
+    est = TokenEstimator()
+    assert est.method == "tiktoken"
+    assert est.count_text("") == 0
+    assert est.count_text(" ") >= 1
+    assert est.count_text("<|endoftext|>") > 1  # counted as text, not rejected
+    assert est.count_text("word " * 1000) >= 1000
+
+
+def test_message_counts_content_parts_tool_calls_id_and_name() -> None:
+    est = TokenEstimator()
+    empty = est.count_message({"role": "assistant", "content": None})
+    assert empty > 0
+    text = est.count_message({"role": "user", "content": "the quick brown fox"})
+    parts = est.count_message(
+        {"role": "user", "content": [{"type": "text", "text": "the quick brown fox"}]}
+    )
+    assert text == parts > empty
+    args = json.dumps({"query": "a long list of search words " * 20})
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function",
+                        "function": {"name": "search_history", "arguments": args}}],
+    }
+    assert est.count_message(call) > empty + 100
+    result = {"role": "tool", "content": "", "tool_call_id": "call_abcdef123456",
+              "name": "search_history"}
+    assert est.count_message(result) > empty + 3
+
+
+def test_provider_counter_is_preferred() -> None:
+    est = TokenEstimator(native_counter=lambda text: 7)
+    assert est.method == "provider"
+    assert est.count_text("anything") == 7
+
+
+def test_prompt_tokens_counts_system_and_unconsolidated_messages(tmp_path: Path) -> None:
+    est = TokenEstimator()
+    store = SessionStore(tmp_path)
+    session = store.get("s")
+    for i in range(10):
+        store.append(session, {"role": "user", "content": f"message number {i} " * 20})
+    everything = est.prompt_tokens("You are helpful.", session)
+    assert everything > 10 * 20 * 3
+    assert est.session_tokens(session, 0) == sum(est.count_message(m) for m in session.messages)
+    store.set_last_consolidated(session, 5)
+    half = est.prompt_tokens("You are helpful.", session)
+    assert half < everything
+    extra = [{"role": "user", "content": "one more " * 50}]
+    assert est.prompt_tokens("You are helpful.", session, extra) > half + 50
+
+
+def test_a_turn_counts_only_new_messages(tmp_path: Path) -> None:
+    counted: list[str] = []
+
+    def counter(text: str) -> int:
+        counted.append(text)
+        return len(text.split())
+
+    est = TokenEstimator(native_counter=counter)
+    store = SessionStore(tmp_path)
+    session = store.get("s")
+    for i in range(500):
+        store.append(session, {"role": "user", "content": f"hello {i}"})
+    first = est.prompt_tokens("system", session)
+    assert len(counted) >= 500
+    counted.clear()
+    store.append(session, {"role": "assistant", "content": "new answer"})
+    second = est.prompt_tokens("system", session)
+    assert second > first
+    assert len(counted) <= 3  # the system prompt and the one new message, not the history
+
+
+def test_observed_usage_corrects_later_estimates_within_bounds(tmp_path: Path) -> None:
+    est = TokenEstimator()
+    store = SessionStore(tmp_path)
+    session = store.get("s")
+    store.append(session, {"role": "user", "content": "tell me about tokens " * 30})
+    before = est.prompt_tokens("system", session)
+    est.observe_usage(before, int(before * 1.5))
+    after = est.prompt_tokens("system", session)
+    assert before < after < before * 1.5  # smoothed: one report moves it part of the way
+    for _ in range(50):
+        est.observe_usage(est.prompt_tokens("system", session), before * 100)
+    assert est.prompt_tokens("system", session) <= before * 2 + 1  # bounded
+    est.observe_usage(0, 100)  # nonsense reports are ignored
+    est.observe_usage(100, 0)
+    assert est.prompt_tokens("system", session) <= before * 2 + 1
+
+
+@pytest.mark.parametrize("text", ["a", "🙂", "\n", "<|fim_prefix|>"])
+def test_never_zero_for_non_empty(text: str) -> None:
+    assert TokenEstimator().count_text(text) >= 1
