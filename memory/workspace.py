@@ -1,0 +1,85 @@
+"""One folder per user key: MEMORY.md, HISTORY.md and sessions/ (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from memory.atomic import atomic_write_text
+from memory.keys import encode_key, is_hashed_name
+from memory.session import SessionStore
+from memory.store import MemoryStore
+
+KEY_FILE = ".key"
+
+
+class WorkspaceError(ValueError):
+    """A user key that cannot be given a workspace safely."""
+
+
+class Workspace:
+    """Everything the bot keeps about one user, in one folder."""
+
+    def __init__(self, user_key: str, root: Path, keep_memory_versions: int = 10) -> None:
+        self.user_key = user_key
+        self.root = root
+        self.memory = MemoryStore(root, keep_versions=keep_memory_versions)
+        self.sessions = SessionStore(root / "sessions")
+        # One writer of MEMORY.md at a time: the consolidator holds it across read → LLM → write,
+        # so two sessions of one user cannot overwrite each other's update.
+        self.memory_lock = asyncio.Lock()
+
+    @property
+    def memory_path(self) -> Path:
+        return self.memory.memory_path
+
+    @property
+    def history_path(self) -> Path:
+        return self.memory.history_path
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.sessions.sessions_dir
+
+
+class Workspaces:
+    """The workspaces folder; hands out one Workspace object per user key."""
+
+    def __init__(self, base_dir: Path, keep_memory_versions: int = 10) -> None:
+        self.base_dir = Path(base_dir)
+        self.keep_memory_versions = keep_memory_versions
+        self._cache: dict[str, Workspace] = {}
+
+    def get(self, user_key: str) -> Workspace:
+        """The user's workspace, creating its folders on first use."""
+        workspace = self._cache.get(user_key)
+        if workspace is None:
+            root = self._root_for(user_key)
+            workspace = Workspace(user_key, root, self.keep_memory_versions)
+            workspace.sessions_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if is_hashed_name(root.name):
+                self._record_key(root, user_key)
+            self._cache[user_key] = workspace
+        return workspace
+
+    def _root_for(self, user_key: str) -> Path:
+        """base_dir/encode_key(user_key), refused unless it really resolves inside base_dir."""
+        self.base_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        base = self.base_dir.resolve()
+        root = base / encode_key(user_key)
+        if root.resolve().parent != base:
+            raise WorkspaceError(f"workspace for {user_key!r} would lie outside {base}")
+        return root
+
+    @staticmethod
+    def _record_key(root: Path, user_key: str) -> None:
+        """A shortened folder name cannot be decoded, so the full key is kept beside it."""
+        key_file = root / KEY_FILE
+        wanted = user_key.encode("utf-8", "surrogatepass")
+        try:
+            recorded = key_file.read_bytes()
+        except FileNotFoundError:
+            atomic_write_text(key_file, wanted)
+            return
+        if recorded != wanted:
+            raise WorkspaceError(f"workspace folder {root.name} already belongs to another key")
