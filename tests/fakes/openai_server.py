@@ -77,7 +77,8 @@ def save_memory_call(history_entry: str, memory_update: str) -> dict[str, Any]:
 
 def is_consolidation(request: dict[str, Any]) -> bool:
     """True for the consolidator's request (it offers the save_memory tool)."""
-    return any(t.get("function", {}).get("name") == "save_memory" for t in request.get("tools") or [])
+    tools = request.get("tools") or []
+    return any(t.get("function", {}).get("name") == "save_memory" for t in tools)
 
 
 class FakeOpenAI:
@@ -111,7 +112,8 @@ class FakeOpenAI:
             await self._runner.cleanup()
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+        models = [{"id": "fake-model", "object": "model"}]
+        return web.json_response({"object": "list", "data": models})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
