@@ -1,0 +1,214 @@
+"""MEMORY.md (facts, replaced whole) and HISTORY.md (events, append-only) of one workspace."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+
+from memory.atomic import PRIVATE_FILE_MODE, atomic_write_text
+
+SECTIONS = ("User Information", "Preferences", "Project Context", "Important Notes")
+MEMORY_TEMPLATE = "".join(f"## {name}\n\n" for name in SECTIONS).rstrip("\n") + "\n"
+
+MEMORY_FILE = "MEMORY.md"
+HISTORY_FILE = "HISTORY.md"
+VERSIONS_DIR = ".memory_versions"
+
+_STAMP = re.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\]")
+_BLANK_LINES = re.compile(r"\n(?:[ \t\r]*\n)+")
+_HEADING = re.compile(r"^(#{1,2})[ \t]+(.*?)[ \t#]*$")
+_VERSION_NAME = re.compile(r"^MEMORY\.\d{8}T\d{6}\.(\d{20})\.md$")
+
+
+class MemoryEditError(ValueError):
+    """An edit of MEMORY.md that cannot be applied; the message is meant for the model."""
+
+
+class MemoryStore:
+    """Reads and writes one user's MEMORY.md and HISTORY.md."""
+
+    def __init__(self, workspace_root: Path, keep_versions: int = 10) -> None:
+        self.root = Path(workspace_root)
+        self.keep_versions = max(0, keep_versions)
+        self.memory_path = self.root / MEMORY_FILE
+        self.history_path = self.root / HISTORY_FILE
+        self.versions_dir = self.root / VERSIONS_DIR
+
+    # --- MEMORY.md -------------------------------------------------------------------------
+
+    def read(self) -> str:
+        """The current MEMORY.md, "" when there is none yet."""
+        try:
+            return self.memory_path.read_bytes().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    def write(self, content: str) -> bool:
+        """Replace MEMORY.md atomically, keeping the previous content; False if nothing changed."""
+        previous = self.read()
+        if content == previous:
+            return False
+        self.root.mkdir(parents=True, exist_ok=True)
+        if previous.strip() and self.keep_versions > 0:
+            self._keep_version(previous)
+        atomic_write_text(self.memory_path, content)
+        self._prune_versions()
+        return True
+
+    def versions(self) -> list[Path]:
+        """Earlier MEMORY.md contents, oldest first."""
+        return [path for _, path in self._numbered_versions()]
+
+    def prompt_section(self) -> str:
+        """The block of the system prompt that carries long-term memory."""
+        return f"# Memory\n## Long-term Memory\n{self.read()}"
+
+    def _numbered_versions(self) -> list[tuple[int, Path]]:
+        try:
+            entries = list(self.versions_dir.iterdir())
+        except FileNotFoundError:
+            return []
+        found = []
+        for path in entries:
+            match = _VERSION_NAME.match(path.name)
+            if match:
+                found.append((int(match.group(1)), path))
+        return sorted(found)
+
+    def _keep_version(self, content: str) -> None:
+        # Names sort by time and stay unique and increasing even when the clock does not move.
+        self.versions_dir.mkdir(mode=0o700, exist_ok=True)
+        existing = self._numbered_versions()
+        ns = max(time.time_ns(), existing[-1][0] + 1 if existing else 0)
+        stamp = datetime.fromtimestamp(ns / 1e9).strftime("%Y%m%dT%H%M%S")
+        atomic_write_text(self.versions_dir / f"MEMORY.{stamp}.{ns:020d}.md", content)
+
+    def _prune_versions(self) -> None:
+        existing = self._numbered_versions()
+        for _, path in existing[: max(0, len(existing) - self.keep_versions)]:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    # --- HISTORY.md ------------------------------------------------------------------------
+
+    def append_history(self, entry: str, when: datetime | None = None) -> None:
+        """Append one "[YYYY-MM-DD HH:MM] …" entry with exactly one blank line before it.
+
+        Blank lines inside the entry are collapsed so the blank line stays the only entry
+        separator. The whole entry, separator included, goes out in one O_APPEND write.
+        """
+        text = _BLANK_LINES.sub("\n", entry.strip().replace("\r\n", "\n"))
+        if not _STAMP.match(text):
+            stamp = (when or datetime.now()).strftime("%Y-%m-%d %H:%M")
+            text = f"[{stamp}] {text}" if text else f"[{stamp}]"
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.history_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)
+        try:
+            separator = _separator_before(_tail(fd, 2))
+            os.write(fd, (separator + text + "\n").encode("utf-8"))
+        finally:
+            os.close(fd)
+
+    # --- edits for the agent's edit_memory tool ----------------------------------------------
+
+    def add_to_section(self, section: str, line: str) -> str:
+        """Add a line at the end of "## {section}", creating the section if it is missing."""
+        title = _section_title(section)
+        item = _single_line(line, "line")
+        if not item.startswith(("- ", "* ", "+ ")):
+            item = f"- {item}"
+        current = self.read()
+        lines = (current if current.strip() else MEMORY_TEMPLATE).split("\n")
+        start, end = _find_section(lines, title)
+        if start is None:
+            while lines and not lines[-1].strip():
+                lines.pop()
+            lines += ["", f"## {title}", item, ""] if lines else [f"## {title}", item, ""]
+        else:
+            title = _HEADING.match(lines[start]).group(2)
+            body = [text.strip() for text in lines[start + 1 : end]]
+            if item in body:
+                return f"Already in {title}: {item}"
+            insert_at = end
+            while insert_at > start + 1 and not lines[insert_at - 1].strip():
+                insert_at -= 1
+            lines.insert(insert_at, item)
+        self.write("\n".join(lines))
+        return f"Added to {title}: {item}"
+
+    def replace_passage(self, old: str, new: str) -> str:
+        """Replace the one occurrence of `old` with `new`."""
+        current = self.read()
+        start = self._find_unique(current, old, "replace")
+        self.write(current[:start] + new + current[start + len(old) :])
+        return "Replaced the passage." if new else "Replaced the passage with nothing."
+
+    def remove_passage(self, passage: str) -> str:
+        """Remove the one occurrence of `passage`, and its line break when it was whole lines."""
+        current = self.read()
+        start = self._find_unique(current, passage, "remove")
+        end = start + len(passage)
+        at_line_start = start == 0 or current[start - 1] == "\n"
+        if at_line_start and not passage.endswith("\n") and current[end : end + 1] == "\n":
+            end += 1
+        self.write(current[:start] + current[end:])
+        return "Removed the passage."
+
+    def _find_unique(self, text: str, passage: str, action: str) -> int:
+        if not passage or not passage.strip():
+            raise MemoryEditError(f"Nothing to {action}: the passage is empty.")
+        count = text.count(passage)
+        if count == 0:
+            raise MemoryEditError(
+                f"Cannot {action}: the passage was not found in MEMORY.md. "
+                "Quote it exactly as it appears there."
+            )
+        if count > 1:
+            raise MemoryEditError(
+                f"Cannot {action}: the passage occurs {count} times in MEMORY.md. "
+                "Include more of the surrounding text so that it occurs once."
+            )
+        return text.index(passage)
+
+
+def _tail(fd: int, size: int) -> bytes:
+    length = os.fstat(fd).st_size
+    return os.pread(fd, size, max(0, length - size)) if length else b""
+
+
+def _separator_before(tail: bytes) -> str:
+    """What goes before a new entry so that exactly one blank line precedes it."""
+    if not tail or tail.endswith(b"\n\n"):
+        return ""
+    return "\n" if tail.endswith(b"\n") else "\n\n"
+
+
+def _single_line(text: str, what: str) -> str:
+    value = text.strip()
+    if not value:
+        raise MemoryEditError(f"The {what} is empty.")
+    if "\n" in value or "\r" in value:
+        raise MemoryEditError(f"The {what} must be a single line; add several lines one by one.")
+    return value
+
+
+def _section_title(section: str) -> str:
+    return _single_line(section.strip().lstrip("#"), "section name")
+
+
+def _find_section(lines: list[str], title: str) -> tuple[int | None, int]:
+    """(heading, end) line indexes of "## title" (any case); (None, len) when absent."""
+    start = None
+    for index, text in enumerate(lines):
+        match = _HEADING.match(text)
+        if not match:
+            continue
+        if start is not None:
+            return start, index
+        if len(match.group(1)) == 2 and match.group(2).casefold() == title.casefold():
+            start = index
+    return start, len(lines)
