@@ -1,0 +1,234 @@
+"""Configuration as a person writes it: the example file works, mistakes are one clear line."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from bot.config import SECTIONS, Config, ConfigError, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "config.example.toml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def error_of(path: Path | None, env: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env or {})
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_example_file_loads_with_platforms_disabled(tmp_path: Path) -> None:
+    copy = write(tmp_path, EXAMPLE.read_text())
+    config = load_config(copy, {})
+    assert config.enabled_platforms() == []
+    assert config.memory.workspaces_dir == tmp_path / "workspaces"
+    assert config.memory.workspaces_dir.is_dir()
+    assert config.llm == Config().llm  # the example shows the defaults
+
+
+def test_example_file_documents_every_key() -> None:
+    text = EXAMPLE.read_text()
+    tomllib.loads(text)
+    for section, cls in SECTIONS.items():
+        assert f"[{section}]" in text
+        for f in fields(cls):
+            line = re.search(rf"^(# )?{f.name} = ", text, re.M)
+            assert line, f"[{section}] {f.name} is not in config.example.toml"
+            before = text[: line.start()].rstrip("\n").splitlines()[-1]
+            assert before.startswith("#"), f"[{section}] {f.name} has no comment above it"
+
+
+def test_values_are_read_with_their_types(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+[llm]
+base_url = "http://127.0.0.1:11434/v1"
+model = "qwen2.5:7b"
+context_window_tokens = 8192
+temperature = 1
+[telegram]
+enabled = true
+token = "123:abc"
+allow_from = [42, "alice"]
+[discord]
+sync_guild_id = 7
+""",
+    )
+    config = load_config(path, {})
+    assert config.llm.base_url == "http://127.0.0.1:11434/v1"
+    assert config.llm.model == "qwen2.5:7b"
+    assert config.llm.context_window_tokens == 8192
+    assert config.llm.temperature == 1.0 and isinstance(config.llm.temperature, float)
+    assert config.telegram.allow_from == ["42", "alice"]
+    assert config.enabled_platforms() == ["telegram"]
+    assert config.discord.sync_guild_id == 7
+
+
+def test_secrets_come_from_the_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, '[telegram]\nenabled = true\nallow_from = ["*"]\n')
+    env = {"OPENAI_API_KEY": "sk-env", "TELEGRAM_BOT_TOKEN": "123:env", "DISCORD_BOT_TOKEN": "d"}
+    config = load_config(path, env)
+    assert config.llm.api_key == "sk-env"
+    assert config.telegram.token == "123:env"
+    assert config.discord.token == "d"
+
+
+def test_vendor_variable_does_not_replace_a_key_in_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, '[llm]\napi_key = "local-key"\n')
+    assert load_config(path, {"OPENAI_API_KEY": "sk-openai"}).llm.api_key == "local-key"
+
+
+def test_lightgrep_variables_override_the_file_with_types(tmp_path: Path) -> None:
+    path = write(tmp_path, '[llm]\nmodel = "from-file"\n')
+    env = {
+        "LIGHTGREP_LLM_MODEL": "from-env",
+        "LIGHTGREP_LLM_BASE_URL": "http://127.0.0.1:8000/v1",
+        "LIGHTGREP_LLM_CONTEXT_WINDOW_TOKENS": "4096",
+        "LIGHTGREP_LLM_TIMEOUT_S": "2.5",
+        "LIGHTGREP_TELEGRAM_ENABLED": "yes",
+        "LIGHTGREP_TELEGRAM_TOKEN": "123:x",
+        "LIGHTGREP_TELEGRAM_ALLOW_FROM": "42, alice",
+        "LIGHTGREP_DISCORD_SYNC_GUILD_ID": "",
+        "LIGHTGREP_HOME": "/elsewhere",  # not a section of ours: ignored
+    }
+    config = load_config(path, env)
+    assert config.llm.model == "from-env"
+    assert config.llm.base_url == "http://127.0.0.1:8000/v1"
+    assert config.llm.context_window_tokens == 4096
+    assert config.llm.timeout_s == 2.5
+    assert config.telegram.enabled is True
+    assert config.telegram.allow_from == ["42", "alice"]
+    assert config.discord.sync_guild_id is None
+
+
+def test_no_file_means_defaults_and_environment(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = load_config(None, {"LIGHTGREP_LLM_MODEL": "m"})
+    assert config.source is None
+    assert config.llm.model == "m"
+    assert config.memory.workspaces_dir == tmp_path / "workspaces"
+
+
+def test_default_path_is_config_toml_in_the_current_folder(tmp_path: Path, monkeypatch) -> None:
+    write(tmp_path, '[llm]\nmodel = "here"\n')
+    monkeypatch.chdir(tmp_path)
+    assert load_config(None, {}).llm.model == "here"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            '[llm]\ncontext_window_tokens = "big"\n',
+            "config.toml: [llm] context_window_tokens must be a positive integer, got 'big'",
+        ),
+        (
+            "[llm]\ncontext_window_tokens = 0\n",
+            "config.toml: [llm] context_window_tokens must be a positive integer, got 0",
+        ),
+        ("[llm]\ntemperature = true\n", "[llm] temperature must be a number from 0 to 2, got True"),
+        ('[llm]\nmodle = "x"\n', "config.toml: [llm] unknown key 'modle' (did you mean 'model'?)"),
+        ("[telegramm]\nenabled = true\n", "unknown section [telegramm] (did you mean [telegram]?)"),
+        ('model = "x"\n', "unknown key 'model' outside any section"),
+        ('llm = "x"\n', "[llm] must be a section"),
+        ("[telegram]\nenabled = 1\n", "[telegram] enabled must be true or false, got 1"),
+        ("[telegram]\nallow_from = 42\n", "[telegram] allow_from must be a list of strings"),
+        (
+            '[llm]\nbase_url = "localhost:11434"\n',
+            "[llm] base_url must be a URL starting with http:// or https://, got 'localhost:11434'",
+        ),
+        ('[discord]\ngateway_url = "http://x"\n', "[discord] gateway_url must be a URL starting"),
+        ('[telegram]\nmode = "push"\n', '[telegram] mode must be "polling" or "webhook"'),
+        (
+            '[telegram]\nenabled = true\nallow_from = ["*"]\n',
+            "[telegram] is enabled but token is missing: set token under [telegram] or the "
+            "TELEGRAM_BOT_TOKEN environment variable",
+        ),
+        (
+            '[discord]\nenabled = true\ntoken = "t"\n',
+            "config.toml: [discord] is enabled but allow_from is empty",
+        ),
+        ("[llm]\nmodel = \n", "config.toml: not valid TOML: Invalid value (at line 2, column 9)"),
+    ],
+)
+def test_mistakes_are_one_line_naming_the_key(tmp_path: Path, text: str, expected: str) -> None:
+    assert expected in error_of(write(tmp_path, text))
+
+
+def test_environment_mistakes_name_the_variable(tmp_path: Path) -> None:
+    message = error_of(None, {"LIGHTGREP_LLM_CONTEXT_WINDOW_TOKENS": "big"})
+    assert message == (
+        "environment LIGHTGREP_LLM_CONTEXT_WINDOW_TOKENS: [llm] context_window_tokens "
+        "must be a positive integer, got 'big'"
+    )
+    message = error_of(None, {"LIGHTGREP_LLM_MODLE": "x"})
+    assert "[llm] has no key 'modle' (did you mean LIGHTGREP_LLM_MODEL?)" in message
+    assert "did you mean LIGHTGREP_LLM_MODEL" in error_of(None, {"LIGHTGREP_LMM_MODEL": "x"})
+    assert "enabled must be true or false, got 'maybe'" in error_of(
+        None, {"LIGHTGREP_DISCORD_ENABLED": "maybe"}
+    )
+
+
+def test_missing_and_unreadable_files(tmp_path: Path) -> None:
+    assert "no such config file" in error_of(tmp_path / "nope.toml")
+    assert "cannot read the config file" in error_of(tmp_path)
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    assert "not UTF-8" in error_of(binary)
+
+
+def test_workspaces_dir_is_relative_to_the_config_folder(tmp_path: Path, monkeypatch) -> None:
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    path = folder / "bot.toml"
+    path.write_text('[memory]\nworkspaces_dir = "data/ws"\n')
+    monkeypatch.chdir(tmp_path)
+    assert load_config(Path("etc/bot.toml"), {}).memory.workspaces_dir == folder / "data" / "ws"
+
+
+def test_workspaces_dir_expands_home(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = write(tmp_path, '[memory]\nworkspaces_dir = "~/lg"\n')
+    assert load_config(path, {}).memory.workspaces_dir == tmp_path / "lg"
+
+
+def test_unreachable_workspaces_dir(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    path = write(tmp_path, f'[memory]\nworkspaces_dir = "{blocker}/ws"\n')
+    message = error_of(path)
+    assert "config.toml: [memory] workspaces_dir is an unreachable path: " in message
+    assert "Not a directory" in message
+    if os.geteuid() != 0:  # root can write anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        path = write(tmp_path, f'[memory]\nworkspaces_dir = "{locked}"\n')
+        assert "unreachable path" in error_of(path)
+
+
+def test_secrets_never_show_in_repr_or_redacted(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[llm]\napi_key = "sk-SECRET1"\n[telegram]\ntoken = "SECRET2"\n'
+        '[discord]\ntoken = "SECRET3"\n',
+    )
+    config = load_config(path, {})
+    shown = repr(config) + str(config.redacted()) + repr(config.telegram) + str(config)
+    assert "SECRET" not in shown
+    assert config.redacted()["llm"]["api_key"] == "***"
+    assert config.redacted()["llm"]["model"] == "gpt-4o-mini"
+    assert config.llm.api_key == "sk-SECRET1"  # the real value is still there for the client
