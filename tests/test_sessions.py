@@ -1,0 +1,272 @@
+"""Session JSONL: O(1) appends, last metadata wins, damaged lines skipped, history() LLM-ready."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from memory.session import Session, SessionStore
+
+KEY = "telegram:group:-1001:42"
+
+
+@pytest.fixture
+def sessions_dir(tmp_path: Path) -> Path:
+    return tmp_path / "sessions"
+
+
+def fresh(sessions_dir: Path) -> SessionStore:
+    """A new store, as after a restart: nothing cached."""
+    return SessionStore(sessions_dir)
+
+
+def fill(store: SessionStore, n: int, key: str = KEY) -> Session:
+    session = store.get(key)
+    for i in range(n):
+        role = "user" if i % 2 == 0 else "assistant"
+        store.append(session, {"role": role, "content": f"message {i}"})
+    return session
+
+
+def contents(session: Session) -> list[str]:
+    return [m["content"] for m in session.messages]
+
+
+def file_lines(session: Session) -> list[dict]:
+    return [json.loads(line) for line in session.path.read_text().splitlines()]
+
+
+def test_file_format(sessions_dir: Path) -> None:
+    store = fresh(sessions_dir)
+    session = fill(store, 2)
+    records = file_lines(session)
+    assert records[0]["_type"] == "metadata"
+    assert records[0]["key"] == KEY
+    assert records[0]["last_consolidated"] == 0
+    assert set(records[0]) >= {"created_at", "updated_at", "metadata"}
+    assert [r["content"] for r in records[1:]] == ["message 0", "message 1"]
+    assert all(len(r["timestamp"]) == 19 for r in records[1:])  # ISO to the second
+    assert session.path.name == "telegram%3Agroup%3A-1001%3A42.jsonl"
+
+
+def test_get_is_cached_and_new_sessions_write_nothing(sessions_dir: Path) -> None:
+    store = fresh(sessions_dir)
+    session = store.get(KEY)
+    assert store.get(KEY) is session
+    assert session.messages == []
+    assert not session.path.exists()
+    assert store.keys() == []
+
+
+def test_messages_survive_a_restart(sessions_dir: Path) -> None:
+    session = fill(fresh(sessions_dir), 5)
+    reloaded = fresh(sessions_dir).get(KEY)
+    assert reloaded is not session
+    assert reloaded.messages == session.messages
+    assert reloaded.created_at == session.created_at
+
+
+def test_append_is_one_line_never_a_rewrite(sessions_dir: Path) -> None:
+    store = fresh(sessions_dir)
+    session = fill(store, 3)
+    before = session.path.read_bytes()
+    inode = os.stat(session.path).st_ino
+    store.append(session, {"role": "user", "content": "multi\nline \u2028 text"})
+    after = session.path.read_bytes()
+    assert after.startswith(before)
+    assert after[len(before) :].count(b"\n") == 1
+    assert os.stat(session.path).st_ino == inode
+    assert fresh(sessions_dir).get(KEY).messages[-1]["content"] == "multi\nline \u2028 text"
+
+
+def test_timestamp_is_kept_when_given(sessions_dir: Path) -> None:
+    store = fresh(sessions_dir)
+    session = store.get(KEY)
+    store.append(session, {"role": "user", "content": "hi", "timestamp": "2025-01-01T10:00:00"})
+    assert session.messages[-1]["timestamp"] == "2025-01-01T10:00:00"
+
+
+def test_bad_message_changes_nothing(sessions_dir: Path) -> None:
+    store = fresh(sessions_dir)
+    session = fill(store, 1)
+    before = session.path.read_bytes()
+    with pytest.raises(TypeError):
+        store.append(session, {"role": "user", "content": object()})
+    with pytest.raises(ValueError):
+        store.append(session, {"content": "no role"})
+    assert session.path.read_bytes() == before
+    assert len(session.messages) == 1
+
+
+def test_metadata_changes_are_appended_and_the_last_wins(sessions_dir: Path) -> None:
+    store = fresh(sessions_dir)
+    session = fill(store, 4)
+    store.set_last_consolidated(session, 2)
+    store.update_metadata(session, title="trip")
+    store.set_last_consolidated(session, 3)
+    records = file_lines(session)
+    assert [r.get("_type") for r in records].count("metadata") == 4
+    assert len(records) == 1 + 4 + 3  # nothing rewritten
+
+    reloaded = fresh(sessions_dir).get(KEY)
+    assert reloaded.last_consolidated == 3
+    assert reloaded.metadata == {"title": "trip"}
+    assert len(reloaded.messages) == 4
+    assert contents(reloaded)[reloaded.last_consolidated :] == ["message 3"]
+
+
+def test_cursor_out_of_range_is_refused(sessions_dir: Path) -> None:
+    store = fresh(sessions_dir)
+    session = fill(store, 2)
+    with pytest.raises(ValueError):
+        store.set_last_consolidated(session, 3)
+    with pytest.raises(ValueError):
+        store.set_last_consolidated(session, -1)
+    assert session.last_consolidated == 0
+
+
+def test_torn_last_line_is_skipped_with_a_warning(
+    sessions_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = fill(fresh(sessions_dir), 4)
+    with session.path.open("ab") as file:
+        file.write(b'{"role": "user", "content": "half a mess')  # crash mid-write
+    with caplog.at_level(logging.WARNING, logger="memory.session"):
+        reloaded = fresh(sessions_dir).get(KEY)
+    assert contents(reloaded) == ["message 0", "message 1", "message 2", "message 3"]
+    assert any("torn" in r.getMessage() for r in caplog.records)
+    assert "half a mess" not in caplog.text  # a person's words stay out of the logs
+
+
+def test_append_after_a_torn_line_is_not_glued_to_it(sessions_dir: Path) -> None:
+    fill(fresh(sessions_dir), 2)
+    store = fresh(sessions_dir)
+    session = store.get(KEY)
+    with session.path.open("ab") as file:
+        file.write(b'{"role": "assistant", "con')
+    store = fresh(sessions_dir)
+    session = store.get(KEY)
+    store.append(session, {"role": "user", "content": "after the crash"})
+    store.set_last_consolidated(session, 1)
+
+    reloaded = fresh(sessions_dir).get(KEY)
+    assert contents(reloaded) == ["message 0", "message 1", "after the crash"]
+    assert reloaded.last_consolidated == 1
+
+
+def test_garbage_line_in_the_middle_keeps_every_good_message(
+    sessions_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = fill(fresh(sessions_dir), 2)
+    with session.path.open("ab") as file:
+        file.write(b"\x00\xff not json at all\n[1, 2]\n\n")
+    store = fresh(sessions_dir)
+    store.append(store.get(KEY), {"role": "user", "content": "later"})
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="memory.session"):
+        reloaded = fresh(sessions_dir).get(KEY)
+    assert contents(reloaded) == ["message 0", "message 1", "later"]
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
+
+
+def test_damaged_metadata_never_empties_the_session(sessions_dir: Path) -> None:
+    session = fill(fresh(sessions_dir), 3)
+    lines = session.path.read_bytes().split(b"\n")
+    session.path.write_bytes(b"\n".join([b"{broken", *lines[1:]]))
+    reloaded = fresh(sessions_dir).get(KEY)
+    assert contents(reloaded) == ["message 0", "message 1", "message 2"]
+    assert reloaded.last_consolidated == 0
+
+
+def test_keys_lists_sessions_including_long_ones(sessions_dir: Path) -> None:
+    store = fresh(sessions_dir)
+    long_key = "discord:guild:" + "9" * 400
+    for key in (KEY, long_key, "cli:local:alice"):
+        fill(store, 1, key)
+    assert fresh(sessions_dir).keys() == sorted([KEY, long_key, "cli:local:alice"])
+    assert fresh(sessions_dir).get(long_key).messages[0]["content"] == "message 0"
+
+
+@pytest.mark.parametrize("key", ["../../x", "a/b", "\x00", "", "..", ".", "k" * 5000])
+def test_hostile_session_keys_stay_in_the_sessions_folder(sessions_dir: Path, key: str) -> None:
+    store = fresh(sessions_dir)
+    session = fill(store, 1, key)
+    assert session.path.resolve().parent == sessions_dir.resolve()
+    assert fresh(sessions_dir).keys() == [key]
+    assert list(sessions_dir.parent.iterdir()) == [sessions_dir]
+
+
+# --- history() ------------------------------------------------------------------------------
+
+
+def call(call_id: str, name: str = "search_history") -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+def test_history_starts_at_a_user_message_and_drops_orphan_tool_results(
+    sessions_dir: Path,
+) -> None:
+    store = fresh(sessions_dir)
+    session = store.get(KEY)
+    messages = [
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": None, "tool_calls": [call("a")]},
+        {"role": "tool", "tool_call_id": "a", "name": "search_history", "content": "r1"},
+        {"role": "assistant", "content": "answer 1"},
+        {"role": "user", "content": "q2"},
+        {"role": "assistant", "content": None, "tool_calls": [call("b")]},
+        {"role": "tool", "tool_call_id": "b", "name": "search_history", "content": "r2"},
+        {"role": "tool", "tool_call_id": "zzz", "content": "stray result"},
+        {"role": "assistant", "content": "answer 2"},
+    ]
+    for message in messages:
+        store.append(session, message)
+
+    full = session.history()
+    assert [m.get("content") for m in full] == [
+        "q1",
+        None,
+        "r1",
+        "answer 1",
+        "q2",
+        None,
+        "r2",
+        "answer 2",
+    ]
+    assert all("timestamp" not in m for m in full)
+    assert full[1]["tool_calls"] == [call("a")]
+    assert full[2] == {
+        "role": "tool",
+        "tool_call_id": "a",
+        "name": "search_history",
+        "content": "r1",
+    }
+
+    # A cursor that lands inside a tool exchange: the slice starts at the next user message.
+    store.set_last_consolidated(session, 2)
+    assert [m.get("content") for m in session.history()] == ["q2", None, "r2", "answer 2"]
+    assert session.unconsolidated() == session.messages[2:]
+
+
+def test_tool_result_before_its_call_in_the_slice_is_an_orphan(sessions_dir: Path) -> None:
+    store = fresh(sessions_dir)
+    session = store.get(KEY)
+    for message in [
+        {"role": "assistant", "content": None, "tool_calls": [call("a")]},
+        {"role": "user", "content": "q"},
+        {"role": "tool", "tool_call_id": "a", "content": "late"},
+        {"role": "assistant", "content": "ok"},
+    ]:
+        store.append(session, message)
+    assert [m["content"] for m in session.history()] == ["q", "ok"]
+
+
+def test_history_without_a_user_message_is_empty(sessions_dir: Path) -> None:
+    store = fresh(sessions_dir)
+    session = store.get(KEY)
+    store.append(session, {"role": "assistant", "content": "hello?"})
+    assert session.history() == []
