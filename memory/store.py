@@ -116,29 +116,33 @@ class MemoryStore:
     # --- edits for the agent's edit_memory tool ----------------------------------------------
 
     def add_to_section(self, section: str, line: str) -> str:
-        """Add a line at the end of "## {section}", creating the section if it is missing."""
+        """Add list items at the end of "## {section}", creating the section if it is missing.
+
+        Each non-empty line of `line` becomes one "- " item (so no text can open a new heading);
+        items already in the section are not added twice.
+        """
         title = _section_title(section)
-        item = _single_line(line, "line")
-        if not item.startswith(("- ", "* ", "+ ")):
-            item = f"- {item}"
+        items = _list_items(line)
         current = self.read()
         lines = (current if current.strip() else MEMORY_TEMPLATE).split("\n")
         start, end = _find_section(lines, title)
         if start is None:
             while lines and not lines[-1].strip():
                 lines.pop()
-            lines += ["", f"## {title}", item, ""] if lines else [f"## {title}", item, ""]
+            lines += [*([""] if lines else []), f"## {title}", *items, ""]
+            added = items
         else:
             title = _HEADING.match(lines[start]).group(2)
-            body = [text.strip() for text in lines[start + 1 : end]]
-            if item in body:
-                return f"Already in {title}: {item}"
+            present = {text.strip() for text in lines[start + 1 : end]}
+            added = [item for item in dict.fromkeys(items) if item not in present]
+            if not added:
+                return f"Already in {title}: " + "; ".join(items)
             insert_at = end
             while insert_at > start + 1 and not lines[insert_at - 1].strip():
                 insert_at -= 1
-            lines.insert(insert_at, item)
+            lines[insert_at:insert_at] = added
         self.write("\n".join(lines))
-        return f"Added to {title}: {item}"
+        return f"Added to {title}: " + "; ".join(added)
 
     def replace_passage(self, old: str, new: str) -> str:
         """Replace the one occurrence of `old` with `new`."""
@@ -185,6 +189,17 @@ def _separator_before(tail: bytes) -> str:
     if not tail or tail.endswith(b"\n\n"):
         return ""
     return "\n" if tail.endswith(b"\n") else "\n\n"
+
+
+def _list_items(text: str) -> list[str]:
+    items = []
+    for raw in text.replace("\r", "\n").split("\n"):
+        item = raw.strip()
+        if item:
+            items.append(item if item.startswith(("- ", "* ", "+ ")) else f"- {item}")
+    if not items:
+        raise MemoryEditError("The line to add is empty.")
+    return items
 
 
 def _single_line(text: str, what: str) -> str:

@@ -179,7 +179,7 @@ def test_add_to_section_does_not_duplicate(store: MemoryStore) -> None:
     [
         ("Preferences", "   ", "empty"),
         ("", "tea", "section name is empty"),
-        ("Preferences", "one\n## Injected", "single line"),
+        ("Pre\nferences", "tea", "single line"),
     ],
 )
 def test_add_to_section_rejects_bad_input(
@@ -188,6 +188,13 @@ def test_add_to_section_rejects_bad_input(
     with pytest.raises(MemoryEditError, match=message):
         store.add_to_section(section, line)
     assert store.read() == ""
+
+
+def test_add_several_lines_cannot_open_a_heading(store: MemoryStore) -> None:
+    store.write("## Preferences\n- tea\n\n## Important Notes\n")
+    result = store.add_to_section("Preferences", "tea\n\n## Injected\n* cats")
+    assert store.read() == ("## Preferences\n- tea\n- ## Injected\n* cats\n\n## Important Notes\n")
+    assert result == "Added to Preferences: - ## Injected; * cats"
 
 
 def test_replace_passage(store: MemoryStore) -> None:
