@@ -153,8 +153,12 @@ class SessionStore:
 
     def _append_line(self, session: Session, line: bytes, is_metadata: bool = False) -> None:
         """One write with O_APPEND: the header first for a new file, a "\\n" after a torn line."""
-        self.sessions_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(session.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
+        try:
+            fd = os.open(session.path, flags, PRIVATE_FILE_MODE)
+        except FileNotFoundError:  # first write of the workspace: make the folder once
+            self.sessions_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(session.path, flags, PRIVATE_FILE_MODE)
         try:
             size = os.fstat(fd).st_size
             if size == 0 and not is_metadata:
