@@ -1,0 +1,346 @@
+"""Consolidation: fold old turns into MEMORY.md and HISTORY.md so the prompt stays in the window.
+
+The model is asked to call `save_memory` with a history paragraph and the complete new
+MEMORY.md. Providers differ: some reject a forced tool_choice (HTTP 400), some ignore it and
+answer in prose, so a second attempt uses "auto". A session whose chunk keeps failing is
+raw-archived after `max_failures` attempts so the prompt cannot grow without bound; the JSONL
+keeps every message regardless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import re
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from memory.boundary import pick_boundary
+from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMError
+from memory.store import MEMORY_TEMPLATE
+from memory.tokens import TokenEstimator
+
+if TYPE_CHECKING:
+    from memory.session import Session
+    from memory.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+SAVE_MEMORY_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "save_memory",
+        "description": "Save what this part of the conversation taught you about the user.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "history_entry": {
+                    "type": "string",
+                    "description": (
+                        "One paragraph starting with [YYYY-MM-DD HH:MM] that summarises what "
+                        "happened, with the names, numbers and keywords someone would grep for."
+                    ),
+                },
+                "memory_update": {
+                    "type": "string",
+                    "description": (
+                        "The complete new MEMORY.md: every fact already there that still holds, "
+                        "plus the new ones, under its ## sections."
+                    ),
+                },
+            },
+            "required": ["history_entry", "memory_update"],
+        },
+    },
+}
+
+SYSTEM_PROMPT = (
+    "You are a memory consolidation agent. You read a part of a conversation between a user "
+    "and an assistant and call the save_memory tool exactly once.\n"
+    "- history_entry: one paragraph starting with the timestamp [YYYY-MM-DD HH:MM] of the "
+    "conversation, saying what happened and what was decided, with the concrete names, numbers "
+    "and keywords someone would later search for.\n"
+    "- memory_update: the complete new MEMORY.md. Keep every existing fact that still holds, "
+    "add durable facts about the user (who they are, preferences, projects, important notes), "
+    "correct facts the conversation contradicts, and keep the sections ## User Information, "
+    "## Preferences, ## Project Context, ## Important Notes. If nothing new was learned, return "
+    "the current memory unchanged."
+)
+
+_FORCED_CHOICE = {"type": "function", "function": {"name": "save_memory"}}
+_STAMP = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\]")
+
+
+def _content_text(content: Any) -> str:
+    """Message content as one line of text (parts joined, line breaks folded).
+
+    One line per message keeps HISTORY.md entries intact: a blank line inside a message must
+    not read as the end of an entry, nor a line starting with "[2024-…" as the start of one.
+    """
+    if content is None:
+        text = ""
+    elif isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        pieces = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                pieces.append(part["text"])
+            elif isinstance(part, dict):
+                pieces.append(f"[{part.get('type', 'part')}]")
+            else:
+                pieces.append(str(part))
+        text = " ".join(pieces)
+    else:
+        text = json.dumps(content, ensure_ascii=False, default=str)
+    return re.sub(r"\s*[\r\n]+\s*", " ", text).strip()
+
+
+def _tool_names(message: dict[str, Any]) -> list[str]:
+    names = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        names.append(str(name or "?"))
+    return names
+
+
+def format_messages(messages: list[dict[str, Any]]) -> str:
+    """One line per message: `[{timestamp[:16]}] {ROLE} [tools: a, b]: {content}`."""
+    lines = []
+    for message in messages:
+        stamp = str(message.get("timestamp") or "?")[:16]
+        role = str(message.get("role") or "?").upper()
+        names = _tool_names(message)
+        tools = f" [tools: {', '.join(names)}]" if names else ""
+        lines.append(f"[{stamp}] {role}{tools}: {_content_text(message.get('content'))}")
+    return "\n".join(lines)
+
+
+def _as_object(arguments: Any) -> dict[str, Any] | None:
+    """The arguments as a dict: given as a dict, a JSON string (maybe twice encoded), or a list."""
+    for _ in range(3):
+        if isinstance(arguments, dict):
+            return arguments
+        if isinstance(arguments, list):
+            arguments = next((a for a in arguments if isinstance(a, dict | str)), None)
+        elif isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                return None
+        else:
+            return None
+    return arguments if isinstance(arguments, dict) else None
+
+
+def parse_save_memory(result: ChatResult) -> tuple[str, str] | None:
+    """(history_entry, memory_update) from the reply's save_memory call; None if unusable."""
+    call = next((c for c in result.tool_calls if c.name == "save_memory"), None)
+    if call is None:
+        return None
+    args = _as_object(call.arguments)
+    if args is None:
+        return None
+    entry, memory = args.get("history_entry"), args.get("memory_update")
+    if not isinstance(entry, str) or not isinstance(memory, str):
+        return None
+    if not entry.strip() or not memory.strip():
+        return None
+    # A blank line ends a HISTORY.md entry: keep the paragraph in one piece.
+    entry = re.sub(r"\n\s*\n", "\n", entry.strip())
+    return entry, memory.strip() + "\n"
+
+
+def _now_stamp() -> str:
+    return datetime.now().strftime("[%Y-%m-%d %H:%M]")
+
+
+class MemoryConsolidator:
+    """Keeps each session's prompt under the window by consolidating its oldest turns."""
+
+    def __init__(
+        self,
+        llm: ChatLLM,
+        estimator: TokenEstimator,
+        context_window_tokens: int,
+        max_rounds: int = 5,
+        max_failures: int = 3,
+    ) -> None:
+        self.llm = llm
+        self.estimator = estimator
+        self.window = context_window_tokens
+        self.max_rounds = max_rounds
+        self.max_failures = max_failures
+        self.last_consolidated_at: dict[str, str] = {}
+        # Keyed by (user key, session key): two users never share a lock or a failure count.
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._failures: dict[tuple[str, str], int] = {}
+
+    def _id(self, workspace: Workspace, session: Session) -> tuple[str, str]:
+        return (workspace.user_key, session.key)
+
+    def _lock(self, workspace: Workspace, session: Session) -> asyncio.Lock:
+        return self._locks.setdefault(self._id(workspace, session), asyncio.Lock())
+
+    def failures(self, workspace: Workspace, session: Session) -> int:
+        """Consecutive failed attempts on this session (for /status and tests)."""
+        return self._failures.get(self._id(workspace, session), 0)
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def maybe_consolidate(
+        self, workspace: Workspace, session: Session, system_prompt: Callable[[], str]
+    ) -> int:
+        """Consolidate while the prompt is above the window, down to half of it (≤ max_rounds).
+
+        Returns the number of rounds that advanced the cursor. A failed round stops the loop:
+        the next turn tries again (and the failure count leads to a raw archive eventually).
+        """
+        if self.window <= 0:
+            return 0
+        async with self._lock(workspace, session):
+            estimate = self.estimator.prompt_tokens(system_prompt(), session)
+            if estimate <= self.window:
+                return 0
+            target = self.window // 2
+            factor = self.estimator.factor
+            rounds = 0
+            while rounds < self.max_rounds and estimate > target:
+                start = session.last_consolidated
+                to_shed = math.ceil((estimate - target) / factor)
+                end = pick_boundary(
+                    session.messages,
+                    start,
+                    to_shed,
+                    lambda s, e: self.estimator.session_tokens(session, s, e),
+                )
+                if end is None:
+                    log.info("session over the window but no turn can be consolidated yet")
+                    break
+                if not await self._consolidate_chunk(workspace, session, end):
+                    break
+                rounds += 1
+                estimate = self.estimator.prompt_tokens(system_prompt(), session)
+            return rounds
+
+    async def consolidate_chunk(self, workspace: Workspace, session: Session, end: int) -> bool:
+        """Consolidate messages[last_consolidated:end]; True if the cursor advanced."""
+        async with self._lock(workspace, session):
+            return await self._consolidate_chunk(workspace, session, end)
+
+    async def _consolidate_chunk(self, workspace: Workspace, session: Session, end: int) -> bool:
+        start = session.last_consolidated
+        end = min(end, len(session.messages))
+        if end <= start:
+            return False  # someone else already got there
+        chunk = session.messages[start:end]
+        key = self._id(workspace, session)
+        if await self._save(workspace, chunk):
+            self._succeeded(workspace, session, end)
+            return True
+        self._failures[key] = self._failures.get(key, 0) + 1
+        if self._failures[key] < self.max_failures:
+            log.warning(
+                "consolidation failed (%d of %d before a raw archive)",
+                self._failures[key],
+                self.max_failures,
+            )
+            return False
+        self._raw_archive(workspace, session, chunk, end)
+        return True
+
+    async def archive_all(self, workspace: Workspace, session: Session) -> None:
+        """For /new: consolidate everything not yet consolidated as one chunk, however it ends.
+
+        Up to max_failures attempts, then a raw archive; the cursor ends at len(messages).
+        """
+        async with self._lock(workspace, session):
+            start, end = session.last_consolidated, len(session.messages)
+            if end <= start:
+                return
+            chunk = session.messages[start:end]
+            for _ in range(self.max_failures):
+                if await self._save(workspace, chunk):
+                    self._succeeded(workspace, session, end)
+                    return
+            self._raw_archive(workspace, session, chunk, end)
+
+    # -- one attempt ----------------------------------------------------------------------------
+
+    def _succeeded(self, workspace: Workspace, session: Session, end: int) -> None:
+        workspace.sessions.set_last_consolidated(session, end)
+        self._failures.pop(self._id(workspace, session), None)
+        self.last_consolidated_at[session.key] = datetime.now().isoformat(timespec="seconds")
+
+    def _raw_archive(
+        self, workspace: Workspace, session: Session, chunk: list[dict[str, Any]], end: int
+    ) -> None:
+        """Give up on summarising: keep the chunk verbatim in HISTORY.md and move on."""
+        entry = f"{_now_stamp()} [RAW] {len(chunk)} messages\n{format_messages(chunk)}"
+        workspace.memory.append_history(entry)
+        workspace.sessions.set_last_consolidated(session, end)
+        self._failures.pop(self._id(workspace, session), None)
+        log.warning("consolidation kept failing: %d messages archived raw", len(chunk))
+
+    async def _save(self, workspace: Workspace, chunk: list[dict[str, Any]]) -> bool:
+        """One consolidation attempt (forced tool choice, then "auto"); True if applied.
+
+        MEMORY.md is read, sent and rewritten under the workspace's memory lock, so two sessions
+        of one user consolidating at once each build on the other's result.
+        """
+        async with workspace.memory_lock:
+            current = workspace.memory.read()
+            messages = [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": self._request_text(current, chunk)},
+            ]
+            parsed = await self._ask(messages)
+            if parsed is None:
+                return False
+            entry, memory = parsed
+            if not _STAMP.match(entry):
+                stamp = str(chunk[-1].get("timestamp") or "")[:16].replace("T", " ")
+                entry = f"[{stamp}] {entry}" if len(stamp) == 16 else entry
+            try:
+                workspace.memory.append_history(entry)
+                if memory.strip() != current.strip():
+                    workspace.memory.write(memory)
+            except OSError as exc:
+                log.error("could not write the consolidated memory: %s", exc)
+                return False
+            return True
+
+    async def _ask(self, messages: list[dict[str, Any]]) -> tuple[str, str] | None:
+        for choice in (_FORCED_CHOICE, "auto"):
+            try:
+                result = await self.llm.chat(messages, tools=[SAVE_MEMORY_TOOL], tool_choice=choice)
+            except LLMBadRequest as exc:
+                if choice == "auto":
+                    log.warning("consolidation request rejected: %s", exc)
+                    return None
+                log.info("provider rejected the forced tool choice; retrying with auto")
+                continue
+            except LLMError as exc:
+                log.warning("consolidation call failed: %s", exc)
+                return None
+            if any(c.name == "save_memory" for c in result.tool_calls):
+                parsed = parse_save_memory(result)
+                if parsed is None:
+                    log.warning("save_memory called with missing or empty arguments")
+                return parsed
+            log.info("reply without a save_memory call (tool_choice=%s)", choice)
+        return None
+
+    @staticmethod
+    def _request_text(current: str, chunk: list[dict[str, Any]]) -> str:
+        return (
+            "## Current MEMORY.md\n"
+            f"{current.strip() or MEMORY_TEMPLATE.strip()}\n\n"
+            "## Conversation to process\n"
+            f"{format_messages(chunk)}\n\n"
+            "Call save_memory with the history entry and the complete updated MEMORY.md."
+        )
