@@ -123,12 +123,21 @@ def test_message_counts_content_parts_tool_calls_id_and_name() -> None:
     call = {
         "role": "assistant",
         "content": None,
-        "tool_calls": [{"id": "call_1", "type": "function",
-                        "function": {"name": "search_history", "arguments": args}}],
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "search_history", "arguments": args},
+            }
+        ],
     }
     assert est.count_message(call) > empty + 100
-    result = {"role": "tool", "content": "", "tool_call_id": "call_abcdef123456",
-              "name": "search_history"}
+    result = {
+        "role": "tool",
+        "content": "",
+        "tool_call_id": "call_abcdef123456",
+        "name": "search_history",
+    }
     assert est.count_message(result) > empty + 3
 
 
