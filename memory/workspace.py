@@ -66,7 +66,7 @@ class Workspaces:
         """base_dir/encode_key(user_key), refused unless it really resolves inside base_dir."""
         self.base_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         base = self.base_dir.resolve()
-        root = base / encode_key(user_key)
+        root = self.base_dir / encode_key(user_key)
         if root.resolve().parent != base:
             raise WorkspaceError(f"workspace for {user_key!r} would lie outside {base}")
         return root

@@ -121,7 +121,7 @@ def test_same_object_and_layout(workspaces_dir: Path) -> None:
     assert isinstance(workspace, Workspace)
     assert workspaces.get("telegram-42") is workspace
     assert workspaces.get("telegram-43") is not workspace
-    assert workspace.root == workspaces_dir.resolve() / "telegram-42"
+    assert workspace.root == workspaces_dir / "telegram-42"
     assert workspace.memory_path == workspace.root / "MEMORY.md"
     assert workspace.history_path == workspace.root / "HISTORY.md"
     assert workspace.sessions_dir.is_dir()
