@@ -1,0 +1,243 @@
+"""History search: what a user sees from /recall and the agent from its search tool."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memory import search as search_module
+from memory.search import SearchError, search_history
+
+
+def write_history(path: Path, *entries: str) -> Path:
+    """HISTORY.md exactly as the store writes it: one blank line between entries."""
+    path.write_text("\n\n".join(entries) + "\n", encoding="utf-8")
+    return path
+
+
+def stamps(result) -> list[str]:
+    return [hit.timestamp for hit in result.hits]
+
+
+def marked(hit) -> list[str]:
+    return [hit.text[s:e] for s, e in hit.spans]
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> Path:
+    return tmp_path / "HISTORY.md"
+
+
+def test_partial_matches_are_ranked_not_dropped(history: Path) -> None:
+    write_history(
+        history,
+        "[2026-01-01 09:00] Booked flights to Lisbon for the conference.",
+        "[2026-01-02 09:00] Lisbon hotel confirmed near the river.",
+        "[2026-01-03 09:00] Bought a new keyboard.",
+    )
+    result = search_history(history, "lisbon hotel booking")
+    assert result.total == 2  # no entry holds all three words, yet both Lisbon entries come back
+    assert stamps(result) == ["2026-01-02 09:00", "2026-01-01 09:00"]
+
+
+def test_rare_words_weigh_more(history: Path) -> None:
+    common = [f"[2026-01-{d:02d} 10:00] Worked on the project today." for d in range(1, 9)]
+    write_history(
+        history,
+        "[2026-02-01 10:00] Fixed the flaky Kubernetes deploy.",  # the rare word
+        *common,
+        "[2026-02-02 10:00] Project planning meeting.",  # the common word, and newer
+    )
+    result = search_history(history, "kubernetes project")
+    assert result.hits[0].timestamp == "2026-02-01 10:00"
+
+
+def test_entry_with_every_word_comes_first(history: Path) -> None:
+    write_history(
+        history,
+        "[2026-01-01 10:00] Alice and Bob reviewed the budget.",
+        "[2026-01-02 10:00] Zygomorphic zygomorphic zygomorphic flowers everywhere.",
+        "[2026-01-03 10:00] Alice went home.",
+    )
+    # the rare word repeated scores high, but only the first entry holds both words
+    result = search_history(history, "alice zygomorphic budget")
+    assert result.hits[0].timestamp == "2026-01-01 10:00"
+
+
+def test_ties_go_to_the_newest(history: Path) -> None:
+    write_history(
+        history,
+        "[2026-01-01 10:00] Paid the rent.",
+        "[2026-03-01 10:00] Paid the rent.",
+        "[2026-02-01 10:00] Paid the rent.",
+    )
+    result = search_history(history, "rent")
+    assert stamps(result) == ["2026-03-01 10:00", "2026-02-01 10:00", "2026-01-01 10:00"]
+    assert len({hit.score for hit in result.hits}) == 1
+
+
+def test_keywords_match_case_insensitively_inside_words(history: Path) -> None:
+    write_history(history, "[2026-01-01 10:00] Deployed the PostgreSQL migration.")
+    result = search_history(history, "postgres MIGRAT")
+    assert result.total == 1
+    assert marked(result.hits[0]) == ["PostgreS", "migrat"]
+
+
+def test_quoted_phrase_matches_exactly(history: Path) -> None:
+    write_history(
+        history,
+        "[2026-01-01 10:00] The red car was sold.",
+        "[2026-01-02 10:00] A car, painted red.",
+    )
+    result = search_history(history, '"RED CAR"')
+    assert result.total == 1
+    assert result.hits[0].timestamp == "2026-01-01 10:00"
+    assert marked(result.hits[0]) == ["red car"]
+
+
+def test_punctuation_around_words_is_ignored(history: Path) -> None:
+    write_history(history, "[2026-01-01 10:00] We talked about python packaging.")
+    assert search_history(history, "what about python?").total == 1
+
+
+def test_regex_search(history: Path) -> None:
+    write_history(
+        history,
+        "[2026-01-01 10:00] Ticket ABC-123 opened.",
+        "[2026-01-02 10:00] Ticket abc-9 closed.",
+        "[2026-01-03 10:00] No tickets today.",
+    )
+    result = search_history(history, r"abc-\d{3}\b", regex=True)
+    assert result.total == 1
+    assert marked(result.hits[0]) == ["ABC-123"]
+
+
+@pytest.mark.parametrize("pattern", ["(unclosed", "a{2,1}", "*star", "(?P<x>a)(?P<x>b)"])
+def test_invalid_regex_is_a_clear_error(history: Path, pattern: str) -> None:
+    write_history(history, "[2026-01-01 10:00] anything")
+    with pytest.raises(SearchError, match="Invalid regular expression"):
+        search_history(history, pattern, regex=True)
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+$", "(a*)*b", "(a|aa)*c", "(.*a){20}", "(x?){30}x{30}"])
+def test_catastrophic_regex_is_refused(history: Path, pattern: str) -> None:
+    write_history(history, "[2026-01-01 10:00] " + "a" * 40)
+    with pytest.raises(SearchError, match="too long"):
+        search_history(history, pattern, regex=True)
+
+
+def test_ordinary_regexes_are_allowed(history: Path) -> None:
+    write_history(history, "[2026-01-01 10:00] foo bar foobar")
+    assert search_history(history, "(foo|bar)+", regex=True).total == 1
+    assert search_history(history, r"fo+\s+ba[rz]", regex=True).total == 1
+
+
+def test_regex_matching_empty_text_is_refused(history: Path) -> None:
+    write_history(history, "[2026-01-01 10:00] anything")
+    with pytest.raises(SearchError, match="empty"):
+        search_history(history, "x*", regex=True)
+
+
+@pytest.mark.parametrize("query", ["", "   ", '""', '"  "'])
+def test_empty_query_is_an_error(history: Path, query: str) -> None:
+    write_history(history, "[2026-01-01 10:00] anything")
+    with pytest.raises(SearchError):
+        search_history(history, query)
+
+
+RAW = (
+    "[2026-01-05 12:00] [RAW] 3 messages\n"
+    "[2026-01-05 11:58] USER: where did I park?\n"
+    "[2026-01-05 11:59] ASSISTANT [tools: search_history]: Level 3, spot 42.\n"
+    "[2026-01-05 12:00] USER: thanks"
+)
+
+
+def test_raw_entry_is_returned_whole(history: Path) -> None:
+    write_history(history, "[2026-01-04 10:00] Before.", RAW, "[2026-01-06 10:00] After.")
+    result = search_history(history, "spot 42")
+    assert result.total == 1
+    hit = result.hits[0]
+    assert hit.timestamp == "2026-01-05 12:00"
+    assert hit.text == RAW
+    assert search_history(history, r"^\[2026-01-05 11:58\]", regex=True).hits[0].text == RAW
+
+
+def test_missing_file_is_an_empty_result(tmp_path: Path) -> None:
+    result = search_history(tmp_path / "nope" / "HISTORY.md", "anything")
+    assert result.hits == [] and result.total == 0
+
+
+def test_limit_and_offset_page_through_results(history: Path) -> None:
+    write_history(history, *(f"[2026-01-{d:02d} 10:00] standup notes" for d in range(1, 13)))
+    first = search_history(history, "standup", limit=5)
+    second = search_history(history, "standup", limit=5, offset=5)
+    last = search_history(history, "standup", limit=5, offset=10)
+    assert first.total == second.total == last.total == 12
+    assert stamps(first) == [f"2026-01-{d:02d} 10:00" for d in range(12, 7, -1)]
+    assert stamps(second) == [f"2026-01-{d:02d} 10:00" for d in range(7, 2, -1)]
+    assert stamps(last) == ["2026-01-02 10:00", "2026-01-01 10:00"]
+    assert search_history(history, "standup", offset=50).hits == []
+
+
+def test_non_ascii_keywords_match_any_case(history: Path) -> None:
+    write_history(
+        history,
+        "[2026-01-01 10:00] Wrote the ÜNÏCODE handbook.",
+        "[2026-01-02 10:00] Moved to Hauptstrasse; the STRASSE sign is old.",
+        "[2026-01-03 10:00] Visited Σωκράτης museum.",
+    )
+    result = search_history(history, "ünïcode")
+    assert result.total == 1 and marked(result.hits[0]) == ["ÜNÏCODE"]
+    assert search_history(history, "Straße").total == 1
+    assert search_history(history, "σωκράτης").total == 1
+    assert search_history(history, "σωκ.άτης", regex=True).total == 1
+
+
+def test_matches_across_chunk_boundaries(history: Path, monkeypatch) -> None:
+    monkeypatch.setattr(search_module, "CHUNK_BYTES", 64)
+    long_raw = "[2026-01-01 10:00] [RAW] 40 messages\n" + "\n".join(
+        f"[2026-01-01 09:{i:02d}] USER: filler line {i} ünïcode" for i in range(40)
+    )
+    entries = [f"[2026-01-02 {h:02d}:00] note {h} about needle{h}" for h in range(20)]
+    write_history(history, long_raw, *entries)
+    result = search_history(history, "needle", limit=50)
+    assert result.total == 20
+    assert all(hit.text.startswith("[2026-01-02") for hit in result.hits)
+    raw = search_history(history, "filler line 39")
+    assert raw.hits[0].text == long_raw
+    assert search_history(history, "line 39", regex=True).hits[0].text == long_raw
+
+
+def test_reads_a_file_written_by_the_memory_store(tmp_path: Path) -> None:
+    store_module = pytest.importorskip("memory.store")
+    store = store_module.MemoryStore(tmp_path)
+    store.append_history("Chose Postgres for the billing service.", datetime(2026, 1, 1, 9, 0))
+    store.append_history(RAW)
+    store.append_history("Billing service launched.", datetime(2026, 1, 7, 9, 0))
+    result = search_history(store.history_path, "billing postgres")
+    assert stamps(result) == ["2026-01-01 09:00", "2026-01-07 09:00"]
+    assert search_history(store.history_path, "spot").hits[0].text == RAW
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    query=st.one_of(st.text(max_size=40), st.text(alphabet='()[]{}*+?|\\.^$-,:"aü1 ', max_size=30)),
+    regex=st.booleans(),
+)
+def test_any_query_either_works_or_is_a_search_error(
+    history: Path, query: str, regex: bool
+) -> None:
+    if not history.exists():
+        write_history(history, "[2026-01-01 10:00] Ünïcode (a+) [x] \\d *", RAW)
+    try:
+        result = search_history(history, query, regex=regex)
+    except SearchError:
+        return
+    assert result.total >= len(result.hits)
