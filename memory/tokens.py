@@ -27,8 +27,12 @@ log = logging.getLogger(__name__)
 MESSAGE_OVERHEAD = 4  # role and separators, as OpenAI's chat format adds per message
 REPLY_PRIMING = 3  # the tokens that start the assistant's answer
 IMAGE_PART_TOKENS = 85  # a low-detail image part; we never see the image itself
-FACTOR_BOUNDS = (0.5, 2.0)  # a provider's count never moves our estimate by more than this
+# Tokenizers of other providers count within about this range of cl100k on the same text.
+FACTOR_BOUNDS = (0.75, 1.5)
 FACTOR_SMOOTHING = 0.3  # weight of the newest observation (one odd request cannot swing it)
+# A report this far off is not the same prompt counted differently (cached-prefix accounting,
+# a proxy counting only new tokens, a big tool schema outside the estimate): ignored.
+OUTLIER_RATIO = 3.0
 
 # Where tiktoken's own cl100k_base file would be cached after a download (tiktoken.load).
 _CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
@@ -195,12 +199,17 @@ class TokenEstimator:
     def observe_usage(self, estimated: int, actual: int) -> None:
         """Move the factor towards what the provider counted for a prompt we estimated.
 
-        `estimated` is what prompt_tokens returned (factor included). Smoothed and bounded, so
-        one odd request (a huge tool schema, a cached prefix) cannot swing later estimates.
+        `estimated` is what prompt_tokens returned (factor included). Smoothed, bounded, and
+        wild reports ignored, so one odd request cannot swing later estimates; erring low is the
+        dangerous direction (the prompt would overflow the window), hence the tighter low bound.
         """
         if estimated <= 0 or actual <= 0:
             return
+        ratio = actual / estimated
+        if not 1 / OUTLIER_RATIO <= ratio <= OUTLIER_RATIO:
+            log.debug("ignoring a usage report %.2f× our estimate", ratio)
+            return
         low, high = FACTOR_BOUNDS
-        target = min(high, max(low, self.factor * actual / estimated))
+        target = min(high, max(low, self.factor * ratio))
         factor = (1 - FACTOR_SMOOTHING) * self.factor + FACTOR_SMOOTHING * target
         self.factor = min(high, max(low, factor))
