@@ -1,0 +1,246 @@
+"""The agent core: one turn of conversation, commands, and background consolidation (DESIGN §4).
+
+Every platform hands it an Inbound and gets a Reply. Two messages of one session run in order
+(a lock per session); different sessions run at once. The user's message is persisted before the
+LLM is called, so an outage never loses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from bot.commands import COMMAND_MENU, parse_command, run_command
+from bot.config import Config
+from bot.context import ContextBuilder
+from bot.inbound import Inbound, Reply
+from bot.llm import LLMClient
+from bot.tools import TOOL_SCHEMAS, AgentTools
+from memory.consolidator import MemoryConsolidator
+from memory.llm import ChatLLM, ChatResult, LLMError
+from memory.session import Session
+from memory.tokens import TokenEstimator
+from memory.workspace import Workspace, Workspaces
+
+log = logging.getLogger(__name__)
+
+STUCK_REPLY = "I went round in circles with my tools and stopped. Could you rephrase that?"
+EMPTY_REPLY = "(I had nothing to say to that. Could you rephrase?)"
+
+
+@dataclass(frozen=True)
+class SessionStatus:
+    model: str
+    context_tokens: int
+    window_tokens: int
+    messages: int
+    unconsolidated: int
+    last_consolidation: str
+
+
+class Agent:
+    def __init__(self, config: Config, llm: ChatLLM | None = None) -> None:
+        self.config = config
+        self.llm: ChatLLM = llm or LLMClient(
+            model=config.llm.model,
+            base_url=config.llm.base_url,
+            api_key=config.llm.api_key,
+            timeout_s=config.llm.timeout_s,
+            max_retries=config.llm.max_retries,
+            max_output_tokens=config.llm.max_output_tokens,
+            temperature=config.llm.temperature,
+        )
+        self.workspaces = Workspaces(
+            config.memory.workspaces_dir, keep_memory_versions=config.memory.keep_memory_versions
+        )
+        self.estimator = TokenEstimator()
+        self.window = config.llm.context_window_tokens
+        self.consolidator = MemoryConsolidator(self.llm, self.estimator, self.window)
+        self.context = ContextBuilder(config.agent.bot_name)
+        self._session_locks: dict[str, asyncio.Lock] = {}
+        self._frozen_prompts: dict[str, tuple[int, str]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # ---- entry points -------------------------------------------------------------------
+
+    async def handle(self, inbound: Inbound) -> Reply:
+        """Answer one message: a command without the LLM, anything else as an LLM turn."""
+        command = parse_command(inbound.text)
+        if command is not None:
+            return await run_command(self, inbound, command)
+        if not inbound.text.strip():
+            return Reply("(That message was empty.)")
+        return await self._turn(inbound)
+
+    def command_menu(self) -> list[tuple[str, str]]:
+        return list(COMMAND_MENU)
+
+    async def aclose(self) -> None:
+        """Wait for pending consolidation, then close the LLM client."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+        close = getattr(self.llm, "aclose", None)
+        if close is not None:
+            await close()
+
+    # ---- the turn -----------------------------------------------------------------------
+
+    async def _turn(self, inbound: Inbound) -> Reply:
+        workspace = self.workspaces.get(inbound.user_key)
+        async with self._lock(inbound.session_key):
+            session = workspace.sessions.get(inbound.session_key)
+            user_message = self.context.user_message(inbound.text)
+            too_long = self._too_long(user_message)
+            if too_long:
+                return Reply(too_long)
+            workspace.sessions.append(session, user_message)
+            system = self._system_prompt(workspace, session, inbound)
+            if self.estimator.prompt_tokens(system, session) > self.window:
+                # The prompt cannot fit at all: make room before calling the model.
+                await self.consolidator.maybe_consolidate(
+                    workspace, session, lambda: self._fresh_prompt(workspace, inbound)
+                )
+                system = self._system_prompt(workspace, session, inbound)
+            try:
+                text = await self._run_model(workspace, session, system)
+            except LLMError as exc:
+                log.warning("LLM call failed for %s: %s", inbound.session_key, exc)
+                return Reply(
+                    f"Sorry, I couldn't reach my language model just now ({exc}). "
+                    "Your message is saved; please try again in a moment."
+                )
+            if self.estimator.prompt_tokens(system, session) > self.window:
+                self._in_background(
+                    self.consolidator.maybe_consolidate(
+                        workspace, session, lambda: self._fresh_prompt(workspace, inbound)
+                    )
+                )
+        return Reply(text)
+
+    async def _run_model(self, workspace: Workspace, session: Session, system: str) -> str:
+        """The tool loop, bounded; every assistant and tool message is persisted as sent."""
+        tools = AgentTools(workspace)
+        for _ in range(self.config.agent.max_tool_iterations):
+            estimated = self.estimator.prompt_tokens(system, session)
+            messages = self.context.messages(system, session.history())
+            result = await self.llm.chat(messages, tools=TOOL_SCHEMAS)
+            if result.prompt_tokens:
+                self.estimator.observe_usage(estimated, result.prompt_tokens)
+            if not result.tool_calls:
+                text = (result.content or "").strip() or EMPTY_REPLY
+                workspace.sessions.append(session, {"role": "assistant", "content": text})
+                return text
+            workspace.sessions.append(session, _assistant_with_calls(result))
+            for call in result.tool_calls:
+                output = await tools.execute(call.name, call.arguments)
+                workspace.sessions.append(
+                    session,
+                    {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output},
+                )
+        workspace.sessions.append(session, {"role": "assistant", "content": STUCK_REPLY})
+        return STUCK_REPLY
+
+    def _too_long(self, user_message: dict[str, Any]) -> str | None:
+        """A message that could never fit beside the memory is refused, with the reason."""
+        limit = self.window // 2
+        tokens = self.estimator.count_message(user_message)
+        if tokens <= limit:
+            return None
+        return (
+            f"That message is too long for me: about {tokens:,} tokens, and I can take about "
+            f"{limit:,} at once. Could you send it in smaller parts? Nothing was saved."
+        )
+
+    # ---- prompts ------------------------------------------------------------------------
+
+    def _fresh_prompt(self, workspace: Workspace, inbound: Inbound) -> str:
+        return self.context.system_prompt(
+            workspace.memory.prompt_section(), inbound.platform, inbound.is_private
+        )
+
+    def _system_prompt(self, workspace: Workspace, session: Session, inbound: Inbound) -> str:
+        """The system prompt is frozen between consolidations so the prompt prefix stays cached;
+        edits made by the edit_memory tool show up after the next consolidation (the model
+        already sees them in its own tool calls)."""
+        frozen = self._frozen_prompts.get(session.key)
+        if frozen is not None and frozen[0] == session.last_consolidated:
+            return frozen[1]
+        prompt = self._fresh_prompt(workspace, inbound)
+        self._frozen_prompts[session.key] = (session.last_consolidated, prompt)
+        return prompt
+
+    # ---- commands' helpers --------------------------------------------------------------
+
+    async def start_new_session(self, inbound: Inbound) -> bool:
+        """/new: the next message starts fresh; the old messages are filed in the background.
+
+        The session lock is taken now and handed to the filing task, so a message sent right
+        after /new waits for the old conversation to be filed instead of mixing with it."""
+        workspace = self.workspaces.get(inbound.user_key)
+        session = workspace.sessions.get(inbound.session_key)
+        lock = self._lock(inbound.session_key)
+        await lock.acquire()
+        if not session.unconsolidated():
+            lock.release()
+            return False
+
+        async def file_old_messages() -> None:
+            try:
+                await self.consolidator.archive_all(workspace, session)
+            finally:
+                lock.release()
+
+        self._in_background(file_old_messages())
+        return True
+
+    def session_status(self, inbound: Inbound) -> SessionStatus:
+        workspace = self.workspaces.get(inbound.user_key)
+        session = workspace.sessions.get(inbound.session_key)
+        system = self._system_prompt(workspace, session, inbound)
+        when = self.consolidator.last_consolidated_at.get(session.key)
+        if when is None:
+            when = "earlier (before this start-up)" if session.last_consolidated else "never"
+        return SessionStatus(
+            model=getattr(self.llm, "model", "unknown"),
+            context_tokens=self.estimator.prompt_tokens(system, session),
+            window_tokens=self.window,
+            messages=len(session.messages),
+            unconsolidated=len(session.messages) - session.last_consolidated,
+            last_consolidation=when,
+        )
+
+    # ---- plumbing -----------------------------------------------------------------------
+
+    def _lock(self, session_key: str) -> asyncio.Lock:
+        return self._session_locks.setdefault(session_key, asyncio.Lock())
+
+    def _in_background(self, coro: Any) -> None:
+        """Run tracked: aclose() waits for it, and a failure is logged, never lost silently."""
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background consolidation failed", exc_info=task.exception())
+
+
+def _assistant_with_calls(result: ChatResult) -> dict[str, Any]:
+    calls = [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {
+                "name": call.name,
+                "arguments": call.arguments
+                if isinstance(call.arguments, str)
+                else json.dumps(call.arguments),
+            },
+        }
+        for call in result.tool_calls
+    ]
+    return {"role": "assistant", "content": result.content, "tool_calls": calls}
