@@ -57,20 +57,31 @@ class Session:
         )
         if first_user is None:
             return []
+        window = pending[first_user:]
+        answered = {m.get("tool_call_id") for m in window if m.get("role") == "tool"}
         result: list[dict[str, Any]] = []
         call_ids: set[str] = set()
-        for message in pending[first_user:]:
-            if message.get("role") == "assistant":
-                call_ids.update(_call_ids(message))
+        for message in window:
+            clean = {name: message[name] for name in LLM_FIELDS if name in message}
+            if message.get("role") == "assistant" and message.get("tool_calls"):
+                # A turn cut short (a crash between a call and its result) leaves calls without
+                # results, which providers reject: keep only the calls that were answered.
+                calls = [c for c in message["tool_calls"] if _call_id(c) in answered]
+                call_ids.update(_call_id(c) for c in calls)
+                if calls:
+                    clean["tool_calls"] = calls
+                else:
+                    clean.pop("tool_calls")
+                    if not clean.get("content"):
+                        continue
             elif message.get("role") == "tool" and message.get("tool_call_id") not in call_ids:
                 continue
-            result.append({name: message[name] for name in LLM_FIELDS if name in message})
+            result.append(clean)
         return result
 
 
-def _call_ids(message: dict[str, Any]) -> list[str]:
-    calls = message.get("tool_calls") or []
-    return [call["id"] for call in calls if isinstance(call, dict) and "id" in call]
+def _call_id(call: Any) -> str | None:
+    return call.get("id") if isinstance(call, dict) else None
 
 
 def _metadata_record(session: Session) -> dict[str, Any]:

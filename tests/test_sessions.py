@@ -270,3 +270,24 @@ def test_history_without_a_user_message_is_empty(sessions_dir: Path) -> None:
     session = store.get(KEY)
     store.append(session, {"role": "assistant", "content": "hello?"})
     assert session.history() == []
+
+
+def test_a_turn_cut_short_leaves_no_unanswered_tool_call(sessions_dir: Path) -> None:
+    """A crash between a tool call and its result must not make every later request invalid."""
+    store = fresh(sessions_dir)
+    session = store.get(KEY)
+    for message in [
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": None, "tool_calls": [call("lost")]},
+        {"role": "user", "content": "q2"},
+        {"role": "assistant", "content": "thinking", "tool_calls": [call("x"), call("y")]},
+        {"role": "tool", "tool_call_id": "x", "content": "rx"},
+        {"role": "assistant", "content": "done"},
+    ]:
+        store.append(session, message)
+    history = session.history()
+    assert [m.get("content") for m in history] == ["q1", "q2", "thinking", "rx", "done"]
+    assert history[2]["tool_calls"] == [call("x")]
+    answered = {m["tool_call_id"] for m in history if m["role"] == "tool"}
+    called = {c["id"] for m in history for c in m.get("tool_calls", [])}
+    assert called == answered
