@@ -1,0 +1,369 @@
+"""A small Telegram Bot API server on 127.0.0.1 for tests: the far end, never our code.
+
+It speaks what python-telegram-bot uses (TESTING.md): `POST /bot<token>/<method>` with form fields,
+answers `{"ok": true, "result": …}` or `{"ok": false, "error_code", "description"}`. Tests push
+updates (`dm`, `group`, `edited`, `photo`); `getUpdates` hands out every update at or after
+`offset` like Telegram does, long-polling until one arrives. `sendMessage` checks what Telegram
+checks and the tests care about: the HTML markup (allowed tags, nesting, escaping), the 4096-
+character limit (UTF-16, after parsing), and that a private chat exists (the user started the bot).
+Failures can be scripted per method with `fail_next`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import json
+import re
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+TOKEN = "123456:TEST-token_for-the-fake"
+BOT = {"id": 999, "is_bot": True, "first_name": "LightGrep", "username": "lightgrep_bot"}
+ALLOWED_TAGS = {
+    "b",
+    "strong",
+    "i",
+    "em",
+    "u",
+    "ins",
+    "s",
+    "strike",
+    "del",
+    "a",
+    "code",
+    "pre",
+    "blockquote",
+    "tg-spoiler",
+    "span",
+    "tg-emoji",
+}
+_TAG = re.compile(r"<(/?)([a-zA-Z][\w-]*)((?:\s+[^<>]*)?)>")
+_ENTITY = re.compile(r"&(lt|gt|amp|quot|#\d+|#x[0-9a-fA-F]+);")
+
+
+class MarkupError(ValueError):
+    pass
+
+
+def visible_text(markup: str) -> str:
+    """The text a user sees for an HTML message, or MarkupError as Telegram would reject it."""
+    out: list[str] = []
+    stack: list[str] = []
+    pos = 0
+    while pos < len(markup):
+        char = markup[pos]
+        if char == "<":
+            m = _TAG.match(markup, pos)
+            if not m:
+                raise MarkupError(f"Unsupported start tag at byte offset {pos}")
+            closing, name = m.group(1), m.group(2).lower()
+            if name not in ALLOWED_TAGS:
+                raise MarkupError(f'Unsupported start tag "{name}" at byte offset {pos}')
+            if closing:
+                if not stack or stack[-1] != name:
+                    raise MarkupError(f"Unmatched end tag at byte offset {pos}")
+                stack.pop()
+            else:
+                stack.append(name)
+            pos = m.end()
+        elif char == "&":
+            m = _ENTITY.match(markup, pos)
+            if not m:
+                raise MarkupError(f"Character entity expected at byte offset {pos}")
+            out.append(html.unescape(m.group(0)))
+            pos = m.end()
+        else:
+            out.append(char)
+            pos += 1
+    if stack:
+        raise MarkupError(f'Can\'t find end tag corresponding to start tag "{stack[-1]}"')
+    return "".join(out)
+
+
+def _utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+@dataclass
+class Sent:
+    """One message the bot sent."""
+
+    chat_id: int
+    text: str  # what the user sees
+    raw: str  # as sent
+    parse_mode: str | None
+    message_id: int
+    params: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Failure:
+    status: int
+    description: str
+    retry_after: int | None = None
+
+
+class FakeTelegram:
+    def __init__(self, token: str = TOKEN) -> None:
+        self.token = token
+        self.bot = dict(BOT)
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.sent: list[Sent] = []
+        self.commands: list[dict[str, Any]] = []
+        self.started_users: set[int] = set()  # users with a private chat with the bot
+        self._updates: list[dict[str, Any]] = []
+        self._next_update = 1
+        self._next_message = 100
+        self._failures: dict[str, deque[Failure]] = defaultdict(deque)
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def api_base(self) -> str:
+        """What goes into `[telegram] api_base`."""
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> FakeTelegram:
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._dispatch)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+
+    # ---- scripting -------------------------------------------------------------------------
+
+    def fail_next(
+        self, method: str, status: int, description: str, retry_after: int | None = None
+    ) -> None:
+        """The next call of `method` fails like Telegram would (400, 403, 429 with retry_after…)."""
+        self._failures[method].append(Failure(status, description, retry_after))
+
+    def dm(self, user_id: int, text: str, *, username: str | None = None, **extra: Any) -> int:
+        """A private message from a user (who thereby has started the bot); its message_id."""
+        self.started_users.add(user_id)
+        chat = {"id": user_id, "type": "private", "first_name": f"User{user_id}"}
+        message = self._message(chat, user_id, text, username, **extra)
+        self.push("message", message)
+        return message["message_id"]
+
+    def group(
+        self,
+        chat_id: int,
+        user_id: int,
+        text: str,
+        *,
+        username: str | None = None,
+        reply_to_bot: bool = False,
+        topic: int | None = None,
+        **extra: Any,
+    ) -> int:
+        """A message in a supergroup (a forum topic if `topic` is given)."""
+        chat: dict[str, Any] = {"id": chat_id, "type": "supergroup", "title": "Group"}
+        message = self._message(chat, user_id, text, username, **extra)
+        if reply_to_bot:
+            message["reply_to_message"] = {
+                "message_id": 1,
+                "date": int(time.time()),
+                "chat": chat,
+                "from": self.bot,
+                "text": "an earlier answer",
+            }
+        if topic is not None:
+            chat["is_forum"] = True
+            message["message_thread_id"] = topic
+            message["is_topic_message"] = True
+        self.push("message", message)
+        return message["message_id"]
+
+    def photo(self, user_id: int, chat: dict[str, Any] | None = None) -> int:
+        """A photo without caption (in the private chat unless `chat` is given)."""
+        if chat is None:
+            self.started_users.add(user_id)
+            chat = {"id": user_id, "type": "private", "first_name": f"User{user_id}"}
+        message = self._message(chat, user_id, None, None)
+        message["photo"] = [{"file_id": "f1", "file_unique_id": "u1", "width": 1, "height": 1}]
+        self.push("message", message)
+        return message["message_id"]
+
+    def edited(self, user_id: int, text: str) -> int:
+        """An edit of an earlier private message."""
+        chat = {"id": user_id, "type": "private", "first_name": f"User{user_id}"}
+        message = self._message(chat, user_id, text, None)
+        message["edit_date"] = int(time.time())
+        self.push("edited_message", message)
+        return message["message_id"]
+
+    def push(self, kind: str, payload: dict[str, Any]) -> int:
+        update_id = self._next_update
+        self._next_update += 1
+        self._updates.append({"update_id": update_id, kind: payload})
+        asyncio.get_running_loop().create_task(self._notify())
+        return update_id
+
+    def _message(
+        self,
+        chat: dict[str, Any],
+        user_id: int,
+        text: str | None,
+        username: str | None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        self._next_message += 1
+        sender: dict[str, Any] = {"id": user_id, "is_bot": False, "first_name": f"User{user_id}"}
+        if username:
+            sender["username"] = username
+        message: dict[str, Any] = {
+            "message_id": self._next_message,
+            "date": int(time.time()),
+            "chat": chat,
+            "from": sender,
+            **extra,
+        }
+        if text is not None:
+            message["text"] = text
+            entities = _entities(text)
+            if entities:
+                message["entities"] = entities
+        return message
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # ---- queries for tests -----------------------------------------------------------------
+
+    def sent_to(self, chat_id: int) -> list[Sent]:
+        return [s for s in self.sent if s.chat_id == chat_id]
+
+    def method_calls(self, method: str) -> list[dict[str, Any]]:
+        return [params for name, params in self.calls if name == method]
+
+    async def wait_until(self, predicate: Callable[[], bool], wait_s: float = 5.0) -> None:
+        """Wait for the bot to have done something (checked whenever a call arrives)."""
+
+        async def wait() -> None:
+            async with self._changed:
+                await self._changed.wait_for(predicate)
+
+        await asyncio.wait_for(wait(), wait_s)
+
+    async def wait_sent(self, chat_id: int, count: int = 1, wait_s: float = 5.0) -> list[Sent]:
+        await self.wait_until(lambda: len(self.sent_to(chat_id)) >= count, wait_s)
+        return self.sent_to(chat_id)
+
+    # ---- the API ---------------------------------------------------------------------------
+
+    async def _dispatch(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return _error(401, "Unauthorized")
+        method = request.match_info["method"]
+        params = await _params(request)
+        self.calls.append((method, params))
+        await self._notify()
+        if self._failures[method]:
+            failure = self._failures[method].popleft()
+            extra = (
+                {"retry_after": failure.retry_after} if failure.retry_after is not None else None
+            )
+            return _error(failure.status, failure.description, extra)
+        handler = getattr(self, f"_m_{method.lower()}", None)
+        if handler is None:
+            return _error(404, "Not Found")
+        return await handler(params)
+
+    async def _m_getme(self, params: dict[str, Any]) -> web.Response:
+        return _ok(self.bot)
+
+    async def _m_deletewebhook(self, params: dict[str, Any]) -> web.Response:
+        return _ok(True)
+
+    async def _m_setmycommands(self, params: dict[str, Any]) -> web.Response:
+        self.commands = json.loads(params["commands"])
+        return _ok(True)
+
+    async def _m_sendchataction(self, params: dict[str, Any]) -> web.Response:
+        return _ok(True)
+
+    async def _m_getupdates(self, params: dict[str, Any]) -> web.Response:
+        offset = int(params.get("offset") or 0)
+        self._updates = [u for u in self._updates if u["update_id"] >= offset]  # acknowledged
+        timeout = float(params.get("timeout") or 0)
+        if not self._updates and timeout > 0:
+            with contextlib.suppress(TimeoutError):
+                await self.wait_until(lambda: bool(self._updates), timeout)
+        return _ok(list(self._updates))
+
+    async def _m_sendmessage(self, params: dict[str, Any]) -> web.Response:
+        chat_id = int(params["chat_id"])
+        if chat_id > 0 and chat_id not in self.started_users:
+            return _error(403, "Forbidden: bot can't initiate conversation with a user")
+        raw = params.get("text", "")
+        mode = params.get("parse_mode")
+        try:
+            text = visible_text(raw) if mode == "HTML" else raw
+        except MarkupError as exc:
+            return _error(400, f"Bad Request: can't parse entities: {exc}")
+        if not text.strip():
+            return _error(400, "Bad Request: message text is empty")
+        if _utf16_len(text) > 4096:
+            return _error(400, "Bad Request: message is too long")
+        self._next_message += 1
+        self.sent.append(Sent(chat_id, text, raw, mode, self._next_message, params))
+        await self._notify()
+        chat = {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"}
+        return _ok(
+            {
+                "message_id": self._next_message,
+                "date": int(time.time()),
+                "chat": chat,
+                "from": self.bot,
+                "text": text,
+            }
+        )
+
+
+def _entities(text: str) -> list[dict[str, Any]]:
+    """Entities as Telegram computes them: a leading /command, @mentions (UTF-16 offsets)."""
+    entities = []
+    command = re.match(r"/[A-Za-z0-9_]+(?:@[A-Za-z0-9_]+)?", text)
+    if command:
+        entities.append({"type": "bot_command", "offset": 0, "length": command.end()})
+    for m in re.finditer(r"(?<![\w@/])@[A-Za-z0-9_]{5,32}", text):
+        offset = _utf16_len(text[: m.start()])
+        entities.append({"type": "mention", "offset": offset, "length": _utf16_len(m.group(0))})
+    return entities
+
+
+async def _params(request: web.Request) -> dict[str, Any]:
+    if request.content_type == "application/json":
+        body = await request.json()
+        return {k: v if isinstance(v, str) else json.dumps(v) for k, v in body.items()}
+    form = await request.post()
+    return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
+def _ok(result: Any) -> web.Response:
+    return web.json_response({"ok": True, "result": result})
+
+
+def _error(status: int, description: str, parameters: dict[str, Any] | None = None) -> web.Response:
+    body: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
+    if parameters:
+        body["parameters"] = parameters
+    return web.json_response(body, status=status)
