@@ -1,0 +1,351 @@
+"""The Telegram adapter end to end: real python-telegram-bot polling a fake Bot API server, the real
+Agent talking to a fake OpenAI server, real files under a temporary workspaces folder."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.telegram import REFUSAL, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter, create
+from bot.agent import Agent
+from bot.config import Config, LLMConfig, MemoryConfig, TelegramConfig
+from bot.platform import PlatformStartError
+from memory.keys import encode_key
+from tests.fakes.openai_server import Delay, FakeOpenAI, completion
+from tests.fakes.telegram_server import TOKEN, FakeTelegram
+
+BOT_NAME = "lightgrep_bot"
+GROUP = -1001234
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[FakeTelegram]:
+    server = await FakeTelegram().start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def make_config(
+    tg: FakeTelegram, llm: FakeOpenAI, workspaces_dir: Path, allow: list[str] | None = None
+) -> Config:
+    return Config(
+        llm=LLMConfig(base_url=llm.base_url, api_key="sk-test", model="fake-model", max_retries=0),
+        memory=MemoryConfig(workspaces_dir=workspaces_dir),
+        telegram=TelegramConfig(
+            enabled=True,
+            token=TOKEN,
+            allow_from=["*"] if allow is None else allow,
+            api_base=tg.api_base,
+            poll_timeout_s=1,
+        ),
+    )
+
+
+@asynccontextmanager
+async def running(config: Config) -> AsyncIterator[TelegramAdapter]:
+    """The adapter serving until the block ends; then stopped the way the CLI stops it."""
+    agent = Agent(config)
+    adapter = create(config, agent)
+    stop = asyncio.Event()
+    task = asyncio.create_task(adapter.run(stop))
+    try:
+        ready = asyncio.create_task(adapter.ready.wait())
+        await asyncio.wait({task, ready}, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if task.done():
+            task.result()  # raises the start error
+        assert adapter.ready.is_set()
+        yield adapter
+    finally:
+        stop.set()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        await agent.aclose()
+        assert done, "the adapter did not stop"
+        task.result()
+
+
+@pytest.fixture
+async def bot(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> AsyncIterator[TelegramAdapter]:
+    async with running(make_config(tg, fake_llm, workspaces_dir)) as adapter:
+        yield adapter
+
+
+async def eventually(predicate: Callable[[], bool], wait_s: float = 5.0) -> None:
+    deadline = time.monotonic() + wait_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(0.02)
+
+
+def session_lines(workspaces_dir: Path, user: str, session: str) -> list[dict[str, Any]]:
+    path = workspaces_dir / encode_key(user) / "sessions" / f"{encode_key(session)}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def last_user_text(request: dict[str, Any]) -> str:
+    return next(m["content"] for m in reversed(request["messages"]) if m["role"] == "user")
+
+
+def by_prompt(answers: dict[str, Any]) -> Callable[[dict[str, Any]], Any]:
+    """An LLM that answers by a word in the user's newest message."""
+
+    def answer(request: dict[str, Any]) -> Any:
+        text = last_user_text(request)
+        return next((item for word, item in answers.items() if word in text), completion("ok"))
+
+    return answer
+
+
+async def test_dm_turn_answered_and_persisted(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    tg.dm(42, "hi there, I'm Ana")  # waiting before the bot starts: must not be dropped
+    fake_llm.queue(completion("Hello **Ana** & welcome"))
+    async with running(make_config(tg, fake_llm, workspaces_dir)):
+        [reply] = await tg.wait_sent(42)
+        await eventually(lambda: tg.method_calls("sendChatAction"))
+
+    assert reply.text == "Hello Ana & welcome"
+    assert reply.parse_mode == "HTML" and "<b>Ana</b> &amp;" in reply.raw
+    assert "hi there, I'm Ana" in last_user_text(fake_llm.chat_requests[0])
+    lines = session_lines(workspaces_dir, "telegram-42", "telegram:dm:42")
+    assert lines[0]["_type"] == "metadata" and lines[0]["key"] == "telegram:dm:42"
+    messages = [m for m in lines if "role" in m]
+    assert "hi there, I'm Ana" in messages[0]["content"]
+    assert messages[-1] == {
+        **messages[-1],
+        "role": "assistant",
+        "content": "Hello **Ana** & welcome",
+    }
+    assert [c["command"] for c in tg.commands] == ["memory", "recall", "new", "help", "status"]
+    assert tg.method_calls("deleteWebhook")[0].get("drop_pending_updates") in (None, "false")
+    assert f"@{BOT_NAME}" in caplog.text  # start-up says which bot it is
+    assert TOKEN not in caplog.text and TOKEN.split(":")[1] not in caplog.text
+
+
+async def test_memory_and_recall_in_dm(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path, bot: TelegramAdapter
+) -> None:
+    workspace = bot._agent.workspaces.get("telegram-42")
+    workspace.memory.write("## User Information\n- Lives in Lisbon\n")
+    workspace.memory.append_history("[2025-03-01 10:00] Planned a trip to Porto by train.")
+
+    tg.dm(42, "/memory")
+    [memory] = await tg.wait_sent(42)
+    assert "Lives in Lisbon" in memory.text
+
+    tg.dm(42, f"/recall@{BOT_NAME} porto")
+    recall = (await tg.wait_sent(42, 2))[1]
+    assert "Porto" in recall.text and "2025-03-01" in recall.text
+    assert fake_llm.requests == []
+
+
+async def test_group_mention_answered_and_other_messages_ignored(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path, bot: TelegramAdapter
+) -> None:
+    fake_llm.default = lambda request: completion(f"re: {last_user_text(request)[-20:]}")
+    tg.group(GROUP, 42, "just chatting among humans")
+    tg.group(GROUP, 42, "/help@some_other_bot")
+    tg.group(GROUP, 42, "/etc/passwd is a file")
+    asked = tg.group(GROUP, 42, f"@{BOT_NAME} what is two plus two")
+    [reply] = await tg.wait_sent(GROUP)
+
+    assert json.loads(reply.params["reply_parameters"])["message_id"] == asked
+    [request] = fake_llm.chat_requests
+    assert "what is two plus two" in last_user_text(request)
+    assert f"@{BOT_NAME}" not in last_user_text(request)
+    lines = session_lines(workspaces_dir, "telegram-42", f"telegram:group:{GROUP}:42")
+    assert lines[-1]["role"] == "assistant"
+
+    # A reply to the bot in a forum topic: the user's own topic session, answered in the topic.
+    tg.group(GROUP, 43, "and three plus three?", reply_to_bot=True, topic=7)
+    second = (await tg.wait_sent(GROUP, 2))[1]
+    assert second.params["message_thread_id"] == "7"
+    assert session_lines(workspaces_dir, "telegram-43", f"telegram:group:{GROUP}:43:topic:7")
+    assert len(tg.sent_to(GROUP)) == 2 and len(fake_llm.chat_requests) == 2
+
+
+async def test_recall_in_group_answered_privately_only(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, bot: TelegramAdapter
+) -> None:
+    for user in (42, 43):
+        workspace = bot._agent.workspaces.get(f"telegram-{user}")
+        workspace.memory.write(f"## Important Notes\n- secret of user {user}\n")
+        workspace.memory.append_history(f"[2025-03-01 10:00] User {user} booked the Porto hotel.")
+    tg.started_users.add(42)  # 42 has a private chat with the bot; 43 never pressed Start
+
+    tg.group(GROUP, 42, f"/recall@{BOT_NAME} porto hotel")
+    [private] = await tg.wait_sent(42)
+    assert "User 42 booked the Porto hotel" in private.text
+    [ack] = await tg.wait_sent(GROUP)
+    assert ack.text == SENT_PRIVATELY
+
+    tg.group(GROUP, 43, f"/memory@{BOT_NAME}")
+    note = (await tg.wait_sent(GROUP, 2))[1]
+    assert "private chat" in note.text and f"t.me/{BOT_NAME}" in note.text
+    assert not tg.sent_to(43)
+    group_text = " ".join(s.text for s in tg.sent_to(GROUP))
+    assert "secret" not in group_text and "Porto" not in group_text
+    assert fake_llm.requests == []
+
+
+async def test_unknown_user_refused_without_llm(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    config = make_config(tg, fake_llm, workspaces_dir, allow=["42", "@Alice"])
+    async with running(config):
+        tg.group(GROUP, 7, f"@{BOT_NAME} let me in")
+        tg.dm(7, "hello?")
+        tg.dm(8, "hi, I'm alice", username="alice")
+        [refusal] = await tg.wait_sent(7)
+        await tg.wait_sent(8)
+
+    assert refusal.text == REFUSAL
+    assert not tg.sent_to(GROUP)  # silence in the group
+    assert len(fake_llm.chat_requests) == 1  # alice's turn only
+    assert "alice" in last_user_text(fake_llm.chat_requests[0])
+    typed = {c["chat_id"] for c in tg.method_calls("sendChatAction")}
+    assert typed == {"8"}
+    assert not (workspaces_dir / encode_key("telegram-7")).exists()
+
+
+async def test_long_answer_split_without_loss(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, bot: TelegramAdapter
+) -> None:
+    prose = [f"Paragraph {n}: a < b & c > d, " + "word " * 60 for n in range(25)]
+    code = "```python\n" + "\n".join(f"x{n} = {n} < {n + 1}" for n in range(150)) + "\n```"
+    answer = "\n\n".join([*prose[:12], code, *prose[12:]])
+    assert len(answer) > 10_000
+    fake_llm.queue(completion(answer))
+
+    tg.dm(42, "tell me everything")
+    await tg.wait_until(lambda: _words(" ".join(s.text for s in tg.sent_to(42))) == _words(answer))
+
+    sent = tg.sent_to(42)
+    assert len(sent) >= 3
+    assert all(len(s.text) <= 4096 and s.parse_mode == "HTML" for s in sent)
+    assert all(s.raw.count("<pre>") == s.raw.count("</pre>") for s in sent)
+
+
+def _words(text: str) -> list[str]:
+    return [w for line in text.splitlines() if not line.startswith("```") for w in line.split()]
+
+
+async def test_rejected_markup_resent_as_plain_text(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, bot: TelegramAdapter
+) -> None:
+    answer = "Use **bold** and `code` here"
+    fake_llm.queue(completion(answer))
+    tg.fail_next("sendMessage", 400, "Bad Request: can't parse entities: Unsupported start tag")
+    tg.dm(42, "format something")
+    [reply] = await tg.wait_sent(42)
+
+    attempts = tg.method_calls("sendMessage")
+    assert attempts[0]["parse_mode"] == "HTML"
+    assert reply.parse_mode is None and reply.text == answer
+
+
+async def test_flood_limit_waited_out(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, bot: TelegramAdapter
+) -> None:
+    fake_llm.queue(completion("worth the wait"))
+    tg.fail_next("sendMessage", 429, "Too Many Requests: retry after 1", retry_after=1)
+    tg.dm(42, "hello")
+    await eventually(lambda: tg.method_calls("sendMessage"))
+    first_try = time.monotonic()
+    [reply] = await tg.wait_sent(42)
+
+    assert reply.text == "worth the wait"
+    assert reply.at - first_try >= 0.9
+
+
+async def test_slow_user_does_not_delay_another(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, bot: TelegramAdapter
+) -> None:
+    bot.typing_interval_s = 0.15
+    fake_llm.default = by_prompt(
+        {"slow": Delay(0.8, completion("slow answer")), "quick": completion("quick answer")}
+    )
+    tg.dm(1, "a slow question")
+    await eventually(lambda: len(fake_llm.chat_requests) == 1)
+    tg.dm(2, "a quick question")
+    [quick] = await tg.wait_sent(2)
+    [slow] = await tg.wait_sent(1)
+
+    assert quick.text == "quick answer" and slow.text == "slow answer"
+    assert quick.at < slow.at
+    typing_for_a = [c for c in tg.method_calls("sendChatAction") if c["chat_id"] == "1"]
+    assert len(typing_for_a) >= 3  # kept on during the slow turn
+
+
+async def test_edits_and_non_text_messages(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, bot: TelegramAdapter
+) -> None:
+    tg.edited(42, "an edited message is not a new turn")
+    tg.photo(42)
+    [reply] = await tg.wait_sent(42)
+    await asyncio.sleep(0.1)
+
+    assert reply.text == TEXT_ONLY
+    assert len(tg.sent_to(42)) == 1 and fake_llm.requests == []
+
+
+async def test_stop_finishes_running_turn(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    fake_llm.queue(Delay(0.5, completion("finished anyway")))
+    config = make_config(tg, fake_llm, workspaces_dir)
+    agent = Agent(config)
+    adapter = create(config, agent)
+    stop = asyncio.Event()
+    task = asyncio.create_task(adapter.run(stop))
+    tg.dm(42, "a question just before shutdown")
+    await eventually(lambda: len(fake_llm.chat_requests) == 1)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    await agent.aclose()
+
+    assert [s.text for s in tg.sent_to(42)] == ["finished anyway"]
+    last_poll = tg.method_calls("getUpdates")[-1]
+    assert int(last_poll["offset"]) == 2  # the handled update was acknowledged
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"allow_from": []}, "allow_from"),
+        ({"allow_from": [" "]}, "allow_from"),
+        ({"token": None}, "token"),
+        ({"token": "123456:wrong-token-value"}, "rejected the bot token"),
+        ({"mode": "webhook"}, "webhook_url"),
+    ],
+)
+async def test_start_refused_with_a_clear_message(
+    tg: FakeTelegram,
+    fake_llm: FakeOpenAI,
+    workspaces_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+    change: dict[str, Any],
+    expected: str,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    config = make_config(tg, fake_llm, workspaces_dir)
+    for key, value in change.items():
+        setattr(config.telegram, key, value)
+    with pytest.raises(PlatformStartError, match=expected) as raised:
+        async with running(config):
+            pass
+    assert "wrong-token-value" not in str(raised.value) + caplog.text
