@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,8 @@ class Agent:
         self._session_locks: dict[str, asyncio.Lock] = {}
         self._frozen_prompts: dict[str, tuple[int, str]] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        # The tool schemas ride on every request, so they count towards the window too.
+        self._tools_text = "\n" + json.dumps(TOOL_SCHEMAS)
 
     # ---- entry points -------------------------------------------------------------------
 
@@ -98,10 +101,10 @@ class Agent:
                 return Reply(too_long)
             workspace.sessions.append(session, user_message)
             system = self._system_prompt(workspace, session, inbound)
-            if self.estimator.prompt_tokens(system, session) > self.window:
+            if self._estimate(system, session) > self.window:
                 # The prompt cannot fit at all: make room before calling the model.
                 await self.consolidator.maybe_consolidate(
-                    workspace, session, lambda: self._fresh_prompt(workspace, inbound)
+                    workspace, session, self._cost_of_prompt(workspace, inbound)
                 )
                 system = self._system_prompt(workspace, session, inbound)
             try:
@@ -112,10 +115,10 @@ class Agent:
                     f"Sorry, I couldn't reach my language model just now ({exc}). "
                     "Your message is saved; please try again in a moment."
                 )
-            if self.estimator.prompt_tokens(system, session) > self.window:
+            if self._estimate(system, session) > self.window:
                 self._in_background(
                     self.consolidator.maybe_consolidate(
-                        workspace, session, lambda: self._fresh_prompt(workspace, inbound)
+                        workspace, session, self._cost_of_prompt(workspace, inbound)
                     )
                 )
         return Reply(text)
@@ -124,7 +127,7 @@ class Agent:
         """The tool loop, bounded; every assistant and tool message is persisted as sent."""
         tools = AgentTools(workspace)
         for _ in range(self.config.agent.max_tool_iterations):
-            estimated = self.estimator.prompt_tokens(system, session)
+            estimated = self._estimate(system, session)
             messages = self.context.messages(system, session.history())
             result = await self.llm.chat(messages, tools=TOOL_SCHEMAS)
             if result.prompt_tokens:
@@ -155,6 +158,14 @@ class Agent:
         )
 
     # ---- prompts ------------------------------------------------------------------------
+
+    def _cost_of_prompt(self, workspace: Workspace, inbound: Inbound) -> Callable[[], str]:
+        """For the consolidator: the text whose tokens every request carries besides history."""
+        return lambda: self._fresh_prompt(workspace, inbound) + self._tools_text
+
+    def _estimate(self, system: str, session: Session) -> int:
+        """Estimated prompt tokens of the next request: system prompt, tools, history."""
+        return self.estimator.prompt_tokens(system + self._tools_text, session)
 
     def _fresh_prompt(self, workspace: Workspace, inbound: Inbound) -> str:
         return self.context.system_prompt(
@@ -205,7 +216,7 @@ class Agent:
             when = "earlier (before this start-up)" if session.last_consolidated else "never"
         return SessionStatus(
             model=getattr(self.llm, "model", "unknown"),
-            context_tokens=self.estimator.prompt_tokens(system, session),
+            context_tokens=self._estimate(system, session),
             window_tokens=self.window,
             messages=len(session.messages),
             unconsolidated=len(session.messages) - session.last_consolidated,
