@@ -1,0 +1,439 @@
+"""The `lightgrep` command: chat in the terminal, run the platforms, look at memory, check setup.
+
+Mistakes a person can make (a bad config, no platform enabled, a bad token) end with one line on
+stderr and a non-zero exit code, never a traceback. Logs go to stderr through `logging`, with
+every configured secret masked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from bot.config import Config, ConfigError, load_config
+from bot.inbound import Inbound
+from bot.keys import session_key
+from bot.platform import PlatformAdapter, PlatformStartError, load_platform
+
+log = logging.getLogger("lightgrep")
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+SLOW_SHUTDOWN_NOTICE_S = 0.5
+
+
+class UserError(Exception):
+    """Something the person running the command can fix; printed as one line."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ---- logging ------------------------------------------------------------------------------
+
+
+class RedactingFormatter(logging.Formatter):
+    """Masks every known secret in the final text, tracebacks included (defence in depth:
+    HTTP libraries log URLs, and a Telegram URL carries the bot token)."""
+
+    def __init__(self, fmt: str) -> None:
+        super().__init__(fmt)
+        self.secrets: set[str] = set()
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+_formatter = RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def setup_logging(verbose: bool, quiet: bool) -> None:
+    """stderr; ours at INFO (WARNING in a chat, so logs don't garble the conversation), libraries
+    at WARNING; --verbose: everything at DEBUG."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    if not verbose:
+        for name in ("bot", "adapters", "memory"):
+            logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.INFO)
+        log.setLevel(logging.INFO)
+
+
+def hide_secrets(config: Config) -> None:
+    values = [config.llm.api_key, config.telegram.token, config.discord.token]
+    _formatter.secrets.update(v for v in values if v and len(v) >= 4)
+
+
+def load(path: Path | None) -> Config:
+    config = load_config(path)
+    hide_secrets(config)
+    log.debug("configuration: %r", config)
+    return config
+
+
+def describe_endpoint(config: Config) -> str:
+    where = config.llm.base_url or "the OpenAI API"
+    return f"model {config.llm.model} at {where}"
+
+
+# ---- chat ---------------------------------------------------------------------------------
+
+
+async def cmd_chat(args: argparse.Namespace) -> int:
+    config = load(args.config)
+    factory = _factory("terminal")
+    log.info("connecting to %s; memory in %s", describe_endpoint(config), _workspaces(config))
+    agent = _new_agent(config)
+    stop = asyncio.Event()
+    try:
+        adapter: Any = factory(config, agent, user=args.user)  # type: ignore[call-arg]
+        with _signals_set(stop):
+            await adapter.run(stop)
+    finally:
+        await _close_agent(agent)
+    return 0
+
+
+# ---- run ----------------------------------------------------------------------------------
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    config = load(args.config)
+    names = config.enabled_platforms()
+    if not names:
+        raise UserError(
+            f"no platform is enabled in {config.source or 'the configuration'}: set enabled = true "
+            "under [telegram] or [discord] (or talk in the terminal with `lightgrep chat`)",
+            EXIT_USAGE,
+        )
+    factories = {name: _factory(name) for name in names}
+    log.info("connecting to %s; memory in %s", describe_endpoint(config), _workspaces(config))
+    agent = _new_agent(config)
+    stop = asyncio.Event()
+    try:
+        adapters = [factories[name](config, agent) for name in names]
+        with _signals_set(stop):
+            await _serve(adapters, stop)
+    finally:
+        log.info("stopping: finishing pending memory work")
+        await _close_agent(agent)
+    log.info("stopped")
+    return 0
+
+
+async def _serve(adapters: list[PlatformAdapter], stop: asyncio.Event) -> None:
+    """Run every adapter until `stop`; the first one that fails stops the others, then re-raises
+    (a supervisor restarting the process beats a bot silently missing a platform)."""
+    tasks = {asyncio.create_task(a.run(stop), name=a.name): a for a in adapters}
+    for adapter in adapters:
+        log.info("starting %s", adapter.name)
+    watchers = [asyncio.create_task(_announce_ready(a)) for a in adapters]
+    failure: BaseException | None = None
+    pending = set(tasks)
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                error = None if task.cancelled() else task.exception()
+                if error is not None and failure is None:
+                    failure = error
+                    stop.set()
+                elif error is None and not stop.is_set():
+                    log.warning("%s stopped on its own; the others keep running", task.get_name())
+    finally:
+        for watcher in watchers:
+            watcher.cancel()
+    if failure is not None:
+        raise failure
+
+
+async def _announce_ready(adapter: PlatformAdapter) -> None:
+    await adapter.ready.wait()
+    log.info("%s is ready", adapter.name)
+
+
+@contextlib.contextmanager
+def _signals_set(stop: asyncio.Event) -> Iterator[None]:
+    """SIGINT/SIGTERM set `stop` (a clean wind-down); a second one cancels the main task."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+
+    def on_signal() -> None:
+        if stop.is_set() and main is not None:
+            main.cancel()
+        stop.set()
+
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, on_signal)
+            installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+# ---- operator views -------------------------------------------------------------------------
+
+
+async def cmd_memory(args: argparse.Namespace) -> int:
+    """MEMORY.md as stored (the same read as /memory), so it can be piped or diffed."""
+    from memory.workspace import Workspaces
+
+    config = load(args.config)
+    _require_workspace(config, args.user_key)
+    content = Workspaces(_workspaces(config)).get(args.user_key).memory.read()
+    if content.strip():
+        print(content.rstrip("\n"))
+    else:
+        print(f"(nothing remembered about {args.user_key} yet)", file=sys.stderr)
+    return 0
+
+
+async def cmd_recall(args: argparse.Namespace) -> int:
+    config = load(args.config)
+    _require_workspace(config, args.user_key)
+    options = (["--regex"] if args.regex else []) + ["--page", str(args.page)]
+    reply = await _as_user(config, args.user_key, " ".join(["/recall", *options, *args.words]))
+    print(reply)
+    return 0
+
+
+async def _as_user(config: Config, key: str, command: str) -> str:
+    """The command's answer exactly as that user would get it in a private chat."""
+    agent = _new_agent(config)
+    inbound = Inbound(
+        platform=key.partition("-")[0] or "cli",
+        session_key=session_key("cli", "operator", key),
+        user_key=key,
+        text=command,
+        sender_name="operator",
+        is_private=True,
+    )
+    try:
+        return (await agent.handle(inbound)).text
+    finally:
+        await agent.aclose()
+
+
+def _require_workspace(config: Config, key: str) -> None:
+    """A mistyped key must not create an empty workspace; list the ones that exist instead."""
+    from memory.keys import encode_key
+
+    base = _workspaces(config)
+    if (base / encode_key(key)).is_dir():
+        return
+    known = sorted(_known_users(base))
+    listing = ", ".join(known[:10]) + (", …" if len(known) > 10 else "") if known else "none yet"
+    raise UserError(f"no workspace for user {key!r} in {base} (known users: {listing})")
+
+
+def _known_users(base: Path) -> Iterable[str]:
+    from memory.keys import decode_key
+
+    for entry in base.iterdir() if base.is_dir() else ():
+        if entry.is_dir():
+            key = decode_key(entry.name)
+            if key is None:
+                with contextlib.suppress(OSError):
+                    key = (entry / ".key").read_text("utf-8", "replace")
+            if key:
+                yield key
+
+
+# ---- doctor -------------------------------------------------------------------------------
+
+
+async def cmd_doctor(args: argparse.Namespace) -> int:
+    """One line per check; a failure says what is wrong and how to fix it."""
+    results: list[bool] = []
+
+    def report(ok: bool, check: str, detail: str) -> None:
+        results.append(ok)
+        print(f"{'OK  ' if ok else 'FAIL'}  {check}: {detail}", flush=True)
+
+    try:
+        config = load(args.config)
+    except ConfigError as exc:
+        report(False, "config", str(exc))
+        return EXIT_FAILURE
+    platforms = ", ".join(config.enabled_platforms()) or "none enabled"
+    source = config.source or "no config file (defaults + environment)"
+    report(True, "config", f"{source}; {describe_endpoint(config)}; platforms: {platforms}")
+    report(*_check_workspaces(config))
+    report(*await _check_endpoint(config))
+    report(*_check_tokens())
+    return 0 if all(results) else EXIT_FAILURE
+
+
+def _check_workspaces(config: Config) -> tuple[bool, str, str]:
+    path = _workspaces(config)
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".doctor-"):
+            pass
+    except OSError as exc:
+        return False, "workspaces", f"{path} is not writable ({exc.strerror or exc})"
+    return True, "workspaces", f"{path} is writable"
+
+
+async def _check_endpoint(config: Config) -> tuple[bool, str, str]:
+    from bot.llm import LLMClient
+    from memory.llm import LLMError
+
+    where = config.llm.base_url or "https://api.openai.com/v1"
+    if not config.llm.base_url and not config.llm.api_key:
+        return False, "endpoint", (
+            "no API key for the OpenAI API: set OPENAI_API_KEY, "
+            "or [llm] base_url for a local server"
+        )
+    log.info("sending a tiny chat request to %s", describe_endpoint(config))
+    client = LLMClient(
+        model=config.llm.model,
+        base_url=config.llm.base_url,
+        api_key=config.llm.api_key,
+        timeout_s=min(config.llm.timeout_s, 30.0),
+        max_retries=0,
+        temperature=config.llm.temperature,
+    )
+    started = time.monotonic()
+    try:
+        await client.chat([{"role": "user", "content": "Reply with the word OK."}], max_tokens=16)
+    except LLMError as exc:
+        return False, "endpoint", f"{where}: {exc}{_endpoint_hint(str(exc))}"
+    finally:
+        await client.aclose()
+    took = (time.monotonic() - started) * 1000
+    return True, "endpoint", f"{where} answered with model {config.llm.model} in {took:.0f} ms"
+
+
+def _endpoint_hint(reason: str) -> str:
+    if "401" in reason or "403" in reason:
+        return " (check [llm] api_key or OPENAI_API_KEY)"
+    if "404" in reason:
+        return " (check [llm] model, and that base_url ends in /v1)"
+    if "could not be reached" in reason:
+        return " (is the server running, and is [llm] base_url right?)"
+    return ""
+
+
+def _check_tokens() -> tuple[bool, str, str]:
+    from memory.tokens import TokenEstimator
+
+    try:
+        estimator = TokenEstimator()
+        count = estimator.count_text("LightGrep remembers what matters.")
+    except Exception as exc:  # a broken tokenizer install is exactly what doctor is for
+        return False, "token counter", f"{type(exc).__name__}: {exc}"
+    if count <= 0:
+        return False, "token counter", f"{estimator.method} counted {count} tokens for a sentence"
+    approximate = estimator.method == "chars/4"
+    note = " (approximate: tiktoken's data is not available)" if approximate else ""
+    return True, "token counter", f"{estimator.method}, works offline{note}"
+
+
+# ---- plumbing -----------------------------------------------------------------------------
+
+
+def _workspaces(config: Config) -> Path:
+    return Path(config.memory.workspaces_dir)
+
+
+def _factory(name: str) -> Callable[..., PlatformAdapter]:
+    try:
+        return load_platform(name)
+    except PlatformStartError as exc:
+        raise UserError(
+            f"{exc} (install LightGrep with `pip install -e .` so its platforms are registered)"
+        ) from None
+
+
+def _new_agent(config: Config) -> Any:
+    from bot.agent import Agent  # heavy imports only for the commands that need them
+
+    return Agent(config)
+
+
+async def _close_agent(agent: Any) -> None:
+    """Wait for pending consolidation, saying so if it takes a moment."""
+    closing = asyncio.ensure_future(agent.aclose())
+    done, _ = await asyncio.wait({closing}, timeout=SLOW_SHUTDOWN_NOTICE_S)
+    if not done:
+        print("(finishing memory consolidation before exiting…)", file=sys.stderr, flush=True)
+    await closing
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config", type=Path, metavar="FILE", help="config file (default: ./config.toml if any)"
+    )
+    common.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    parser = argparse.ArgumentParser(
+        prog="lightgrep", description="A chat bot that remembers each user in plain files."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    chat = sub.add_parser("chat", parents=[common], help="talk to the bot in this terminal")
+    chat.add_argument("--user", metavar="NAME", help="who you are (default: your login name)")
+    chat.set_defaults(func=cmd_chat)
+
+    run = sub.add_parser("run", parents=[common], help="serve every enabled platform")
+    run.set_defaults(func=cmd_run)
+
+    memory = sub.add_parser("memory", parents=[common], help="print a user's MEMORY.md")
+    memory.add_argument("user_key", metavar="USER_KEY", help="e.g. telegram-42 or cli-alice")
+    memory.set_defaults(func=cmd_memory)
+
+    recall = sub.add_parser("recall", parents=[common], help="search a user's HISTORY.md")
+    recall.add_argument("user_key", metavar="USER_KEY", help="e.g. telegram-42 or cli-alice")
+    recall.add_argument("words", nargs="+", metavar="WORDS", help='keywords; "quotes" for a phrase')
+    recall.add_argument("--regex", action="store_true", help="WORDS is a regular expression")
+    recall.add_argument("--page", type=int, default=1, metavar="N", help="page of results")
+    recall.set_defaults(func=cmd_recall)
+
+    doctor = sub.add_parser("doctor", parents=[common], help="check config, endpoint, tokenizer")
+    doctor.set_defaults(func=cmd_doctor)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose, quiet=args.command == "chat")
+    command: Callable[[argparse.Namespace], Awaitable[int]] = args.func
+    try:
+        return asyncio.run(command(args))
+    except ConfigError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except UserError as exc:
+        return _fail(str(exc), exc.code)
+    except PlatformStartError as exc:
+        return _fail(str(exc), EXIT_FAILURE)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        return EXIT_INTERRUPTED
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"lightgrep: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

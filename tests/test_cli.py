@@ -1,0 +1,335 @@
+"""The `lightgrep` command as a person uses it: chat as a real process (pipe and pseudo-terminal)
+against the fake OpenAI server; operator commands and doctor in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import pty
+import socket
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bot.cli import main
+from memory.workspace import Workspaces
+from tests.fakes.openai_server import (
+    Delay,
+    FakeOpenAI,
+    completion,
+    is_consolidation,
+    save_memory_call,
+    tool_call,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+STEP_TIMEOUT = 15.0
+
+
+@pytest.fixture(scope="session")
+def entry_points_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package's entry points as pip would register them, so a checkout works uninstalled."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    platforms = project["project"]["entry-points"]["lightgrep.platforms"]
+    folder = tmp_path_factory.mktemp("site")
+    info = folder / "lightgrep-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lightgrep\nVersion: 0.0\n")
+    lines = [f"{name} = {target}" for name, target in platforms.items()]
+    (info / "entry_points.txt").write_text("[lightgrep.platforms]\n" + "\n".join(lines) + "\n")
+    return folder
+
+
+@pytest.fixture
+def child_env(entry_points_dir: Path) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LIGHTGREP_", "OPENAI_", "TELEGRAM_", "DISCORD_"))
+    }
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(REPO), str(entry_points_dir)]),
+        USER="tester",
+        LOGNAME="tester",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, entry_points_dir: Path) -> None:
+    """In-process runs: no secrets or overrides from the machine running the tests."""
+    for key in list(os.environ):
+        if key.startswith(("LIGHTGREP_", "OPENAI_", "TELEGRAM_", "DISCORD_")):
+            monkeypatch.delenv(key)
+    monkeypatch.syspath_prepend(str(entry_points_dir))
+
+
+@pytest.fixture(autouse=True)
+def keep_logging() -> Iterator[None]:
+    """main() configures the root logger; give the next test the one it had."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def write_config(folder: Path, llm: FakeOpenAI | str, extra: str = "") -> Path:
+    base_url = llm if isinstance(llm, str) else llm.base_url
+    path = folder / "config.toml"
+    path.write_text(f'[llm]\nbase_url = "{base_url}"\nmodel = "fake-model"\n{extra}')
+    return path
+
+
+async def run_chat(
+    config: Path, env: dict[str, str], stdin: bytes, *args: str
+) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "chat", "--config", str(config), *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=config.parent,
+        env=env,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(stdin), STEP_TIMEOUT)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+# ---- lightgrep chat, as a real process ----------------------------------------------------------
+
+
+async def test_chat_over_a_pipe_turn_memory_and_quit(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    remember = {"action": "add", "section": "Preferences", "text": "Likes green tea"}
+    fake_llm.queue(
+        completion(None, [tool_call("edit_memory", remember)]),
+        completion("Noted: you like green tea."),
+    )
+    config = write_config(tmp_path, fake_llm)
+    stdin = b"I like green tea\n\n   \n/memory\n/quit\nthis is never sent\n"
+
+    code, out, err = await run_chat(config, child_env, stdin)
+
+    assert code == 0, err
+    assert "Noted: you like green tea." in out
+    assert "Likes green tea" in out  # /memory shows what the tool wrote
+    assert "you>" not in out  # no prompt when stdin is not a terminal
+    assert len(fake_llm.chat_requests) == 2  # the turn and its tool round; nothing after /quit
+    workspace = tmp_path / "workspaces" / "cli-tester"
+    assert "Likes green tea" in (workspace / "MEMORY.md").read_text()
+    [session_file] = (workspace / "sessions").iterdir()
+    lines = [json.loads(line) for line in session_file.read_text().splitlines()]
+    assert lines[0]["key"] == "cli:local:tester"
+    roles = [m["role"] for m in lines[1:] if "role" in m]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    system = fake_llm.chat_requests[0]["messages"][0]["content"]
+    assert "cli" in system.lower()
+
+
+async def test_chat_waits_for_consolidation_before_exiting(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    def answer(request: dict) -> object:
+        if is_consolidation(request):
+            entry = "[2026-01-01 10:00] Talked about tea."
+            return Delay(1.0, save_memory_call(entry, "Likes tea."))
+        return completion("ok")
+
+    fake_llm.default = answer
+    fake_llm.queue(completion("ok"), completion("tea " * 1000))
+    config = write_config(tmp_path, fake_llm, "context_window_tokens = 800\n")
+
+    code, _, err = await run_chat(config, child_env, b"hi\ntell me about tea\n/quit\n")
+
+    assert code == 0, err
+    assert "finishing memory consolidation" in err
+    workspace = tmp_path / "workspaces" / "cli-tester"
+    assert (workspace / "MEMORY.md").read_text().strip() == "Likes tea."
+    assert "Talked about tea." in (workspace / "HISTORY.md").read_text()
+
+
+class Terminal:
+    """The far side of a pseudo-terminal: what a person sees and types."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.seen = ""
+        self._data: asyncio.Queue[bytes] = asyncio.Queue()
+        asyncio.get_running_loop().add_reader(fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            chunk = os.read(self.fd, 4096)
+        except OSError:  # EIO once the child has closed the terminal
+            chunk = b""
+        if not chunk:
+            asyncio.get_running_loop().remove_reader(self.fd)
+        self._data.put_nowait(chunk)
+
+    async def expect(self, text: str) -> str:
+        """Everything shown up to and including `text`."""
+        async with asyncio.timeout(STEP_TIMEOUT):
+            while text not in self.seen:
+                chunk = await self._data.get()
+                if not chunk:
+                    raise AssertionError(f"terminal closed before {text!r}; saw {self.seen!r}")
+                self.seen += chunk.decode(errors="replace")
+        shown, _, self.seen = self.seen.partition(text)
+        return shown + text
+
+    def type(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            asyncio.get_running_loop().remove_reader(self.fd)
+        os.close(self.fd)
+
+
+async def test_chat_in_a_terminal_prompt_turn_memory_and_ctrl_d(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    fake_llm.queue(completion("Hello Alice, nice to meet you."))
+    config = write_config(tmp_path, fake_llm)
+    controller, child_side = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "chat", "--config", str(config), "--user", "alice",
+        stdin=child_side, stdout=child_side, stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path, env=child_env,
+    )  # fmt: skip
+    os.close(child_side)
+    terminal = Terminal(controller)
+    try:
+        banner = await terminal.expect("you> ")
+        assert "cli-alice" in banner and "/quit" in banner
+        terminal.type("Hi, I'm Alice\n")
+        assert "Hello Alice, nice to meet you." in await terminal.expect("you> ")
+        terminal.type("/memory\n")
+        assert "I don't remember anything about you yet." in await terminal.expect("you> ")
+        terminal.type("\x04")  # Ctrl-D
+        await asyncio.wait_for(proc.wait(), STEP_TIMEOUT)
+    finally:
+        terminal.close()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, await proc.stderr.read()  # type: ignore[union-attr]
+    assert len(fake_llm.chat_requests) == 1
+    assert (tmp_path / "workspaces" / "cli-alice" / "sessions").is_dir()
+
+
+async def test_chat_with_a_bad_config_is_one_line(
+    tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    config = write_config(tmp_path, closed_port_url(), 'context_window_tokens = "big"\n')
+    code, _, err = await run_chat(config, child_env, b"hello\n")
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"lightgrep: {config}: [llm] context_window_tokens must be a positive integer, got 'big'"
+    ]
+
+
+# ---- the other commands, in-process (no event loop of the test is needed) -----------------------
+
+
+def test_run_with_no_platform_enabled(tmp_path: Path, clean_env: None, capsys) -> None:
+    config = write_config(tmp_path, closed_port_url())
+    assert main(["run", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "no platform is enabled" in err and "[telegram] or [discord]" in err
+    assert "Traceback" not in err
+
+
+def test_run_with_an_enabled_platform_missing_its_token(
+    tmp_path: Path, clean_env: None, capsys
+) -> None:
+    config = write_config(tmp_path, closed_port_url(), '[discord]\nenabled = true\n')
+    assert main(["run", "--config", str(config)]) == 2
+    assert "[discord] is enabled but token is missing" in capsys.readouterr().err
+
+
+def test_missing_config_file(tmp_path: Path, clean_env: None, capsys) -> None:
+    assert main(["doctor", "--config", str(tmp_path / "nope.toml")]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("FAIL  config: ") and "no such config file" in out
+
+
+async def test_doctor_against_a_working_endpoint(
+    fake_llm: FakeOpenAI, tmp_path: Path, clean_env: None, capsys
+) -> None:
+    config = write_config(tmp_path, fake_llm)
+    code = await asyncio.to_thread(main, ["doctor", "--config", str(config)])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0, out
+    assert [line.split(":")[0] for line in out] == [
+        "OK    config",
+        "OK    workspaces",
+        "OK    endpoint",
+        "OK    token counter",
+    ]
+    assert "fake-model" in out[2] and " ms" in out[2]
+    assert len(fake_llm.requests) == 1
+
+
+def test_doctor_against_a_closed_port(tmp_path: Path, clean_env: None, capsys) -> None:
+    url = closed_port_url()
+    config = write_config(tmp_path, url)
+    assert main(["doctor", "--config", str(config)]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL  endpoint: {url}: the model provider could not be reached" in out
+    assert "OK    token counter" in out
+
+
+def test_doctor_never_prints_the_api_key(tmp_path: Path, clean_env: None, capsys) -> None:
+    config = write_config(tmp_path, closed_port_url(), 'api_key = "sk-VERY-SECRET"\n')
+    main(["doctor", "--verbose", "--config", str(config)])
+    captured = capsys.readouterr()
+    assert "VERY-SECRET" not in captured.out + captured.err
+
+
+@pytest.fixture
+def known_user(tmp_path: Path) -> Path:
+    workspace = Workspaces(tmp_path / "workspaces").get("telegram-42")
+    workspace.memory.write("## Preferences\n- Likes green tea\n")
+    workspace.memory.append_history("[2026-01-02 09:00] Talked about green tea and Kyoto.")
+    workspace.memory.append_history("[2026-01-03 09:00] Planned a bike trip.")
+    return write_config(tmp_path, closed_port_url())
+
+
+def test_memory_prints_memory_md(known_user: Path, clean_env: None, capsys) -> None:
+    assert main(["memory", "--config", str(known_user), "telegram-42"]) == 0
+    assert capsys.readouterr().out == "## Preferences\n- Likes green tea\n"
+
+
+def test_recall_prints_ranked_entries(known_user: Path, clean_env: None, capsys) -> None:
+    assert main(["recall", "--config", str(known_user), "telegram-42", "green", "tea"]) == 0
+    out = capsys.readouterr().out
+    assert "Kyoto" in out and "bike" not in out
+    assert "**green**" in out and "2026-01-02" in out
+    assert main(["recall", "--config", str(known_user), "telegram-42", "submarine"]) == 0
+    assert "No match" in capsys.readouterr().out
+
+
+def test_operator_views_of_an_unknown_user(
+    known_user: Path, tmp_path: Path, clean_env: None, capsys
+) -> None:
+    assert main(["memory", "--config", str(known_user), "telegram-24"]) == 1
+    err = capsys.readouterr().err
+    assert "no workspace for user 'telegram-24'" in err and "telegram-42" in err
+    assert not (tmp_path / "workspaces" / "telegram-24").exists()
