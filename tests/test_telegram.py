@@ -13,14 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adapters.telegram import REFUSAL, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter, create
+from adapters.telegram_format import markdown_to_html
 from bot.agent import Agent
 from bot.config import Config, LLMConfig, MemoryConfig, TelegramConfig
 from bot.platform import PlatformStartError
 from memory.keys import encode_key
 from tests.fakes.openai_server import Delay, FakeOpenAI, completion
-from tests.fakes.telegram_server import TOKEN, FakeTelegram
+from tests.fakes.telegram_server import TOKEN, FakeTelegram, visible_text
 
 BOT_NAME = "lightgrep_bot"
 GROUP = -1001234
@@ -349,3 +352,42 @@ async def test_start_refused_with_a_clear_message(
         async with running(config):
             pass
     assert "wrong-token-value" not in str(raised.value) + caplog.text
+
+
+async def test_one_users_messages_answered_in_order(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, bot: TelegramAdapter
+) -> None:
+    fake_llm.default = by_prompt(
+        {"first": Delay(0.3, completion("answer one")), "second": completion("answer two")}
+    )
+    tg.dm(42, "first question")
+    tg.dm(42, "second question")
+    await tg.wait_sent(42, 2)
+
+    assert [s.text for s in tg.sent_to(42)] == ["answer one", "answer two"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab <>&*_~`[]()#>-\n:/.", max_size=200))
+def test_rendered_markup_is_always_accepted(text: str) -> None:
+    """Whatever the model writes, Telegram gets well-formed HTML no longer than the Markdown."""
+    seen = visible_text(markdown_to_html(text))
+    assert len(seen) <= len(text)
+
+
+@pytest.mark.parametrize(
+    ("markdown", "html"),
+    [
+        ("a < b && c > d", "a &lt; b &amp;&amp; c &gt; d"),
+        ("**bold** *it* snake_case_name", "<b>bold</b> <i>it</i> snake_case_name"),
+        ("## Title", "<b>Title</b>"),
+        ("- one\n* two", "• one\n• two"),
+        ("`x<y`", "<code>x&lt;y</code>"),
+        ("[site](https://e.x/?a=1&b=2)", '<a href="https://e.x/?a=1&amp;b=2">site</a>'),
+        ("[bad](javascript:alert(1))", "[bad](javascript:alert(1))"),
+        ("```py\nif a<b:\n```", '<pre><code class="language-py">if a&lt;b:</code></pre>'),
+        ("**a *b** c*", "<b>a *b</b> c*"),
+    ],
+)
+def test_markdown_rendering(markdown: str, html: str) -> None:
+    assert markdown_to_html(markdown) == html
