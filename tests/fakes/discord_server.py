@@ -1,0 +1,358 @@
+"""A small Discord REST + gateway server on 127.0.0.1 for tests: the far end, never our code.
+
+It speaks just enough of Discord for the real discord.py client: login (`/users/@me`,
+`/oauth2/applications/@me`), command sync, messages, typing, DM channels, interaction callbacks
+and follow-ups, and a gateway (HELLO, heartbeat ACK, IDENTIFY → READY + GUILD_CREATE). Tests push
+events with `dispatch(...)` and read what the bot did from the recorded requests.
+See /work/shared/TESTING.md (Discord) for the facts this relies on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+MESSAGE_CONTENT_INTENT = 1 << 15
+PRIVILEGED_INTENTS = (1 << 1) | (1 << 8) | MESSAGE_CONTENT_INTENT
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    """JSON with exactly `application/json` (discord.py rejects a charset suffix)."""
+    return web.Response(
+        status=status, body=json.dumps(data).encode(), headers={"Content-Type": "application/json"}
+    )
+
+
+def user_payload(user_id: int, name: str, *, bot: bool = False) -> dict[str, Any]:
+    return {
+        "id": str(user_id),
+        "username": name,
+        "global_name": name.title(),
+        "discriminator": "0",
+        "avatar": None,
+        "bot": bot,
+    }
+
+
+class FakeDiscord:
+    """The fake far end. `token` is the only accepted bot token."""
+
+    def __init__(self, token: str = "fake-token", *, reject_privileged: bool = False) -> None:
+        self.token = token
+        self.reject_privileged = reject_privileged
+        self.bot_id = 900
+        self.app_id = 900
+        self.bot = user_payload(self.bot_id, "lightgrep", bot=True)
+        self.guilds: dict[int, list[int]] = {}  # guild id → text channel ids
+        self.requests: list[Recorded] = []
+        self.identify: dict[str, Any] | None = None
+        self.port = 0
+        self._ids = itertools.count(10_000)
+        self._seq = itertools.count(1)
+        self._ws: web.WebSocketResponse | None = None
+        self._runner: web.AppRunner | None = None
+
+    # ---- addresses -------------------------------------------------------------------------
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/gateway"
+
+    def add_guild(self, guild_id: int, *channel_ids: int) -> None:
+        """A guild the bot is in; announced as GUILD_CREATE after READY."""
+        self.guilds[guild_id] = list(channel_ids)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> FakeDiscord:
+        app = web.Application()
+        app.router.add_get("/gateway", self._gateway)
+        app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        if self._ws is not None and not self._ws.closed:
+            await self._ws.close()
+        if self._runner:
+            await self._runner.cleanup()
+
+    # ---- what the bot did ------------------------------------------------------------------
+    def calls(self, method: str, prefix: str) -> list[Recorded]:
+        """Recorded requests with this method whose path starts with `prefix` (after /api/v10)."""
+        return [r for r in self.requests if r.method == method and r.path.startswith(prefix)]
+
+    def sent_messages(self, channel_id: int | None = None) -> list[dict[str, Any]]:
+        """Bodies of messages the bot posted (to one channel, or anywhere)."""
+        prefix = f"/channels/{channel_id}/messages" if channel_id else "/channels/"
+        return [
+            r.body
+            for r in self.calls("POST", prefix)
+            if r.path.endswith("/messages") and isinstance(r.body, dict)
+        ]
+
+    async def wait_until(self, check: Callable[[], Any], within: float = 5.0) -> Any:
+        """Wait until `check()` is truthy (polled, so it may also look at other fakes)."""
+        # Polled rather than notified: the check may look at other fakes (the LLM's requests).
+        async with asyncio.timeout(within):
+            while not (result := check()):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+            return result
+
+    # ---- events the tests send -------------------------------------------------------------
+    async def dispatch(self, event: str, data: dict[str, Any]) -> None:
+        if self._ws is None:
+            raise RuntimeError("no gateway connection")
+        await self._ws.send_json({"op": 0, "t": event, "s": next(self._seq), "d": data})
+
+    def message(
+        self,
+        author: dict[str, Any],
+        content: str,
+        *,
+        channel_id: int,
+        guild_id: int | None = None,
+        mentions: list[dict[str, Any]] | None = None,
+        referenced: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """A MESSAGE_CREATE payload (a DM when `guild_id` is None)."""
+        data = self._message(author, content, channel_id, mentions or [])
+        if guild_id is not None:
+            data["guild_id"] = str(guild_id)
+            data["member"] = _member()
+        if referenced is not None:
+            data["type"] = 19
+            data["referenced_message"] = referenced
+            data["message_reference"] = {
+                "message_id": referenced["id"],
+                "channel_id": str(channel_id),
+                **({"guild_id": str(guild_id)} if guild_id is not None else {}),
+            }
+        return data
+
+    def slash(
+        self,
+        user: dict[str, Any],
+        name: str,
+        options: dict[str, str] | None = None,
+        *,
+        channel_id: int,
+        guild_id: int | None = None,
+    ) -> dict[str, Any]:
+        """An INTERACTION_CREATE payload for a chat-input command."""
+        data: dict[str, Any] = {
+            "id": str(next(self._ids)),
+            "application_id": str(self.app_id),
+            "type": 2,
+            "token": f"itoken-{next(self._ids)}",
+            "version": 1,
+            "attachment_size_limit": 8 * 1024 * 1024,
+            "locale": "en-US",
+            "app_permissions": "0",
+            "entitlements": [],
+            "authorizing_integration_owners": {"0" if guild_id else "1": str(user["id"])},
+            "data": {
+                "id": str(next(self._ids)),
+                "name": name,
+                "type": 1,
+                "options": [{"name": k, "type": 3, "value": v} for k, v in (options or {}).items()],
+            },
+        }
+        if guild_id is None:
+            data["user"] = user
+            data["context"] = 1
+            data["channel"] = {"id": str(channel_id), "type": 1, "recipients": [user]}
+            data["channel_id"] = str(channel_id)
+        else:
+            data["guild_id"] = str(guild_id)
+            data["context"] = 0
+            data["channel"] = {
+                "id": str(channel_id),
+                "type": 0,
+                "name": "general",
+                "guild_id": str(guild_id),
+                "position": 0,
+            }
+            data["channel_id"] = str(channel_id)
+            data["member"] = {**_member(user), "permissions": "0"}
+        return data
+
+    # ---- REST ------------------------------------------------------------------------------
+    async def _rest(self, request: web.Request) -> web.StreamResponse:
+        path = "/" + request.match_info["tail"]
+        body: Any = None
+        if request.can_read_body:
+            raw = await request.read()
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = raw.decode(errors="replace")
+        self.requests.append(Recorded(request.method, path, dict(request.query), body))
+        return self._answer(request, path, body)
+
+    def _answer(self, request: web.Request, path: str, body: Any) -> web.StreamResponse:
+        parts = path.strip("/").split("/")
+        webhook = parts[0] in ("webhooks", "interactions")
+        if not webhook and request.headers.get("Authorization") != f"Bot {self.token}":
+            return _json({"message": "401: Unauthorized", "code": 0}, 401)
+        method = request.method
+        if method == "GET" and path == "/users/@me":
+            return _json(self.bot)
+        if method == "GET" and path == "/oauth2/applications/@me":
+            return _json(self._application())
+        if method == "PUT" and parts[0] == "applications" and parts[-1] == "commands":
+            return _json([self._echo_command(c) for c in body or []])
+        if method == "POST" and parts[0] == "channels" and parts[-1] == "typing":
+            return web.Response(status=204)
+        if method == "POST" and parts[0] == "channels" and parts[-1] == "messages":
+            return _json(self._message(self.bot, body.get("content", ""), int(parts[1]), []))
+        if method == "POST" and path == "/users/@me/channels":
+            recipient = user_payload(int(body["recipient_id"]), "someone")
+            return _json({"id": str(next(self._ids)), "type": 1, "recipients": [recipient]})
+        if method == "POST" and parts[0] == "interactions" and parts[-1] == "callback":
+            return _json({"interaction": {"id": parts[1], "type": 2}})
+        if parts[0] == "webhooks" and method in ("POST", "PATCH"):
+            content = (body or {}).get("content", "") if isinstance(body, dict) else ""
+            return _json(self._message(self.bot, content, 1, []))
+        return _json({"message": "404: Not Found", "code": 0}, 404)
+
+    def _application(self) -> dict[str, Any]:
+        return {
+            "id": str(self.app_id),
+            "name": "LightGrep",
+            "description": "",
+            "icon": None,
+            "bot_public": True,
+            "bot_require_code_grant": False,
+            "owner": user_payload(1, "owner"),
+            "verify_key": "00",
+            "flags": 0,
+        }
+
+    def _echo_command(self, command: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **command,
+            "id": str(next(self._ids)),
+            "application_id": str(self.app_id),
+            "version": "1",
+        }
+
+    def _message(
+        self, author: dict[str, Any], content: str, channel_id: int, mentions: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        return {
+            "id": str(next(self._ids)),
+            "channel_id": str(channel_id),
+            "author": author,
+            "content": content,
+            "timestamp": _now(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": mentions,
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
+            "flags": 0,
+        }
+
+    # ---- gateway ---------------------------------------------------------------------------
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self._ws = ws
+        await ws.send_json({"op": 10, "d": {"heartbeat_interval": 45_000}})
+        async for msg in ws:
+            if msg.type != WSMsgType.TEXT:
+                continue
+            payload = json.loads(msg.data)
+            if payload.get("op") == 1:
+                await ws.send_json({"op": 11})
+            elif payload.get("op") == 2:
+                await self._identify(ws, payload["d"])
+        return ws
+
+    async def _identify(self, ws: web.WebSocketResponse, data: dict[str, Any]) -> None:
+        self.identify = data
+        if self.reject_privileged and data.get("intents", 0) & PRIVILEGED_INTENTS:
+            await ws.close(code=4014, message=b"Disallowed intent(s).")
+            return
+        ready = {
+            "v": 10,
+            "user": self.bot,
+            "guilds": [{"id": str(g), "unavailable": True} for g in self.guilds],
+            "session_id": "fake-session",
+            "resume_gateway_url": self.gateway_url,
+            "application": {"id": str(self.app_id), "flags": 0},
+        }
+        await self.dispatch("READY", ready)
+        for guild_id, channels in self.guilds.items():
+            await self.dispatch("GUILD_CREATE", self._guild(guild_id, channels))
+
+    def _guild(self, guild_id: int, channels: list[int]) -> dict[str, Any]:
+        return {
+            "id": str(guild_id),
+            "name": f"guild {guild_id}",
+            "owner_id": "1",
+            "member_count": 2,
+            "roles": [],
+            "emojis": [],
+            "stickers": [],
+            "features": [],
+            "members": [_member(self.bot)],
+            "channels": [
+                {
+                    "id": str(c),
+                    "type": 0,
+                    "name": f"chan-{c}",
+                    "position": i,
+                    "guild_id": str(guild_id),
+                    "permission_overwrites": [],
+                }
+                for i, c in enumerate(channels)
+            ],
+            "threads": [],
+            "voice_states": [],
+            "presences": [],
+        }
+
+
+def _member(user: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A guild member object (with `user` except inside MESSAGE_CREATE, as Discord sends it)."""
+    member: dict[str, Any] = {
+        "roles": [],
+        "joined_at": _now(),
+        "deaf": False,
+        "mute": False,
+        "flags": 0,
+    }
+    if user is not None:
+        member["user"] = user
+    return member
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
