@@ -1,0 +1,449 @@
+"""Discord adapter: DMs, guild mentions/replies and slash commands over discord.py.
+
+The adapter only translates: it checks the allow list, derives keys with bot.keys, hands an
+Inbound to the core and sends the Reply back (split with bot.formatting, mentions disabled).
+It never touches a workspace file. Reconnects are discord.py's; login problems become one
+PlatformStartError line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import discord
+import yarl
+from discord import app_commands
+from discord.gateway import DiscordWebSocket
+from discord.http import Route
+
+from bot.access import is_allowed
+from bot.formatting import split_message
+from bot.inbound import Inbound, Reply
+from bot.keys import session_key, user_key
+from bot.platform import PlatformStartError
+
+if TYPE_CHECKING:
+    from bot.agent import Agent
+    from bot.config import Config, DiscordConfig
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "discord"
+MESSAGE_LIMIT = 2000  # characters per Discord message
+DESCRIPTION_LIMIT = 100  # characters per slash command description
+PRIVATE_COMMANDS = frozenset({"memory", "recall"})  # answered ephemerally everywhere
+COMMAND_NAME = re.compile(r"^[a-z0-9_-]{1,32}$")
+REFUSAL = "Sorry, this bot only talks to people on its allow list."
+RESTARTING = "I'm restarting; please try again in a minute."
+FAILURE = "Sorry, something went wrong while answering. Please try again."
+NO_MENTIONS = discord.AllowedMentions.none()
+SHUTDOWN_GRACE_S = 120.0  # longest wait for running turns when stopping
+
+
+def create(config: Config, agent: Agent) -> DiscordAdapter:
+    """Entry point `lightgrep.platforms: discord`."""
+    return DiscordAdapter(config, agent)
+
+
+class DiscordAdapter:
+    """One discord.py client serving DMs, guild mentions and application commands."""
+
+    name = PLATFORM
+
+    def __init__(
+        self,
+        config: Config,
+        agent: Agent,
+        *,
+        guild_ready_timeout: float = 2.0,
+        defer_after_s: float = 2.0,
+    ) -> None:
+        self.config: DiscordConfig = config.discord
+        self.agent = agent
+        self.ready = asyncio.Event()
+        self.guild_ready_timeout = guild_ready_timeout
+        # Discord drops an interaction not answered within 3 s; past this we defer and follow up.
+        self.defer_after_s = defer_after_s
+        self._client: discord.Client | None = None
+        self._accepting = False
+        self._inflight: set[asyncio.Task[Any]] = set()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        """Log in, sync commands, serve until `stop`, then let running turns finish and close."""
+        token = self._check_config()
+        saved = _override_endpoints(self.config.api_base, self.config.gateway_url)
+        client = self._client = self._build_client()
+        connect: asyncio.Task[None] | None = None
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            await self._login(client, token)
+            self._accepting = True
+            connect = asyncio.create_task(client.connect(reconnect=True))
+            await asyncio.wait({connect, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if connect.done() and not stop.is_set():
+                _raise_connect_failure(connect)
+        finally:
+            self._accepting = False
+            stopper.cancel()
+            await self._drain()
+            await client.close()
+            if connect is not None:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await connect
+            _restore_endpoints(saved)
+            self.ready.clear()
+
+    def _check_config(self) -> str:
+        if not self.config.token:
+            raise PlatformStartError(
+                "discord: no bot token; set [discord] token (or the environment variable)"
+            )
+        if not self.config.allow_from:
+            raise PlatformStartError(
+                'discord: [discord] allow_from is empty; list user ids, or "*" to let everyone in'
+            )
+        return self.config.token.strip()
+
+    def _build_client(self) -> discord.Client:
+        intents = discord.Intents.none()
+        intents.guilds = True
+        intents.guild_messages = True
+        intents.dm_messages = True
+        intents.message_content = self.config.message_content_intent
+        # The bot never speaks in voice channels: skip discord.py's warnings about voice libraries.
+        discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
+        client = _Client(self, intents=intents, guild_ready_timeout=self.guild_ready_timeout)
+        self._install_commands(client.tree)
+        return client
+
+    async def _login(self, client: discord.Client, token: str) -> None:
+        try:
+            await client.login(token)
+        except discord.LoginFailure:
+            raise PlatformStartError(
+                "discord: login failed: the bot token was rejected (401 Unauthorized); "
+                "check [discord] token"
+            ) from None
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            raise PlatformStartError(
+                f"discord: login failed at {Route.BASE}: {_reason(exc)}"
+            ) from None
+
+    async def _drain(self) -> None:
+        """Wait for running turns (they still need the client to send their replies)."""
+        pending = {t for t in self._inflight if not t.done()}
+        if not pending:
+            return
+        log.info("discord: waiting for %d running turn(s) to finish", len(pending))
+        _, late = await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S)
+        for task in late:
+            task.cancel()
+
+    def _track(self) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def _sync_commands(self, tree: app_commands.CommandTree[Any]) -> None:
+        """Register the slash commands (globally, or in one guild for fast iteration)."""
+        guild_id = self.config.sync_guild_id
+        try:
+            if guild_id:
+                guild = discord.Object(id=int(guild_id))
+                tree.copy_global_to(guild=guild)
+                synced = await tree.sync(guild=guild)
+                log.info("discord: synced %d slash commands to guild %s", len(synced), guild_id)
+            else:
+                synced = await tree.sync()
+                log.info("discord: synced %d slash commands globally", len(synced))
+        except (discord.HTTPException, aiohttp.ClientError) as exc:
+            # Messages still work without the commands; say why they are missing and go on.
+            log.warning("discord: could not sync slash commands: %s", _reason(exc))
+
+    def _on_ready(self) -> None:
+        user = self._client.user if self._client else None
+        log.info("discord: connected as %s (id %s)", user, getattr(user, "id", "?"))
+        self.ready.set()
+
+    # ---- messages --------------------------------------------------------------------------
+    async def on_message(self, message: discord.Message) -> None:
+        """DMs are always a turn; in guilds only a mention of the bot or a reply to it."""
+        me = self._client.user if self._client else None
+        if not self._accepting or me is None or not _from_a_person(message):
+            return
+        author = message.author
+        guild_id = _guild_id(message)
+        if guild_id is None:
+            text = message.content
+            session = session_key(PLATFORM, "dm", author.id)
+        elif _addresses(message, me.id):
+            text = _strip_mention(message.content, me.id)
+            session = session_key(PLATFORM, "guild", guild_id, message.channel.id, author.id)
+        else:
+            return
+        text = text.strip()
+        if not text:
+            return  # nothing we can see (e.g. a reply without ping and no content intent)
+        if not is_allowed(self.config.allow_from, author.id):
+            log.info("discord: ignored a message from user %s (not in allow_from)", author.id)
+            if guild_id is None:
+                await _send(message.channel.send(REFUSAL, allowed_mentions=NO_MENTIONS))
+            return
+        self._track()
+        inbound = Inbound(
+            platform=PLATFORM,
+            session_key=session,
+            user_key=user_key(PLATFORM, author.id),
+            text=text,
+            sender_name=author.display_name,
+            is_private=guild_id is None,
+        )
+        async with _typing(message.channel):
+            reply = await self._handle(inbound)
+        await self._deliver(message, reply, in_guild=guild_id is not None)
+
+    async def _handle(self, inbound: Inbound) -> Reply:
+        try:
+            return await self.agent.handle(inbound)
+        except Exception:
+            log.exception("discord: the turn for %s failed", inbound.session_key)
+            return Reply(FAILURE)
+
+    async def _deliver(self, message: discord.Message, reply: Reply, *, in_guild: bool) -> None:
+        chunks = split_message(reply.text, MESSAGE_LIMIT)
+        if reply.private and in_guild:
+            chunks = [await self._deliver_privately(message.author, chunks)]
+        for index, chunk in enumerate(chunks):
+            reference = None
+            if in_guild and index == 0:
+                reference = message.to_reference(fail_if_not_exists=False)
+            await _send(
+                message.channel.send(chunk, reference=reference, allowed_mentions=NO_MENTIONS)
+            )
+
+    async def _deliver_privately(self, user: discord.abc.User, chunks: list[str]) -> str:
+        """A private answer asked for in a channel goes to the user's DMs; returns the notice."""
+        try:
+            for chunk in chunks:
+                await user.send(chunk, allowed_mentions=NO_MENTIONS)
+        except discord.HTTPException:
+            return "That answer is private and I can't DM you; use the slash command instead."
+        return "I sent you that in a DM."
+
+    # ---- slash commands --------------------------------------------------------------------
+    def _install_commands(self, tree: app_commands.CommandTree[Any]) -> None:
+        menu = _menu(self.agent)
+        for name, description in menu:
+            tree.add_command(self._command(name, description))
+
+    def _command(self, name: str, description: str) -> app_commands.Command[Any, ..., None]:
+        if name == "recall":
+
+            @app_commands.describe(keyword="Words to look for in your history")
+            async def recall(interaction: discord.Interaction, keyword: str) -> None:
+                await self.on_command(interaction, "recall", f"/recall {keyword}")
+
+            callback: Callable[..., Awaitable[None]] = recall
+        else:
+
+            async def plain(interaction: discord.Interaction) -> None:
+                await self.on_command(interaction, name, f"/{name}")
+
+            callback = plain
+        return app_commands.Command(
+            name=name, description=description[:DESCRIPTION_LIMIT], callback=callback
+        )
+
+    async def on_command(self, interaction: discord.Interaction, name: str, text: str) -> None:
+        """Answer a slash command; defer first when the core takes longer than Discord waits."""
+        user = interaction.user
+        if not is_allowed(self.config.allow_from, user.id):
+            log.info("discord: refused /%s from user %s (not in allow_from)", name, user.id)
+            await interaction.response.send_message(REFUSAL, ephemeral=True)
+            return
+        if not self._accepting:
+            await interaction.response.send_message(RESTARTING, ephemeral=True)
+            return
+        self._track()
+        inbound = Inbound(
+            platform=PLATFORM,
+            session_key=_interaction_session(interaction),
+            user_key=user_key(PLATFORM, user.id),
+            text=text,
+            sender_name=user.display_name,
+            is_private=interaction.guild_id is None,
+        )
+        private = name in PRIVATE_COMMANDS
+        work = asyncio.create_task(self._handle(inbound))
+        done, _ = await asyncio.wait({work}, timeout=self.defer_after_s)
+        deferred = not done
+        if deferred:
+            try:
+                await interaction.response.defer(ephemeral=private, thinking=True)
+            except discord.HTTPException as exc:
+                # Too late (the interaction expired): the turn still completes and is saved.
+                log.warning("discord: could not defer /%s: %s", name, _reason(exc))
+                await work
+                return
+        reply = await work
+        chunks = split_message(reply.text, MESSAGE_LIMIT) or ["(nothing to show)"]
+        if deferred and reply.private and not private:
+            # The public "thinking…" placeholder must not carry a private answer.
+            with contextlib.suppress(discord.HTTPException):
+                await interaction.delete_original_response()
+        ephemeral = private or reply.private
+        for index, chunk in enumerate(chunks):
+            if index == 0 and not deferred:
+                send = interaction.response.send_message(
+                    chunk, ephemeral=ephemeral, allowed_mentions=NO_MENTIONS
+                )
+            else:
+                send = interaction.followup.send(
+                    chunk, ephemeral=ephemeral, allowed_mentions=NO_MENTIONS
+                )
+            await _send(send)
+
+
+class _Client(discord.Client):
+    """discord.Client that forwards events to the adapter and syncs commands after login."""
+
+    def __init__(self, adapter: DiscordAdapter, **options: Any) -> None:
+        super().__init__(**options)
+        self.adapter = adapter
+        self.tree: app_commands.CommandTree[Any] = app_commands.CommandTree(
+            self,
+            allowed_contexts=app_commands.AppCommandContext(
+                guild=True, dm_channel=True, private_channel=True
+            ),
+            allowed_installs=app_commands.AppInstallationType(guild=True, user=True),
+        )
+
+    async def setup_hook(self) -> None:
+        await self.adapter._sync_commands(self.tree)
+
+    async def on_ready(self) -> None:
+        self.adapter._on_ready()
+
+    async def on_message(self, message: discord.Message) -> None:
+        await self.adapter.on_message(message)
+
+
+# ---- helpers -------------------------------------------------------------------------------
+def _menu(agent: Agent) -> list[tuple[str, str]]:
+    """The core's command menu, keeping only names Discord accepts."""
+    menu = list(agent.command_menu())
+    valid = [(n, d or n) for n, d in menu if COMMAND_NAME.match(n)]
+    for name, _ in menu:
+        if not COMMAND_NAME.match(name):
+            log.warning("discord: skipping command %r (not a valid slash command name)", name)
+    return valid
+
+
+def _override_endpoints(api_base: str | None, gateway_url: str | None) -> tuple[str, yarl.URL]:
+    """Point discord.py at a REST / gateway proxy; returns what to restore."""
+    saved = (Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY)
+    if api_base:
+        Route.BASE = api_base.rstrip("/")
+    if gateway_url:
+        DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
+    return saved
+
+
+def _restore_endpoints(saved: tuple[str, yarl.URL]) -> None:
+    Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY = saved
+
+
+def _raise_connect_failure(connect: asyncio.Task[None]) -> None:
+    """The gateway loop ended on its own: turn the reason into one clear line."""
+    exc = connect.exception()
+    if isinstance(exc, discord.PrivilegedIntentsRequired):
+        raise PlatformStartError(
+            "discord: the gateway refused the Message Content intent; enable it in the Developer "
+            "Portal (Bot → Privileged Gateway Intents) or set [discord] message_content_intent "
+            "= false"
+        )
+    if isinstance(exc, discord.ConnectionClosed) and exc.code == 4004:
+        raise PlatformStartError(
+            "discord: the gateway rejected the bot token; check [discord] token"
+        )
+    if exc is not None:
+        raise PlatformStartError(f"discord: the gateway connection failed: {_reason(exc)}")
+    raise PlatformStartError("discord: the gateway connection closed")
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _from_a_person(message: discord.Message) -> bool:
+    """Bots (this one included), webhooks and system messages never start a turn."""
+    if message.author.bot or message.webhook_id is not None:
+        return False
+    return message.type in (discord.MessageType.default, discord.MessageType.reply)
+
+
+def _guild_id(message: discord.Message) -> int | None:
+    if message.guild is not None:
+        return message.guild.id
+    return getattr(message.channel, "guild_id", None)
+
+
+def _addresses(message: discord.Message, bot_id: int) -> bool:
+    """A mention of the bot, or a reply to one of its messages."""
+    if any(user.id == bot_id for user in message.mentions):
+        return True
+    reference = message.reference
+    resolved = reference.resolved if reference is not None else None
+    return isinstance(resolved, discord.Message) and resolved.author.id == bot_id
+
+
+def _strip_mention(content: str, bot_id: int) -> str:
+    return re.sub(rf"<@!?{bot_id}>", " ", content)
+
+
+def _interaction_session(interaction: discord.Interaction) -> str:
+    user_id = interaction.user.id
+    if interaction.guild_id is not None:
+        return session_key(PLATFORM, "guild", interaction.guild_id, interaction.channel_id, user_id)
+    if interaction.context.dm_channel:
+        return session_key(PLATFORM, "dm", user_id)
+    # A user-installed command in someone else's DM or a group DM.
+    return session_key(PLATFORM, "private", interaction.channel_id, user_id)
+
+
+async def _send(sending: Awaitable[Any]) -> None:
+    """Send, logging (not raising) when Discord refuses: one lost message must not end a turn."""
+    try:
+        await sending
+    except discord.HTTPException as exc:
+        log.warning("discord: could not send a message: %s", _reason(exc))
+
+
+@contextlib.asynccontextmanager
+async def _typing(channel: discord.abc.Messageable) -> AsyncIterator[None]:
+    """Show "typing…" while the turn runs; a refused indicator is not worth failing for."""
+
+    async def keep_typing() -> None:
+        while True:
+            try:
+                await channel.typing()  # one indicator, shown for up to 10 s
+            except discord.HTTPException:
+                return
+            await asyncio.sleep(8)
+
+    task = asyncio.create_task(keep_typing())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
