@@ -12,7 +12,7 @@ import pty
 import socket
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,7 @@ from tests.fakes.openai_server import (
     save_memory_call,
     tool_call,
 )
+from tests.fakes.telegram_server import TOKEN, FakeTelegram
 
 REPO = Path(__file__).resolve().parent.parent
 STEP_TIMEOUT = 15.0
@@ -243,6 +244,86 @@ async def test_chat_with_a_bad_config_is_one_line(
     assert err.strip().splitlines() == [
         f"lightgrep: {config}: [llm] context_window_tokens must be a positive integer, got 'big'"
     ]
+
+
+# ---- lightgrep run, as a real process ---------------------------------------------------------
+
+
+@pytest.fixture
+async def fake_telegram() -> AsyncIterator[FakeTelegram]:
+    server = await FakeTelegram().start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def telegram_config(folder: Path, llm: FakeOpenAI, telegram: FakeTelegram, token: str) -> Path:
+    return write_config(
+        folder,
+        llm,
+        f'[telegram]\nenabled = true\ntoken = "{token}"\nallow_from = ["*"]\n'
+        f'api_base = "{telegram.api_base}"\npoll_timeout_s = 1\n',
+    )
+
+
+async def start_run(config: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "run", "--config", str(config),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=config.parent,
+        env=env,
+    )  # fmt: skip
+
+
+async def read_until(stream: asyncio.StreamReader, text: str) -> str:
+    seen = ""
+    async with asyncio.timeout(STEP_TIMEOUT):
+        while text not in seen:
+            line = await stream.readline()
+            if not line:
+                raise AssertionError(f"stream ended before {text!r}; saw {seen!r}")
+            seen += line.decode()
+    return seen
+
+
+async def test_run_serves_telegram_until_sigterm(
+    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    fake_llm.queue(completion("Hello from LightGrep."))
+    proc = await start_run(telegram_config(tmp_path, fake_llm, fake_telegram, TOKEN), child_env)
+    try:
+        assert proc.stderr is not None
+        startup = await read_until(proc.stderr, "telegram is ready")
+        assert "connecting to model fake-model" in startup and "starting telegram" in startup
+        fake_telegram.dm(42, "hi")
+        [sent] = await fake_telegram.wait_sent(42, wait_s=STEP_TIMEOUT)
+        assert "Hello from LightGrep." in sent.text
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), STEP_TIMEOUT)
+        rest = (await proc.stderr.read()).decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, rest
+    assert "stopped" in rest
+    assert TOKEN not in startup + rest
+
+
+async def test_run_with_a_rejected_token_is_one_line(
+    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    wrong = "999:WRONG-token"
+    proc = await start_run(telegram_config(tmp_path, fake_llm, fake_telegram, wrong), child_env)
+    _, err = await asyncio.wait_for(proc.communicate(), STEP_TIMEOUT)
+    text = err.decode()
+    assert proc.returncode == 1, text
+    [last] = [line for line in text.splitlines() if line.startswith("lightgrep:")]
+    assert "telegram" in last.lower()
+    assert "Traceback" not in text and wrong not in text
 
 
 # ---- the other commands, in-process (no event loop of the test is needed) -----------------------
