@@ -100,8 +100,8 @@ class TelegramAdapter:
         """The token, or PlatformStartError saying which key to set."""
         if not self._config.token or not self._config.token.strip():
             raise PlatformStartError(
-                "telegram is enabled but has no token: set [telegram] token "
-                "(create a bot with @BotFather to get one)"
+                "telegram is enabled but has no token: set TELEGRAM_BOT_TOKEN or [telegram] "
+                "token (create a bot with @BotFather to get one)"
             )
         if not [entry for entry in self._config.allow_from if str(entry).strip()]:
             raise PlatformStartError(
