@@ -103,7 +103,8 @@ class DiscordAdapter:
     def _check_config(self) -> str:
         if not self.config.token:
             raise PlatformStartError(
-                "discord: no bot token; set [discord] token (or the environment variable)"
+                "discord: no bot token; set [discord] token or the DISCORD_BOT_TOKEN "
+                "environment variable"
             )
         if not self.config.allow_from:
             raise PlatformStartError(
