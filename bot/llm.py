@@ -19,6 +19,8 @@ from memory.llm import ChatResult, LLMBadRequest, LLMError, ToolCall
 
 log = logging.getLogger(__name__)
 
+NOT_A_COMPLETION = "the model provider answered with something that is not a completion"
+
 
 @dataclass
 class Usage:
@@ -85,12 +87,18 @@ class LLMClient:
         except openai.APIStatusError as exc:
             raise LLMError(f"the model provider answered HTTP {exc.status_code}") from exc
         except openai.OpenAIError as exc:
-            raise LLMError(f"the model provider's answer was unusable: {type(exc).__name__}") from exc
-        return self._to_result(response)
+            reason = type(exc).__name__
+            raise LLMError(f"the model provider's answer was unusable: {reason}") from exc
+        except ValueError as exc:  # a 200 whose body is not JSON: an error page labelled as JSON
+            raise LLMError(NOT_A_COMPLETION) from exc
+        try:
+            return self._to_result(response)
+        except (AttributeError, TypeError) as exc:  # JSON of the wrong shape, e.g. "message": null
+            raise LLMError(NOT_A_COMPLETION) from exc
 
     def _to_result(self, response: Any) -> ChatResult:
         if isinstance(response, str | bytes):  # e.g. an HTML error page with status 200
-            raise LLMError("the model provider answered with something that is not a completion")
+            raise LLMError(NOT_A_COMPLETION)
         choices = getattr(response, "choices", None)
         if not choices:
             raise LLMError("the model provider answered without any choice")
