@@ -185,7 +185,7 @@ class TerminalAdapter:
             log.exception("the agent failed on a message")
             self._write("(Something went wrong on my side; the details are in the log.)\n\n")
             return
-        self._write(f"{reply.text}\n\n" if self.interactive else f"{reply.text}\n")
+        self._write(f"{reply.text}\n\n")
 
     def _write(self, text: str) -> None:
         with contextlib.suppress(BrokenPipeError):

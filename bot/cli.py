@@ -87,6 +87,18 @@ def load(path: Path | None) -> Config:
     return config
 
 
+def require_credentials(config: Config) -> None:
+    """The OpenAI API refuses every request without a key: say so now, not at the first message."""
+    if not config.llm.base_url and not config.llm.api_key:
+        raise UserError(NO_KEY, EXIT_USAGE)
+
+
+NO_KEY = (
+    "no API key for the OpenAI API: set OPENAI_API_KEY, or [llm] base_url "
+    "for a local server (Ollama, vLLM, llama.cpp)"
+)
+
+
 def describe_endpoint(config: Config) -> str:
     where = config.llm.base_url or "the OpenAI API"
     return f"model {config.llm.model} at {where}"
@@ -97,6 +109,7 @@ def describe_endpoint(config: Config) -> str:
 
 async def cmd_chat(args: argparse.Namespace) -> int:
     config = load(args.config)
+    require_credentials(config)
     factory = _factory("terminal")
     log.info("connecting to %s; memory in %s", describe_endpoint(config), _workspaces(config))
     agent = _new_agent(config)
@@ -122,6 +135,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
             "under [telegram] or [discord] (or talk in the terminal with `lightgrep chat`)",
             EXIT_USAGE,
         )
+    require_credentials(config)
     factories = {name: _factory(name) for name in names}
     log.info("connecting to %s; memory in %s", describe_endpoint(config), _workspaces(config))
     agent = _new_agent(config)
@@ -300,10 +314,7 @@ async def _check_endpoint(config: Config) -> tuple[bool, str, str]:
 
     where = config.llm.base_url or "https://api.openai.com/v1"
     if not config.llm.base_url and not config.llm.api_key:
-        return False, "endpoint", (
-            "no API key for the OpenAI API: set OPENAI_API_KEY, "
-            "or [llm] base_url for a local server"
-        )
+        return False, "endpoint", NO_KEY
     log.info("sending a tiny chat request to %s", describe_endpoint(config))
     client = LLMClient(
         model=config.llm.model,

@@ -345,6 +345,17 @@ def test_run_with_an_enabled_platform_missing_its_token(
     assert "[discord] is enabled but token is missing" in capsys.readouterr().err
 
 
+def test_chat_without_an_api_key_says_what_to_set(
+    tmp_path: Path, clean_env: None, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no config.toml here: defaults, the OpenAI API
+    assert main(["chat"]) == 2
+    err = capsys.readouterr().err
+    assert "set OPENAI_API_KEY, or [llm] base_url" in err
+    assert main(["doctor"]) == 1
+    assert "FAIL  endpoint: no API key" in capsys.readouterr().out
+
+
 def test_missing_config_file(tmp_path: Path, clean_env: None, capsys) -> None:
     assert main(["doctor", "--config", str(tmp_path / "nope.toml")]) == 1
     out = capsys.readouterr().out
