@@ -149,7 +149,7 @@ async def test_chat_waits_for_consolidation_before_exiting(
     def answer(request: dict) -> object:
         if is_consolidation(request):
             entry = "[2026-01-01 10:00] Talked about tea."
-            return Delay(1.0, save_memory_call(entry, "Likes tea."))
+            return Delay(0.8, save_memory_call(entry, "Likes tea."))
         return completion("ok")
 
     fake_llm.default = answer
