@@ -34,6 +34,7 @@ except ImportError:  # pragma: no cover - other Python versions
 __all__ = ["HistoryHit", "SearchError", "SearchResult", "search_history"]
 
 CHUNK_BYTES = 1024 * 1024  # fits in cache: lower() and find() then run several times faster
+SAMPLE_BYTES = 128 * 1024  # per chunk, to estimate the number of entries
 MAX_TERMS = 32
 MAX_QUERY_CHARS = 1000
 MAX_REGEX_CHARS = 500
@@ -118,6 +119,7 @@ class _Term:
     """One thing to look for: how to find it in a scanned buffer, and how to mark it in a hit."""
 
     label: str
+    needle: bytes | None  # plain lowered ASCII: searched with bytes.find, the fast path
     find: Callable[[Any, int, int], int]  # (buf, start, end) -> position or -1
     count: Callable[[Any, int, int], int]  # (buf, start, end) -> occurrences
     marker: re.Pattern[str]  # finds the matches in a decoded entry, for spans
@@ -152,12 +154,13 @@ def _keyword_term(word: str) -> _Term:
         needle = word.lower().encode("ascii")
         return _Term(
             word,
+            needle,
             lambda buf, s, e: buf.find(needle, s, e),
             lambda buf, s, e: buf.count(needle, s, e),
             marker,
         )
     pattern = re.compile(b"".join(pieces_b))
-    return _Term(word, _regex_find(pattern), _regex_count(pattern), marker)
+    return _Term(word, None, _regex_find(pattern), _regex_count(pattern), marker)
 
 
 def _regex_find(pattern: re.Pattern[Any]) -> Callable[[Any, int, int], int]:
@@ -223,7 +226,7 @@ def _regex_term(query: str) -> _Term:
             "That regular expression matches empty text, so it would match every entry."
         )
     _check_regex_risk(query, flags)
-    return _Term(query, _regex_find(pattern), _regex_count(pattern), pattern)
+    return _Term(query, None, _regex_find(pattern), _regex_count(pattern), pattern)
 
 
 def _check_regex_risk(query: str, flags: int) -> None:
@@ -310,40 +313,58 @@ class _Tally:
         self.n_entries = 0
         self.n_bytes = 0
 
-    def add(self, offset: int, length: int, stamp: str, term: int, tf: int) -> None:
-        row = self.entries.get(offset)
-        if row is None:
-            row = [length, stamp, *([0] * self.n_terms)]
-            self.entries[offset] = row
-        row[2 + term] = tf
+    def add_rows(self, base: int, rows: list[tuple[int, int, Any, int, int]]) -> None:
+        """Record (start, end, stamp, term, occurrences) rows found ``base`` bytes into the file."""
+        entries, zeros = self.entries, [0] * self.n_terms
+        for s, e, stamp, t, tf in rows:
+            row = entries.get(base + s)
+            if row is None:
+                row = entries[base + s] = [e - s, stamp, *zeros]
+            row[2 + t] = tf
 
 
 def _scan_region(
-    buf: Any,
-    end: int,
-    layout: _Layout,
-    terms: list[_Term],
-    emit: Callable[[int, int, str, int, int], None],
-    deadline: float | None,
-) -> None:
-    """Find each term in ``buf[:end]`` and report every entry it occurs in, once per term."""
+    buf: Any, end: int, layout: _Layout, terms: list[_Term], deadline: float | None
+) -> list[tuple[int, int, Any, int, int]]:
+    """Every (entry start, end, stamp, term index, occurrences) for the terms in ``buf[:end]``.
+
+    The hot loop of the search: one C-level find per matching entry and term, then the entry's
+    edges around the hit. Kept flat on purpose (no helper calls), as it runs once per hit.
+    """
+    out: list[tuple[int, int, Any, int, int]] = []
+    marker, stamp_at = layout.marker, layout.stamp.match
+    find, rfind, no_stamp = buf.find, buf.rfind, buf[:0]
     for t, term in enumerate(terms):
+        needle, term_find, term_count = term.needle, term.find, term.count
         pos = 0
         while pos < end:
             if deadline is not None and time.monotonic() > deadline:
                 raise SearchError("The search took too long; try a simpler pattern.")
-            hit = term.find(buf, pos, end)
+            hit = find(needle, pos, end) if needle is not None else term_find(buf, pos, end)
             if hit < 0:
                 break
-            s = layout.start_of(buf, hit)
-            e = layout.end_of(buf, max(hit, s + 1), end)
-            while e > s + 1 and buf[e - 1 : e].isspace():  # same length however the entry ends
-                e -= 1
-            stamp = buf[s + 1 : s + 17] if layout.is_start(buf, s) else ""
-            if isinstance(stamp, bytes):
-                stamp = stamp.decode("ascii")
-            emit(s, e, stamp, t, max(1, term.count(buf, s, e)))
+            q = rfind(marker, 0, hit + 1)  # the entry's start: the last real marker before
+            while q >= 0 and stamp_at(buf, q + 2) is None:
+                q = rfind(marker, 0, q + 2)
+            if q >= 0:
+                s = q + 2
+                stamp = buf[s + 1 : s + 17]
+            else:
+                s = 0
+                stamp = buf[1:17] if stamp_at(buf, 0) else no_stamp
+            q = find(marker, hit if hit > s else s + 1, end)  # its end: the next real marker
+            while q >= 0 and stamp_at(buf, q + 2) is None:
+                q = find(marker, q + 1, end)
+            if q >= 0:
+                e = q
+            else:  # the region's last entry: drop the blank line so lengths stay comparable
+                e = end
+                while e > s + 1 and buf[e - 1 : e].isspace():
+                    e -= 1
+            tf = buf.count(needle, s, e) if needle is not None else term_count(buf, s, e)
+            out.append((s, e, stamp, t, tf or 1))
             pos = e + 1
+    return out
 
 
 def _byte_offsets(text: str, chars: list[int]) -> dict[int, int]:
@@ -355,6 +376,13 @@ def _byte_offsets(text: str, chars: list[int]) -> dict[int, int]:
         prev_c = c
         out[c] = prev_b
     return out
+
+
+def _estimate_entries(buf: bytes, cut: int) -> int:
+    """Entries in ``buf[:cut]``, counted on a sample: only BM25's idf and mean length use it."""
+    if cut <= 2 * SAMPLE_BYTES:
+        return buf.count(b"\n\n[", 0, cut)
+    return round(buf.count(b"\n\n[", 0, SAMPLE_BYTES) * cut / SAMPLE_BYTES)
 
 
 def _scan_file(path: Path, terms: list[_Term], regex: bool) -> _Tally:
@@ -378,17 +406,13 @@ def _scan_file(path: Path, terms: list[_Term], regex: bool) -> _Tally:
                 if cut == 0:  # one entry larger than the chunk: read on
                     carry, want = buf, want * 2
                     continue
-            tally.n_entries += buf.count(b"\n\n[", 0, cut) + (1 if base == 0 else 0)
+            tally.n_entries += _estimate_entries(buf, cut) + (1 if base == 0 else 0)
             tally.n_bytes += cut
             if regex:
                 _scan_text_region(buf, cut, base, terms, tally, deadline)
             else:
                 low = buf.lower()  # the tail past ``cut`` is lowered again next time; cheap
-
-                def emit(s: int, e: int, stamp: str, t: int, tf: int, base: int = base) -> None:
-                    tally.add(base + s, e - s, stamp, t, tf)
-
-                _scan_region(low, cut, _BYTES, terms, emit, None)
+                tally.add_rows(base, _scan_region(low, cut, _BYTES, terms, None))
                 del low
             carry, base, want = buf[cut:], base + cut, CHUNK_BYTES
             del buf
@@ -402,16 +426,14 @@ def _scan_text_region(
 ) -> None:
     """Regex mode: decode whole entries (``.`` is a character), map offsets back to bytes."""
     text = buf[:cut].decode("utf-8", "surrogateescape")
-    found: list[tuple[int, int, str, int, int]] = []
-    _scan_region(text, len(text), _TEXT, terms, lambda *row: found.append(row), deadline)
+    found = _scan_region(text, len(text), _TEXT, terms, deadline)
     if not found:
         return
     if len(text) == cut:  # pure ASCII: characters are bytes
         offsets = {c: c for row in found for c in row[:2]}
     else:
         offsets = _byte_offsets(text, [c for row in found for c in row[:2]])
-    for s, e, stamp, t, tf in found:
-        tally.add(base + offsets[s], offsets[e] - offsets[s], stamp, t, tf)
+    tally.add_rows(base, [(offsets[s], offsets[e], st, t, tf) for s, e, st, t, tf in found])
 
 
 # --- ranking ----------------------------------------------------------------------------------
@@ -429,17 +451,22 @@ def _rank(tally: _Tally, want: int) -> list[tuple[float, int, int, str]]:
                 df[t] += 1
     idf = [math.log(1.0 + (n - d + 0.5) / (d + 0.5)) for d in df]
 
-    def scored() -> Any:
-        for offset, row in tally.entries.items():
-            length, stamp, tfs = row[0], row[1], row[2:]
-            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * length / avg_len)
-            score = sum(
-                idf[t] * tf * (BM25_K1 + 1.0) / (tf + norm) for t, tf in enumerate(tfs) if tf
-            )
-            has_all = all(tfs)
-            yield (has_all, round(score, 9), stamp, offset, length)
-
-    best = heapq.nlargest(want, scored(), key=lambda r: (r[0], r[1], r[2], r[3]))
+    k1, b = BM25_K1, BM25_B
+    base_norm, len_norm = k1 * (1.0 - b), k1 * b / avg_len
+    rows = tally.entries.items()
+    if n_terms == 1:  # the common case, kept to one cheap expression per entry
+        w = idf[0] * (k1 + 1.0)
+        keys = [
+            (True, w * tf / (tf + base_norm + len_norm * length), stamp, offset, length)
+            for offset, (length, stamp, tf) in rows
+        ]
+    else:
+        keys = []
+        for offset, (length, stamp, *tfs) in rows:
+            norm = base_norm + len_norm * length
+            score = sum(idf[t] * tf * (k1 + 1.0) / (tf + norm) for t, tf in enumerate(tfs) if tf)
+            keys.append((all(tfs), score, stamp, offset, length))
+    best = heapq.nlargest(want, keys)
     return [(score, offset, length, stamp) for _, score, stamp, offset, length in best]
 
 
@@ -483,5 +510,6 @@ def search_history(
             for score, start, length, stamp in top:
                 f.seek(start)
                 text = f.read(length).decode("utf-8", "replace").rstrip()
-                hits.append(HistoryHit(stamp, text, score, _spans(text, terms)))
+                when = stamp.decode("ascii") if isinstance(stamp, bytes) else stamp
+                hits.append(HistoryHit(when, text, score, _spans(text, terms)))
     return SearchResult(hits, len(tally.entries))
