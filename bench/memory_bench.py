@@ -1,0 +1,221 @@
+"""Memory benchmarks, each against a baseline measured in the same run.
+
+1. Persisting one message (SessionStore.append) with 100, 10,000 and 100,000 messages already in
+   the session: must stay flat (O(1) append, never a rewrite).
+2. Prompt-token estimation per turn with 1,000 and 10,000 messages of history: warm cache (one
+   message appended since the last estimate) versus recounting everything (a fresh estimator).
+3. History search of a generated ~100 MB HISTORY.md versus `grep -i -c` on the same file.
+4. Relevance of the ranked search versus requiring every word (bench/recall_eval.py).
+
+Run: python bench/memory_bench.py   (a few minutes at most; everything lives in a temp dir)
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import recall_eval  # noqa: E402
+
+from memory.search import search_history  # noqa: E402
+
+SEARCH_MB = 100
+SEARCH_RUNS = 5
+
+
+def median_time(fn: Callable[[], object], runs: int) -> float:
+    """Median wall time of ``runs`` calls, in seconds."""
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def message(i: int) -> dict[str, str]:
+    role = "user" if i % 2 == 0 else "assistant"
+    return {"role": role, "content": f"message {i}: " + "lorem ipsum dolor sit amet " * 8}
+
+
+# --- 1. persisting one message ---------------------------------------------------------------
+
+
+def bench_append(tmp: Path) -> None:
+    print("1. Persisting one message (SessionStore.append), median of 300 appends")
+    try:
+        from memory.session import SessionStore
+    except ImportError as exc:
+        print(f"   skipped: memory.session not available ({exc})")
+        return
+    figures: dict[int, float] = {}
+    for existing in (100, 10_000, 100_000):
+        folder = tmp / f"append-{existing}"
+        store = SessionStore(folder)
+        session = store.get("bench:dm:1")
+        started = time.perf_counter()
+        for i in range(existing):
+            store.append(session, message(i))
+        fill = time.perf_counter() - started
+        reloaded = SessionStore(folder)  # as after a restart: the file is loaded, then appended to
+        session = reloaded.get("bench:dm:1")
+        assert len(session.messages) == existing
+        samples = []
+        for i in range(300):
+            msg = message(existing + i)
+            start = time.perf_counter()
+            reloaded.append(session, msg)
+            samples.append(time.perf_counter() - start)
+        figures[existing] = statistics.median(samples)
+        size = session.path.stat().st_size / 2**20
+        print(
+            f"   {existing:>7,} existing messages ({size:6.1f} MiB file): "
+            f"{figures[existing] * 1e6:7.1f} µs per append   (filling took {fill:.1f} s)"
+        )
+        shutil.rmtree(folder)
+    ratio = figures[100_000] / figures[100]
+    verdict = "flat" if ratio <= 2 else "NOT flat"
+    print(f"   ratio 100,000 / 100: {ratio:.2f}×  ({verdict}; must be within 2×)")
+
+
+# --- 2. prompt-token estimation -------------------------------------------------------------
+
+
+def bench_tokens(tmp: Path) -> None:
+    print("2. Prompt-token estimation per turn (TokenEstimator.prompt_tokens)")
+    try:
+        from memory.session import SessionStore
+        from memory.tokens import TokenEstimator
+    except ImportError as exc:
+        print(f"   skipped: memory.session / memory.tokens not available ({exc})")
+        return
+    system = "You are LightGrep, a helpful assistant.\n# Memory\n## Long-term Memory\n" + "x " * 400
+    print(f"   estimator method: {TokenEstimator().method}")
+    for history in (1_000, 10_000):
+        store = SessionStore(tmp / f"tokens-{history}")
+        session = store.get("bench:dm:2")
+        for i in range(history):
+            store.append(session, message(i))
+        warm_estimator = TokenEstimator()
+        warm_estimator.prompt_tokens(system, session)  # the cache is warm from earlier turns
+        warm = []
+        for i in range(50):
+            store.append(session, message(history + i))
+            start = time.perf_counter()
+            warm_estimator.prompt_tokens(system, session)
+            warm.append(time.perf_counter() - start)
+        cold = []
+        for _ in range(5):
+            fresh = TokenEstimator()
+            start = time.perf_counter()
+            total = fresh.prompt_tokens(system, session)
+            cold.append(time.perf_counter() - start)
+        assert total == warm_estimator.prompt_tokens(system, session), "warm and cold disagree"
+        w, c = statistics.median(warm), statistics.median(cold)
+        print(
+            f"   {history:>6,} messages ({total:,} tokens): warm {w * 1e6:8.1f} µs, "
+            f"recount everything {c * 1e3:8.1f} ms  → warm is {c / w:,.0f}× faster"
+        )
+
+
+# --- 3. history search vs grep ----------------------------------------------------------------
+
+
+def generate_history(path: Path, megabytes: int, seed: int = 7) -> int:
+    """A HISTORY.md of about ``megabytes`` MiB in the consolidator's style; returns entries."""
+    r = random.Random(seed)
+    when = datetime(2015, 1, 1, 8, 0)
+    target = megabytes * 2**20
+    written = entries = 0
+    with path.open("w", encoding="utf-8") as out:
+        batch: list[str] = []
+        while written < target:
+            when += timedelta(minutes=r.randrange(5, 90))
+            if r.random() < 0.05:
+                text = recall_eval.raw_entry(r, when)
+            else:
+                text = f"[{when:%Y-%m-%d %H:%M}] {r.choice(recall_eval.MAKERS)(r).text}"
+            block = text + "\n\n"
+            batch.append(block)
+            written += len(block.encode("utf-8"))
+            entries += 1
+            if len(batch) >= 5000:
+                out.write("".join(batch))
+                batch.clear()
+        out.write("".join(batch))
+    return entries
+
+
+def bench_search(tmp: Path) -> None:
+    print(f"3. History search on a generated ~{SEARCH_MB} MB HISTORY.md vs `grep -i -c`")
+    grep = shutil.which("grep")
+    path = tmp / "HISTORY.md"
+    started = time.perf_counter()
+    entries = generate_history(path, SEARCH_MB)
+    size = path.stat().st_size / 2**20
+    took = time.perf_counter() - started
+    print(f"   file: {size:.0f} MiB, {entries:,} entries (generated in {took:.1f} s)")
+    if grep is None:
+        print("   skipped: grep not found")
+        return
+    queries = ["Lindqvist", "deadlock", "euros"]  # rare, uncommon, in every purchase/bill entry
+    search_history(path, "warm-up")  # page cache warm for both sides
+    subprocess.run([grep, "-i", "-c", "warm-up", str(path)], capture_output=True, check=False)
+    for word in queries:
+        counted = subprocess.run(
+            [grep, "-i", "-c", word, str(path)], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        g = median_time(
+            lambda w=word: subprocess.run(
+                [grep, "-i", "-c", w, str(path)], capture_output=True, check=False
+            ),
+            SEARCH_RUNS,
+        )
+        total = search_history(path, word).total
+        s = median_time(lambda w=word: search_history(path, w), SEARCH_RUNS)
+        print(
+            f"   {word!r:12} grep -i -c {g * 1e3:6.0f} ms ({counted} lines) | search_history "
+            f"{s * 1e3:6.0f} ms ({total:,} entries, top 5 ranked) | ratio {s / g:.2f}×"
+        )
+    question = "what did Dr. Lindqvist say about my migraines"
+    s = median_time(lambda: search_history(path, question), 3)
+    print(f"   natural question ({len(question.split())} words) {question!r}: {s * 1e3:.0f} ms")
+    s = median_time(lambda: search_history(path, r"dead\w+ in (billing|search)", regex=True), 3)
+    print(f"   regex 'dead\\w+ in (billing|search)': {s * 1e3:.0f} ms")
+
+
+# --- 4. relevance ----------------------------------------------------------------------------
+
+
+def bench_relevance(tmp: Path) -> None:
+    print("4. Relevance: ranked search vs requiring every word")
+    folder = tmp / "recall"
+    folder.mkdir()
+    recall_eval.evaluate(folder, show=0)
+
+
+def main() -> None:
+    started = time.perf_counter()
+    print(f"LightGrep memory benchmarks — Python {sys.version.split()[0]}")
+    with tempfile.TemporaryDirectory(prefix="lightgrep-bench-") as name:
+        tmp = Path(name)
+        for section in (bench_append, bench_tokens, bench_search, bench_relevance):
+            section(tmp)
+            print()
+    print(f"total runtime {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
