@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bot.commands import COMMAND_MENU, parse_command, run_command
@@ -21,7 +21,7 @@ from bot.inbound import Inbound, Reply
 from bot.llm import LLMClient
 from bot.tools import TOOL_SCHEMAS, AgentTools
 from memory.consolidator import MemoryConsolidator
-from memory.llm import ChatLLM, ChatResult, LLMError
+from memory.llm import ChatLLM, ChatResult, LLMError, valid_text
 from memory.session import Session
 from memory.tokens import TokenEstimator
 from memory.workspace import Workspace, Workspaces
@@ -71,6 +71,7 @@ class Agent:
 
     async def handle(self, inbound: Inbound) -> Reply:
         """Answer one message: a command without the LLM, anything else as an LLM turn."""
+        inbound = replace(inbound, text=valid_text(inbound.text))  # lone surrogates → U+FFFD
         command = parse_command(inbound.text)
         if command is not None:
             return await run_command(self, inbound, command)

@@ -7,6 +7,7 @@ so callers handle one exception type. Usage is recorded for /status and token co
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
-from memory.llm import ChatResult, LLMBadRequest, LLMError, ToolCall
+from memory.llm import ChatResult, LLMBadRequest, LLMError, ToolCall, valid_text
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class LLMClient:
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
         try:
-            response = await self._client.chat.completions.create(**kwargs)
+            response = await self._create(kwargs)
         except openai.BadRequestError as exc:
             raise LLMBadRequest(f"the model provider rejected the request: {_reason(exc)}") from exc
         except openai.APITimeoutError as exc:
@@ -89,12 +90,21 @@ class LLMClient:
         except openai.OpenAIError as exc:
             reason = type(exc).__name__
             raise LLMError(f"the model provider's answer was unusable: {reason}") from exc
-        except ValueError as exc:  # a 200 whose body is not JSON: an error page labelled as JSON
+        except json.JSONDecodeError as exc:  # a 200 whose body is not JSON: an error page as JSON
             raise LLMError(NOT_A_COMPLETION) from exc
         try:
             return self._to_result(response)
         except (AttributeError, TypeError) as exc:  # JSON of the wrong shape, e.g. "message": null
             raise LLMError(NOT_A_COMPLETION) from exc
+
+    async def _create(self, kwargs: dict[str, Any]) -> Any:
+        try:
+            return await self._client.chat.completions.create(**kwargs)
+        except UnicodeEncodeError:
+            # A lone surrogate somewhere in the conversation cannot be sent as UTF-8; send U+FFFD
+            # in its place rather than fail this turn and every later one of the session.
+            valid = json.loads(valid_text(json.dumps(kwargs["messages"], ensure_ascii=False)))
+            return await self._client.chat.completions.create(**{**kwargs, "messages": valid})
 
     def _to_result(self, response: Any) -> ChatResult:
         if isinstance(response, str | bytes):  # e.g. an HTML error page with status 200
@@ -104,12 +114,16 @@ class LLMClient:
             raise LLMError("the model provider answered without any choice")
         message = choices[0].message
         calls = [
-            ToolCall(id=c.id or f"call_{i}", name=c.function.name, arguments=c.function.arguments)
+            ToolCall(
+                id=c.id or f"call_{i}",
+                name=c.function.name,
+                arguments=valid_text(c.function.arguments),
+            )
             for i, c in enumerate(message.tool_calls or [])
             if getattr(c, "function", None) is not None
         ]
         result = ChatResult(
-            content=message.content,
+            content=valid_text(message.content),
             tool_calls=calls,
             finish_reason=choices[0].finish_reason,
         )

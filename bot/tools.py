@@ -10,6 +10,7 @@ import asyncio
 import json
 from typing import Any
 
+from memory.llm import valid_text
 from memory.search import SearchError, search_history
 from memory.store import SECTIONS, MemoryEditError
 from memory.workspace import Workspace
@@ -48,7 +49,7 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
             "name": "search_history",
             "description": (
                 "Search this person's history log of past conversations. Keywords match "
-                "case-insensitively, most relevant entries first; use \"quotes\" for a phrase."
+                'case-insensitively, most relevant entries first; use "quotes" for a phrase.'
             ),
             "parameters": {
                 "type": "object",
@@ -132,5 +133,6 @@ def _parse_arguments(raw: Any) -> dict[str, Any]:
         except json.JSONDecodeError as exc:
             raise ValueError(f"the arguments are not valid JSON ({exc.msg})") from exc
         if isinstance(value, dict):
-            return value
+            # A "\\ud83d" escape decodes to a lone surrogate that no file write could take.
+            return {key: valid_text(item) for key, item in value.items()}
     raise ValueError("the arguments must be a JSON object")

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memory.boundary import pick_boundary
-from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMError
+from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMError, valid_text
 from memory.store import MEMORY_TEMPLATE
 from memory.tokens import TokenEstimator
 
@@ -150,6 +150,8 @@ def parse_save_memory(result: ChatResult) -> tuple[str, str] | None:
         return None
     if not entry.strip() or not memory.strip():
         return None
+    # A "\\ud83d" escape in the JSON decodes to a lone surrogate that no file write could take.
+    entry, memory = valid_text(entry), valid_text(memory)
     # A blank line ends a HISTORY.md entry: keep the paragraph in one piece.
     entry = re.sub(r"\n\s*\n", "\n", entry.strip())
     return entry, memory.strip() + "\n"

@@ -97,7 +97,10 @@ def _metadata_record(session: Session) -> dict[str, Any]:
 
 def _line(record: dict[str, Any]) -> bytes:
     # json.dumps escapes "\n", so a record is always exactly one line.
-    return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+    try:
+        return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: as a "\ud800" escape it reloads intact
+        return (json.dumps(record) + "\n").encode("ascii")
 
 
 class SessionStore:
