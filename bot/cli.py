@@ -23,6 +23,7 @@ from bot.config import Config, ConfigError, load_config
 from bot.inbound import Inbound
 from bot.keys import session_key
 from bot.platform import PlatformAdapter, PlatformStartError, load_platform
+from memory.folder_lock import FolderLock, FolderLockError
 
 log = logging.getLogger("lightgrep")
 
@@ -112,14 +113,15 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     require_credentials(config)
     factory = _factory("terminal")
     log.info("connecting to %s; memory in %s", describe_endpoint(config), _workspaces(config))
-    agent = _new_agent(config)
-    stop = asyncio.Event()
-    try:
-        adapter: Any = factory(config, agent, user=args.user)  # type: ignore[call-arg]
-        with _signals_set(stop):
-            await adapter.run(stop)
-    finally:
-        await _close_agent(agent)
+    with _only_writer(config):
+        agent = _new_agent(config)
+        stop = asyncio.Event()
+        try:
+            adapter: Any = factory(config, agent, user=args.user)  # type: ignore[call-arg]
+            with _signals_set(stop):
+                await adapter.run(stop)
+        finally:
+            await _close_agent(agent)
     return 0
 
 
@@ -138,15 +140,16 @@ async def cmd_run(args: argparse.Namespace) -> int:
     require_credentials(config)
     factories = {name: _factory(name) for name in names}
     log.info("connecting to %s; memory in %s", describe_endpoint(config), _workspaces(config))
-    agent = _new_agent(config)
-    stop = asyncio.Event()
-    try:
-        adapters = [factories[name](config, agent) for name in names]
-        with _signals_set(stop):
-            await _serve(adapters, stop)
-    finally:
-        log.info("stopping: finishing pending memory work")
-        await _close_agent(agent)
+    with _only_writer(config):
+        agent = _new_agent(config)
+        stop = asyncio.Event()
+        try:
+            adapters = [factories[name](config, agent) for name in names]
+            with _signals_set(stop):
+                await _serve(adapters, stop)
+        finally:
+            log.info("stopping: finishing pending memory work")
+            await _close_agent(agent)
     log.info("stopped")
     return 0
 
@@ -374,6 +377,20 @@ def _factory(name: str) -> Callable[..., PlatformAdapter]:
         raise UserError(
             f"{exc} (install LightGrep with `pip install -e .` so its platforms are registered)"
         ) from None
+
+
+@contextlib.contextmanager
+def _only_writer(config: Config) -> Iterator[None]:
+    """One process per workspaces folder: a second bot on it would be a second writer."""
+    lock = FolderLock(_workspaces(config))
+    try:
+        lock.acquire()
+    except FolderLockError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _new_agent(config: Config) -> Any:

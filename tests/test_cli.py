@@ -313,6 +313,28 @@ async def test_run_serves_telegram_until_sigterm(
     assert TOKEN not in startup + rest
 
 
+async def test_a_second_bot_on_the_same_workspaces_folder_refuses_to_start(
+    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    config = telegram_config(tmp_path, fake_llm, fake_telegram, TOKEN)
+    first = await start_run(config, child_env)
+    try:
+        assert first.stderr is not None
+        await read_until(first.stderr, "telegram is ready")
+        second = await start_run(config, child_env)
+        _, err = await asyncio.wait_for(second.communicate(), STEP_TIMEOUT)
+        chat_code, _, chat_err = await run_chat(config, child_env, b"hello\n")
+        assert first.returncode is None  # the first bot is still serving
+    finally:
+        first.terminate()
+        await asyncio.wait_for(first.wait(), STEP_TIMEOUT)
+    text = err.decode()
+    assert second.returncode == 1, text
+    [last] = [line for line in text.splitlines() if line.startswith("lightgrep:")]
+    assert "workspaces" in last and str(first.pid) in last and "Traceback" not in text
+    assert chat_code == 1 and "lightgrep:" in chat_err and fake_llm.requests == []
+
+
 async def test_run_with_a_rejected_token_is_one_line(
     fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]
 ) -> None:
