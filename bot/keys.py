@@ -11,7 +11,8 @@ from urllib.parse import quote
 
 def _part(value: object) -> str:
     """Escape one id so it cannot contain ':' (the session separator) or '-' ambiguity."""
-    return quote(str(value), safe="")
+    # surrogatepass: an id with a lone surrogate (a broken terminal locale) still gets a key.
+    return quote(str(value), safe="", errors="surrogatepass")
 
 
 def user_key(platform: str, user_id: object) -> str:

@@ -123,7 +123,7 @@ class LLMClient:
             if getattr(c, "function", None) is not None
         ]
         result = ChatResult(
-            content=valid_text(message.content),
+            content=None if message.content is None else valid_text(str(message.content)),
             tool_calls=calls,
             finish_reason=choices[0].finish_reason,
         )

@@ -302,3 +302,15 @@ async def test_one_users_slow_turn_does_not_delay_another(
     await asyncio.gather(send("1", "slow please"), send("2", "quick one"))
     await agent.aclose()
     assert order == ["fast", "slow"]
+
+
+async def test_a_non_text_content_from_the_provider_is_answered_as_text(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    body = completion("placeholder")
+    body["choices"][0]["message"]["content"] = 5
+    fake_llm.queue(body)
+    reply = await agent.handle(dm("42", "how many?"))
+    await agent.aclose()
+    assert reply.text == "5"
