@@ -8,10 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.agent import Agent
-from bot.config import Config, LLMConfig, MemoryConfig
-from bot.inbound import Inbound
-from bot.keys import session_key, user_key
+from tests.agent_helpers import dm, make_agent, session_records, user_home
 from tests.fakes.openai_server import (
     Delay,
     FakeOpenAI,
@@ -23,43 +20,6 @@ from tests.fakes.openai_server import (
 )
 
 
-def make_agent(fake: FakeOpenAI, workspaces: Path, *, window: int = 50_000, **llm: object) -> Agent:
-    settings: dict[str, object] = {"max_retries": 0, "timeout_s": 5, **llm}
-    config = Config(
-        llm=LLMConfig(
-            base_url=fake.base_url,
-            api_key="sk-test-secret",
-            model="fake-model",
-            context_window_tokens=window,
-            **settings,  # type: ignore[arg-type]
-        ),
-        memory=MemoryConfig(workspaces_dir=workspaces),
-    )
-    return Agent(config)
-
-
-def dm(user: str, text: str) -> Inbound:
-    return Inbound(
-        platform="telegram",
-        session_key=session_key("telegram", "dm", user),
-        user_key=user_key("telegram", user),
-        text=text,
-        sender_name=user,
-    )
-
-
-def session_lines(workspaces: Path, user: str) -> list[dict]:
-    files = list((workspaces).glob(f"*{user}*/sessions/*.jsonl"))
-    assert len(files) == 1, files
-    return [json.loads(line) for line in files[0].read_text().splitlines()]
-
-
-def user_dir(workspaces: Path, user: str) -> Path:
-    dirs = [p for p in workspaces.iterdir() if p.is_dir() and p.name.endswith(f"-{user}")]
-    assert len(dirs) == 1, dirs
-    return dirs[0]
-
-
 async def test_a_turn_is_answered_and_persisted(fake_llm: FakeOpenAI, workspaces_dir: Path) -> None:
     agent = make_agent(fake_llm, workspaces_dir)
     fake_llm.queue(completion("Hello Ada, nice to meet you."))
@@ -67,7 +27,7 @@ async def test_a_turn_is_answered_and_persisted(fake_llm: FakeOpenAI, workspaces
     await agent.aclose()
 
     assert reply.text == "Hello Ada, nice to meet you."
-    lines = session_lines(workspaces_dir, "42")
+    lines = session_records(workspaces_dir, "42")
     assert lines[0]["_type"] == "metadata" and lines[0]["key"] == "telegram:dm:42"
     messages = [line for line in lines if line.get("_type") != "metadata"]
     assert [m["role"] for m in messages] == ["user", "assistant"]
@@ -112,12 +72,12 @@ async def test_edit_memory_tool_runs_and_its_result_is_fed_back(
     await agent.aclose()
 
     assert reply.text == "Noted: green tea."
-    memory = (user_dir(workspaces_dir, "42") / "MEMORY.md").read_text()
+    memory = (user_home(workspaces_dir, "42") / "MEMORY.md").read_text()
     assert "Likes green tea" in memory and "## Preferences" in memory
     follow_up = fake_llm.requests[1]["messages"]
     tool_results = [m for m in follow_up if m["role"] == "tool"]
     assert tool_results and tool_results[0]["tool_call_id"] == "call_1"
-    roles = [m["role"] for m in session_lines(workspaces_dir, "42") if "role" in m]
+    roles = [m["role"] for m in session_records(workspaces_dir, "42") if "role" in m]
     assert roles == ["user", "assistant", "tool", "assistant"]
 
 
@@ -161,7 +121,7 @@ async def test_prompt_injection_cannot_reach_another_users_memory(
     everything_sent = json.dumps(fake_llm.requests)
     assert "9931" not in everything_sent
     assert "9931" not in recall.text
-    assert secret in (user_dir(workspaces_dir, "2") / "MEMORY.md").read_text()  # untouched
+    assert secret in (user_home(workspaces_dir, "2") / "MEMORY.md").read_text()  # untouched
 
 
 async def test_consolidation_after_the_reply_when_over_the_window(
@@ -183,13 +143,13 @@ async def test_consolidation_after_the_reply_when_over_the_window(
     await agent.aclose()
 
     assert fake_llm.consolidation_requests, "consolidation never ran"
-    home = user_dir(workspaces_dir, "42")
+    home = user_home(workspaces_dir, "42")
     assert "cat Miso" in (home / "HISTORY.md").read_text()
     assert "Has a cat named Miso" in (home / "MEMORY.md").read_text()
-    metadata = [m for m in session_lines(workspaces_dir, "42") if m.get("_type") == "metadata"]
+    metadata = [m for m in session_records(workspaces_dir, "42") if m.get("_type") == "metadata"]
     assert metadata[-1]["last_consolidated"] > 0
     # Nothing is lost from the transcript.
-    users = [m for m in session_lines(workspaces_dir, "42") if m.get("role") == "user"]
+    users = [m for m in session_records(workspaces_dir, "42") if m.get("role") == "user"]
     assert len(users) == 12
 
 
@@ -213,7 +173,7 @@ async def test_new_files_the_conversation_and_starts_fresh(
     last_chat = fake_llm.chat_requests[-1]["messages"]
     assert not any("Kyoto" in (m.get("content") or "") for m in last_chat[1:])
     assert "Kyoto" in last_chat[0]["content"]  # now known through MEMORY.md
-    assert "Kyoto" in (user_dir(workspaces_dir, "42") / "HISTORY.md").read_text()
+    assert "Kyoto" in (user_home(workspaces_dir, "42") / "HISTORY.md").read_text()
     fresh_agent = make_agent(fake_llm, workspaces_dir)  # also after a restart
     fake_llm.queue(save_memory_call("[2026-11-29 10:05] Ada said hello.", "## Project Context\n"))
     await fresh_agent.handle(dm("42", "/new"))
@@ -269,7 +229,7 @@ async def test_llm_outage_gives_a_clear_message_and_keeps_the_message(
 
     assert "couldn't reach my language model" in reply.text and "saved" in reply.text
     assert second.text == "Got it now."
-    users = [m["content"] for m in session_lines(workspaces_dir, "42") if m.get("role") == "user"]
+    users = [m["content"] for m in session_records(workspaces_dir, "42") if m.get("role") == "user"]
     assert any("locker code is 4417" in u for u in users)
     assert "locker code is 4417" in json.dumps(fake_llm.requests[-1]["messages"])
 

@@ -22,13 +22,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bot.agent import Agent
-from bot.config import Config, LLMConfig, MemoryConfig
 from bot.inbound import Inbound, Reply
 from bot.keys import session_key, user_key
 from bot.tools import AgentTools
 from memory.keys import decode_key, encode_key, is_hashed_name
 from memory.session import SessionStore
 from memory.workspace import Workspaces
+from tests.agent_helpers import dm, make_agent
 from tests.fakes.openai_server import FakeOpenAI, Status, completion, tool_call
 
 ANSWER = "fine, noted"
@@ -74,40 +74,19 @@ regexish = st.lists(st.one_of(st.sampled_from(REGEX_PIECES), st.text(max_size=4)
 SPLIT_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
 
 
-def make_agent(base_url: str, workspaces: Path, window: int = 50_000) -> Agent:
-    config = Config(
-        llm=LLMConfig(
-            base_url=base_url,
-            api_key="sk-test",
-            model="fake-model",
-            context_window_tokens=window,
-            max_retries=0,
-            timeout_s=5,
-        ),
-        memory=MemoryConfig(workspaces_dir=workspaces),
-    )
-    return Agent(config)
-
-
 @contextmanager
 def running(workspaces: Path, window: int = 50_000) -> Iterator[tuple[asyncio.Runner, Agent]]:
     """An agent against a fake provider, on an event loop that lives for the whole test."""
     with asyncio.Runner() as runner:
         fake = runner.run(FakeOpenAI().start())
         fake.default = lambda request: completion(ANSWER)
-        agent = make_agent(fake.base_url, workspaces, window)
+        agent = make_agent(fake, workspaces, window=window)
         agent.fake = fake  # type: ignore[attr-defined]
         try:
             yield runner, agent
         finally:
             runner.run(agent.aclose())
             runner.run(fake.stop())
-
-
-def dm(user: str, text: str) -> Inbound:
-    return Inbound(
-        "telegram", session_key("telegram", "dm", user), user_key("telegram", user), text
-    )
 
 
 def valid_unicode(text: str) -> str:

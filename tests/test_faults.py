@@ -14,9 +14,8 @@ from typing import Any
 from aiohttp import web
 
 from bot.agent import Agent
-from bot.config import Config, LLMConfig, MemoryConfig
-from bot.inbound import Inbound
-from bot.keys import session_key, user_key
+from tests.agent_helpers import dm, session_records, user_home
+from tests.agent_helpers import make_agent as shared_make_agent
 from tests.fakes.openai_server import (
     Delay,
     FakeOpenAI,
@@ -47,38 +46,12 @@ async def start_fake() -> QuickRetryOpenAI:
 
 
 def make_agent(fake: FakeOpenAI, workspaces: Path, *, window: int = 50_000, **llm: Any) -> Agent:
-    settings: dict[str, Any] = {"max_retries": 2, "timeout_s": 5, **llm}
-    config = Config(
-        llm=LLMConfig(
-            base_url=fake.base_url,
-            api_key="sk-test-secret",
-            model="fake-model",
-            context_window_tokens=window,
-            **settings,
-        ),
-        memory=MemoryConfig(workspaces_dir=workspaces),
-    )
-    return Agent(config)
-
-
-def dm(user: str, text: str) -> Inbound:
-    return Inbound(
-        platform="telegram",
-        session_key=session_key("telegram", "dm", user),
-        user_key=user_key("telegram", user),
-        text=text,
-        sender_name=user,
-    )
+    """With the SDK's own retries on: they are part of what these tests exercise."""
+    return shared_make_agent(fake, workspaces, window=window, **{"max_retries": 2, **llm})
 
 
 def home(workspaces: Path, user: str) -> Path:
-    return workspaces / f"telegram-{user}"
-
-
-def session_records(workspaces: Path, user: str) -> list[dict[str, Any]]:
-    files = list((home(workspaces, user) / "sessions").glob("*.jsonl"))
-    assert len(files) == 1, files
-    return [json.loads(line) for line in files[0].read_text("utf-8").splitlines()]
+    return user_home(workspaces, user)
 
 
 def assert_each_once(workspaces: Path, user: str, texts: list[str]) -> list[dict[str, Any]]:

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from bot.agent import Agent
-from bot.config import Config, LLMConfig, MemoryConfig
 from bot.inbound import Inbound, Reply
 from bot.keys import session_key, user_key
+from tests import agent_helpers as helpers
+from tests.agent_helpers import make_agent
 from tests.fakes.openai_server import (
     FakeOpenAI,
     completion,
@@ -37,39 +38,12 @@ B_GROUP = "B-SECRET-GROUP-2208"
 SECRETS = (B_MEMORY, B_HISTORY, B_DM, B_GROUP, "7731", "5519", "8842", "2208")
 
 
-def make_agent(fake: FakeOpenAI, workspaces: Path) -> Agent:
-    config = Config(
-        llm=LLMConfig(
-            base_url=fake.base_url,
-            api_key="sk-test",
-            model="fake-model",
-            max_retries=0,
-            timeout_s=5,
-        ),
-        memory=MemoryConfig(workspaces_dir=workspaces),
-    )
-    return Agent(config)
-
-
 def dm(user: str, text: str) -> Inbound:
-    return Inbound(
-        "telegram",
-        session_key("telegram", "dm", user),
-        user_key("telegram", user),
-        text,
-        sender_name=NAME,
-    )
+    return helpers.dm(user, text, name=NAME)
 
 
 def group(user: str, text: str) -> Inbound:
-    return Inbound(
-        "telegram",
-        session_key("telegram", "group", GROUP, user),
-        user_key("telegram", user),
-        text,
-        sender_name=NAME,
-        is_private=False,
-    )
+    return helpers.group(GROUP, user, text, name=NAME)
 
 
 def assert_no_secret(what: str, text: str) -> None:

@@ -1,0 +1,68 @@
+"""Building a real Agent against a fake provider, and the Inbound messages tests send it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bot.agent import Agent
+from bot.config import Config, LLMConfig, MemoryConfig
+from bot.inbound import Inbound
+from bot.keys import session_key, user_key
+from tests.fakes.openai_server import FakeOpenAI
+
+
+def make_agent(
+    llm: FakeOpenAI | str, workspaces: Path, *, window: int = 50_000, **settings: Any
+) -> Agent:
+    """An Agent whose real openai client talks to `llm` (a fake server or its base URL).
+    Retries are off unless asked for, so failures show at once."""
+    base_url = llm if isinstance(llm, str) else llm.base_url
+    options: dict[str, Any] = {"max_retries": 0, "timeout_s": 5, **settings}
+    config = Config(
+        llm=LLMConfig(
+            base_url=base_url,
+            api_key="sk-test-secret",
+            model="fake-model",
+            context_window_tokens=window,
+            **options,
+        ),
+        memory=MemoryConfig(workspaces_dir=workspaces),
+    )
+    return Agent(config)
+
+
+def dm(user: str, text: str, *, name: str = "") -> Inbound:
+    """A Telegram private message from user id `user`."""
+    return Inbound(
+        platform="telegram",
+        session_key=session_key("telegram", "dm", user),
+        user_key=user_key("telegram", user),
+        text=text,
+        sender_name=name or user,
+    )
+
+
+def group(chat: str, user: str, text: str, *, name: str = "") -> Inbound:
+    """A Telegram group message from user `user` in group `chat`."""
+    return Inbound(
+        platform="telegram",
+        session_key=session_key("telegram", "group", chat, user),
+        user_key=user_key("telegram", user),
+        text=text,
+        sender_name=name or user,
+        is_private=False,
+    )
+
+
+def user_home(workspaces: Path, user: str) -> Path:
+    """The workspace folder of Telegram user `user`."""
+    return workspaces / user_key("telegram", user)
+
+
+def session_records(workspaces: Path, user: str) -> list[dict[str, Any]]:
+    """Every record of the user's only session file, metadata included."""
+    files = list((user_home(workspaces, user) / "sessions").glob("*.jsonl"))
+    assert len(files) == 1, files
+    return [json.loads(line) for line in files[0].read_text("utf-8").splitlines()]
