@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -27,6 +27,7 @@ from bot.formatting import split_message
 from bot.inbound import Inbound, Reply
 from bot.keys import session_key, user_key
 from bot.platform import PlatformStartError
+from bot.repeating import repeating
 
 if TYPE_CHECKING:
     from bot.agent import Agent
@@ -429,22 +430,7 @@ async def _send(sending: Awaitable[Any]) -> None:
         log.warning("discord: could not send a message: %s", _reason(exc))
 
 
-@contextlib.asynccontextmanager
-async def _typing(channel: discord.abc.Messageable) -> AsyncIterator[None]:
-    """Show "typing…" while the turn runs; a refused indicator is not worth failing for."""
-
-    async def keep_typing() -> None:
-        while True:
-            try:
-                await channel.typing()  # one indicator, shown for up to 10 s
-            except discord.HTTPException:
-                return
-            await asyncio.sleep(8)
-
-    task = asyncio.create_task(keep_typing())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+def _typing(channel: discord.abc.Messageable) -> contextlib.AbstractAsyncContextManager[None]:
+    """Show "typing…" while the turn runs (one indicator lasts up to 10 s); a refused indicator
+    just stops, it is not worth failing the turn for."""
+    return repeating(channel.typing, every_s=8)

@@ -14,7 +14,7 @@ import logging
 import re
 import secrets
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
@@ -45,6 +45,7 @@ from bot.formatting import split_message
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.platform import PlatformStartError
+from bot.repeating import repeating
 
 if TYPE_CHECKING:
     from bot.agent import Agent
@@ -382,26 +383,17 @@ class TelegramAdapter:
                 log.warning("telegram rejected the markup (%s); sending plain text", exc.message)
         await _flood_safe(lambda: bot.send_message(chat_id, chunk, **extra))
 
-    @contextlib.asynccontextmanager
-    async def _typing(self, bot: Bot, msg: Message) -> AsyncIterator[None]:
+    def _typing(self, bot: Bot, msg: Message) -> contextlib.AbstractAsyncContextManager[None]:
         """Keep "typing…" showing in the chat while the body runs."""
         thread = msg.message_thread_id if msg.is_topic_message else None
 
-        async def keep_typing() -> None:
-            while True:
-                with contextlib.suppress(TelegramError):
-                    await bot.send_chat_action(
-                        msg.chat.id, ChatAction.TYPING, message_thread_id=thread
-                    )
-                await asyncio.sleep(self.typing_interval_s)
+        async def show_typing() -> None:
+            with contextlib.suppress(TelegramError):
+                await bot.send_chat_action(
+                    msg.chat.id, ChatAction.TYPING, message_thread_id=thread
+                )
 
-        task = asyncio.create_task(keep_typing())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        return repeating(show_typing, self.typing_interval_s)
 
 
 def telegram_chunks(text: str) -> list[str]:
