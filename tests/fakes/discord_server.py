@@ -19,6 +19,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.local_server import serve_locally
+
 MESSAGE_CONTENT_INTENT = 1 << 15
 PRIVILEGED_INTENTS = (1 << 1) | (1 << 8) | MESSAGE_CONTENT_INTENT
 
@@ -85,11 +87,7 @@ class FakeDiscord:
         app = web.Application()
         app.router.add_get("/gateway", self._gateway)
         app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.1)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve_locally(app)
         return self
 
     async def stop(self) -> None:

@@ -17,6 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.local_server import serve_locally
+
 
 @dataclass
 class Status:
@@ -100,11 +102,7 @@ class FakeOpenAI:
         app = web.Application(client_max_size=1024**3)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.1)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve_locally(app)
         return self
 
     async def stop(self) -> None:

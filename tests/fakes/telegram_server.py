@@ -24,6 +24,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.local_server import serve_locally
+
 TOKEN = "123456:TEST-token_for-the-fake"
 BOT = {"id": 999, "is_bot": True, "first_name": "LightGrep", "username": "lightgrep_bot"}
 ALLOWED_TAGS = {
@@ -135,11 +137,7 @@ class FakeTelegram:
     async def start(self) -> FakeTelegram:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._dispatch)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.1, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve_locally(app)
         return self
 
     async def stop(self) -> None:
