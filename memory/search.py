@@ -1,16 +1,22 @@
-"""Ranked search over HISTORY.md, streamed so a huge file never has to fit in memory twice.
+"""Ranked search over HISTORY.md (/recall and the agent's search tool), streamed in chunks.
 
 An entry begins at a ``[YYYY-MM-DD HH:MM]`` line that starts the file or follows a blank line; a
 ``[RAW]`` archive holds many timestamped lines separated by single newlines, so it stays one entry.
 
 Keywords match case-insensitively as substrings (as ``grep -i`` would), but an entry need not hold
 every word: entries are ranked BM25-style (rare words weigh more), an entry holding every word comes
-before one holding some, and ties go to the newest. ``"quoted phrases"`` match exactly. With
-``regex=True`` the query is one case-insensitive regular expression (``^``/``$`` match at lines).
+before one holding some, and ties go to the newest. ``"quoted phrases"`` match exactly. Filler
+words of a natural question ("what did Dr. Lindqvist say about my migraines") are not searched:
+stopwords (``STOPWORDS``: "what", "did", "my", titles like "Dr") and one-letter words are dropped
+when the query holds any other keyword, because as substrings they match nearly every entry and
+say nothing about which one is meant; a query made only of them is searched as typed, and quoted
+phrases are always kept. With ``regex=True`` the query is one case-insensitive regular expression
+(``^``/``$`` match at lines), taken as is.
 
-Speed: keyword search works on bytes. Each chunk is lowercased once in C and searched with
-``bytes.find``; only hit positions are mapped to entry boundaries, so the Python-level work grows
-with the number of matching entries, not with the size of the file.
+Speed: keyword search works on bytes. Each chunk is lowered once in C and searched with
+``bytes.find``; only matching entries cost Python work (a few C calls each, their timestamps
+checked in bulk), and per pattern of term counts only the few entries that can still reach the
+requested page are kept, so memory stays small however many entries match.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +50,22 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 # Sentence punctuation a user or a model glues to a keyword ("python?"); stripped from word edges.
 _EDGE_PUNCT = "?!,.;:()[]{}<>'\"`"
+# Words of a natural question that name nothing: as substrings they match almost every entry
+# ("my" in "mysql", "did" in "didn't"), which costs time and ranks nothing. Bare words only.
+_STOPWORD_TEXT = """
+    a about above after again all also am an and any are as at be been before being below between
+    both but by can can't could couldn't did didn't do does doesn't doing don't down during each
+    ever few for from further had hadn't has hasn't have haven't having he he's her here here's
+    hers herself him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its
+    itself just let's me more most much my myself no nor not of off on once only or other our ours
+    ourselves out over own same she she's should shouldn't so some such than that that's the their
+    theirs them themselves then there there's these they they're this those through to too under
+    until up very was wasn't we we're we've were weren't what what's when when's where where's which
+    while who who's whom why why's will with won't would wouldn't you you'd you'll you're you've
+    your yours yourself yourselves
+    dr mr mrs ms
+"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 
 class SearchError(ValueError):
@@ -178,34 +201,43 @@ def _regex_count(pattern: re.Pattern[Any]) -> Callable[[Any, int, int], int]:
     return count
 
 
-def _parse_keywords(query: str) -> list[str]:
-    """Quoted phrases and bare words, case-insensitively de-duplicated, in query order."""
-    words: list[str] = []
+def _parse_keywords(query: str) -> list[tuple[str, bool]]:
+    """(keyword, quoted) for each quoted phrase and bare word, case-insensitively de-duplicated."""
+    words: list[tuple[str, bool]] = []
     for i, part in enumerate(query.split('"')):
         if i % 2:  # inside quotes: one exact phrase (an unclosed quote runs to the end)
             if part.strip():
-                words.append(part.strip())
+                words.append((part.strip(), True))
             continue
         for raw in part.split():
             word = raw.strip(_EDGE_PUNCT) or raw
-            words.append(word)
+            words.append((word, False))
     seen: set[str] = set()
     unique = []
-    for word in words:
+    for word, quoted in words:
         key = word.casefold()
         if key not in seen:
             seen.add(key)
-            unique.append(word)
+            unique.append((word, quoted))
     return unique
 
 
+def _is_filler(word: str) -> bool:
+    """A bare word that says nothing about which entry is meant ("what", "did", "my", "I")."""
+    return len(word) == 1 or word.casefold().replace("\u2019", "'") in STOPWORDS
+
+
 def _keyword_terms(query: str) -> list[_Term]:
+    """The query's keywords; filler words only count when the query holds nothing else."""
     words = _parse_keywords(query)
     if not words:
         raise SearchError("Nothing to search for: give one or more keywords.")
-    if len(words) > MAX_TERMS:
-        raise SearchError(f"Too many keywords ({len(words)}); use at most {MAX_TERMS}.")
-    return [_keyword_term(w) for w in words]
+    kept = [w for w, quoted in words if quoted or not _is_filler(w)]
+    if not kept:
+        kept = [w for w, _ in words]
+    if len(kept) > MAX_TERMS:
+        raise SearchError(f"Too many keywords ({len(kept)}); use at most {MAX_TERMS}.")
+    return [_keyword_term(w) for w in kept]
 
 
 # --- regular expressions --------------------------------------------------------------------
@@ -303,68 +335,166 @@ def _unambiguous_literals(branches: list[Any]) -> bool:
 
 # --- scanning ---------------------------------------------------------------------------------
 
+# One matching entry as kept for ranking: (-length, stamp, file offset). Shorter entries score
+# higher and ties go to the newest, so the largest of these tuples ranks first.
+_Row = tuple[int, Any, int]
+# One term's matches in a region: entries holding it once, and (row, occurrences) for the others.
+_TermHits = tuple[list[_Row], list[tuple[_Row, int]]]
+
+# A stamp without its opening "[" with every digit made "0": _all_stamps checks many at once.
+_STAMP_SHAPE = b"0000-00-00 00:00]"
+_DIGITS_TO_0 = bytes.maketrans(b"0123456789", b"0" * 10)
+
 
 class _Tally:
-    """Per matching entry: byte length, timestamp and occurrences of each term."""
+    """What ranking needs: totals, document frequencies, and the few candidates that can win.
 
-    def __init__(self, n_terms: int) -> None:
+    BM25 with a fixed vector of term occurrences only falls as an entry grows, so per vector the
+    ``keep`` shortest (then newest) entries hold every possible winner; the rest are counted and
+    dropped, which keeps memory small however many entries match.
+    """
+
+    def __init__(self, n_terms: int, keep: int) -> None:
         self.n_terms = n_terms
-        self.entries: dict[int, list[Any]] = {}  # byte offset -> [length, stamp, tf0, tf1, ...]
+        self.keep = keep
+        self.total = 0  # matching entries
+        self.df = [0] * n_terms  # matching entries per term
+        self.groups: dict[tuple[int, ...], list[_Row]] = {}  # occurrences per term -> candidates
         self.n_entries = 0
         self.n_bytes = 0
 
-    def add_rows(self, base: int, rows: list[tuple[int, int, Any, int, int]]) -> None:
-        """Record (start, end, stamp, term, occurrences) rows found ``base`` bytes into the file."""
-        entries, zeros = self.entries, [0] * self.n_terms
-        for s, e, stamp, t, tf in rows:
-            row = entries.get(base + s)
-            if row is None:
-                row = entries[base + s] = [e - s, stamp, *zeros]
-            row[2 + t] = tf
+    def add_region(self, found: list[_TermHits]) -> None:
+        """Record one region's matches (an entry never spans two regions)."""
+        for t, (ones, more) in enumerate(found):
+            self.df[t] += len(ones) + len(more)
+        if self.n_terms == 1:
+            ones, more = found[0]
+            self.total += len(ones) + len(more)
+            self._add((1,), ones)
+            by_tf: dict[tuple[int, ...], list[_Row]] = {}
+            for row, tf in more:
+                by_tf.setdefault((tf,), []).append(row)
+            for key, rows in by_tf.items():
+                self._add(key, rows)
+            return
+        merged: dict[int, list[Any]] = {}  # offset -> [-length, stamp, tf per term]
+        zeros = [0] * self.n_terms
+        for t, (ones, more) in enumerate(found):
+            for row, tf in [(row, 1) for row in ones] + more:
+                entry = merged.get(row[2])
+                if entry is None:
+                    entry = merged[row[2]] = [row[0], row[1], *zeros]
+                entry[2 + t] = tf
+        self.total += len(merged)
+        grouped: dict[tuple[int, ...], list[_Row]] = {}
+        for offset, (neg_len, stamp, *tfs) in merged.items():
+            grouped.setdefault(tuple(tfs), []).append((neg_len, stamp, offset))
+        for key, rows in grouped.items():
+            self._add(key, rows)
+
+    def _add(self, key: tuple[int, ...], rows: list[_Row]) -> None:
+        if not rows:
+            return
+        kept = self.groups.setdefault(key, [])
+        kept.extend(rows)
+        if len(kept) > self.keep:
+            self.groups[key] = heapq.nlargest(self.keep, kept)
 
 
-def _scan_region(
-    buf: Any, end: int, layout: _Layout, terms: list[_Term], deadline: float | None
-) -> list[tuple[int, int, Any, int, int]]:
-    """Every (entry start, end, stamp, term index, occurrences) for the terms in ``buf[:end]``.
+def _region_end(buf: Any, s: int, end: int) -> int:
+    """End of the file's last entry: before the trailing blank line(s)."""
+    e = end
+    while e > s + 1 and buf[e - 1 : e].isspace():
+        e -= 1
+    return e
 
-    The hot loop of the search: one C-level find per matching entry and term, then the entry's
-    edges around the hit. Kept flat on purpose (no helper calls), as it runs once per hit.
+
+def _scan_fast(buf: bytes, end: int, eof: bool, needle: bytes, base: int) -> _TermHits | None:
+    """Entries of ``buf[:end]`` holding ``needle``: one ``bytes.find`` per matching entry.
+
+    The hot loop for ASCII keywords, kept flat on purpose. It takes every ``\\n\\n[`` as an entry
+    edge and checks afterwards, in bulk and in C, that each edge it used starts a timestamp;
+    None means one did not (the caller then rescans the region with the careful loop).
+    ``buf[end - 2:end]`` is the blank line before the next region's first entry unless ``eof``.
     """
-    out: list[tuple[int, int, Any, int, int]] = []
+    find, rfind, count = buf.find, buf.rfind, buf.count
+    marker, n, limit = b"\n\n[", len(needle), end + 1  # limit: finds the marker at end - 2
+    ones: list[_Row] = []
+    more: list[tuple[_Row, int]] = []
+    nexts: list[bytes] = []  # the stamp after each entry end used
+    one, other, after = ones.append, more.append, nexts.append
+    hit = find(needle, 0, end)
+    while hit >= 0:
+        s = rfind(marker, 0, hit + 1) + 2
+        if s == 1:  # no marker before: the region's first entry
+            s = 0
+            if not _BYTES.is_start(buf, 0):
+                return None
+        e = find(marker, hit, limit)
+        if e < 0:
+            e = _region_end(buf, s, end) if eof else end - 2
+        else:
+            after(buf[e + 3 : e + 20])
+        nxt = find(needle, hit + n, end)
+        if nxt < 0 or nxt > e:
+            one((s - e, buf[s + 1 : s + 18], base + s))
+        else:
+            other(((s - e, buf[s + 1 : s + 18], base + s), count(needle, s, e) or 1))
+            nxt = find(needle, e + 1, end)
+        hit = nxt
+    starts = [*map(itemgetter(1), ones), *(row[1] for row, _ in more)]
+    return (ones, more) if _all_stamps(starts) and _all_stamps(nexts) else None
+
+
+def _all_stamps(bodies: list[bytes]) -> bool:
+    """True when each item is ``YYYY-MM-DD HH:MM]`` (a stamp after its ``[``); one C pass."""
+    return b"".join(bodies).translate(_DIGITS_TO_0) == _STAMP_SHAPE * len(bodies)
+
+
+def _scan_careful(
+    buf: Any, end: int, eof: bool, layout: _Layout, term: _Term, deadline: float | None
+) -> list[tuple[int, int, Any, int]]:
+    """Every (entry start, end, stamp, occurrences) for ``term`` in ``buf[:end]``.
+
+    For regexes, non-ASCII keywords and regions with a ``\\n\\n[`` that starts no entry: every
+    entry edge is checked for a real timestamp as it is found.
+    """
+    out: list[tuple[int, int, Any, int]] = []
     marker, stamp_at = layout.marker, layout.stamp.match
     find, rfind, no_stamp = buf.find, buf.rfind, buf[:0]
-    for t, term in enumerate(terms):
-        needle, term_find, term_count = term.needle, term.find, term.count
-        pos = 0
-        while pos < end:
-            if deadline is not None and time.monotonic() > deadline:
-                raise SearchError("The search took too long; try a simpler pattern.")
-            hit = find(needle, pos, end) if needle is not None else term_find(buf, pos, end)
-            if hit < 0:
-                break
-            q = rfind(marker, 0, hit + 1)  # the entry's start: the last real marker before
-            while q >= 0 and stamp_at(buf, q + 2) is None:
-                q = rfind(marker, 0, q + 2)
-            if q >= 0:
-                s = q + 2
-                stamp = buf[s + 1 : s + 17]
-            else:
-                s = 0
-                stamp = buf[1:17] if stamp_at(buf, 0) else no_stamp
-            q = find(marker, hit if hit > s else s + 1, end)  # its end: the next real marker
-            while q >= 0 and stamp_at(buf, q + 2) is None:
-                q = find(marker, q + 1, end)
-            if q >= 0:
-                e = q
-            else:  # the region's last entry: drop the blank line so lengths stay comparable
-                e = end
-                while e > s + 1 and buf[e - 1 : e].isspace():
-                    e -= 1
-            tf = buf.count(needle, s, e) if needle is not None else term_count(buf, s, e)
-            out.append((s, e, stamp, t, tf or 1))
-            pos = e + 1
+    needle, term_find, term_count = term.needle, term.find, term.count
+    pos = 0
+    while pos < end:
+        if deadline is not None and time.monotonic() > deadline:
+            raise SearchError("The search took too long; try a simpler pattern.")
+        hit = find(needle, pos, end) if needle is not None else term_find(buf, pos, end)
+        if hit < 0:
+            break
+        q = rfind(marker, 0, hit + 1)  # the entry's start: the last real marker before
+        while q >= 0 and stamp_at(buf, q + 2) is None:
+            q = rfind(marker, 0, q + 2)
+        if q >= 0:
+            s = q + 2
+            stamp = buf[s + 1 : s + 18]
+        else:
+            s = 0
+            stamp = buf[1:18] if stamp_at(buf, 0) else no_stamp
+        q = find(marker, hit if hit > s else s + 1, end)  # its end: the next real marker
+        while q >= 0 and stamp_at(buf, q + 2) is None:
+            q = find(marker, q + 1, end)
+        if q < 0:  # the region's last entry ends at the blank line before the next region
+            q = _region_end(buf, s, end) if eof else end - 2
+        e = q
+        tf = buf.count(needle, s, e) if needle is not None else term_count(buf, s, e)
+        out.append((s, e, stamp, tf or 1))
+        pos = e + 1
     return out
+
+
+def _as_hits(rows: list[tuple[int, int, Any, int]], base: int) -> _TermHits:
+    ones = [(s - e, stamp, base + s) for s, e, stamp, tf in rows if tf == 1]
+    more = [((s - e, stamp, base + s), tf) for s, e, stamp, tf in rows if tf != 1]
+    return ones, more
 
 
 def _byte_offsets(text: str, chars: list[int]) -> dict[int, int]:
@@ -385,8 +515,8 @@ def _estimate_entries(buf: bytes, cut: int) -> int:
     return round(buf.count(b"\n\n[", 0, SAMPLE_BYTES) * cut / SAMPLE_BYTES)
 
 
-def _scan_file(path: Path, terms: list[_Term], regex: bool) -> _Tally:
-    tally = _Tally(len(terms))
+def _scan_file(path: Path, terms: list[_Term], regex: bool, keep: int) -> _Tally:
+    tally = _Tally(len(terms), keep)
     deadline = time.monotonic() + REGEX_TIME_BUDGET_S if regex else None
     with path.open("rb") as f:
         carry = b""
@@ -406,13 +536,14 @@ def _scan_file(path: Path, terms: list[_Term], regex: bool) -> _Tally:
                 if cut == 0:  # one entry larger than the chunk: read on
                     carry, want = buf, want * 2
                     continue
-            tally.n_entries += _estimate_entries(buf, cut) + (1 if base == 0 else 0)
+            # + 1: the region's first entry, whose marker (if any) ends the previous region
+            tally.n_entries += _estimate_entries(buf, cut) + 1
             tally.n_bytes += cut
             if regex:
-                _scan_text_region(buf, cut, base, terms, tally, deadline)
+                tally.add_region(_scan_text_region(buf, cut, eof, base, terms, deadline))
             else:
                 low = buf.lower()  # the tail past ``cut`` is lowered again next time; cheap
-                tally.add_rows(base, _scan_region(low, cut, _BYTES, terms, None))
+                tally.add_region([_scan_bytes(low, cut, eof, base, term) for term in terms])
                 del low
             carry, base, want = buf[cut:], base + cut, CHUNK_BYTES
             del buf
@@ -421,51 +552,48 @@ def _scan_file(path: Path, terms: list[_Term], regex: bool) -> _Tally:
     return tally
 
 
+def _scan_bytes(low: bytes, cut: int, eof: bool, base: int, term: _Term) -> _TermHits:
+    """One keyword in one lowered region: the fast loop when it can, else the careful one."""
+    if term.needle is not None:
+        found = _scan_fast(low, cut, eof, term.needle, base)
+        if found is not None:
+            return found
+    return _as_hits(_scan_careful(low, cut, eof, _BYTES, term, None), base)
+
+
 def _scan_text_region(
-    buf: bytes, cut: int, base: int, terms: list[_Term], tally: _Tally, deadline: float | None
-) -> None:
+    buf: bytes, cut: int, eof: bool, base: int, terms: list[_Term], deadline: float | None
+) -> list[_TermHits]:
     """Regex mode: decode whole entries (``.`` is a character), map offsets back to bytes."""
     text = buf[:cut].decode("utf-8", "surrogateescape")
-    found = _scan_region(text, len(text), _TEXT, terms, deadline)
-    if not found:
-        return
+    found = [_scan_careful(text, len(text), eof, _TEXT, term, deadline) for term in terms]
     if len(text) == cut:  # pure ASCII: characters are bytes
-        offsets = {c: c for row in found for c in row[:2]}
-    else:
-        offsets = _byte_offsets(text, [c for row in found for c in row[:2]])
-    tally.add_rows(base, [(offsets[s], offsets[e], st, t, tf) for s, e, st, t, tf in found])
+        return [_as_hits(rows, base) for rows in found]
+    offsets = _byte_offsets(text, [c for rows in found for row in rows for c in row[:2]])
+    return [
+        _as_hits([(offsets[s], offsets[e], st, tf) for s, e, st, tf in rows], base)
+        for rows in found
+    ]
 
 
 # --- ranking ----------------------------------------------------------------------------------
 
 
-def _rank(tally: _Tally, want: int) -> list[tuple[float, int, int, str]]:
+def _rank(tally: _Tally, want: int) -> list[tuple[float, int, int, Any]]:
     """Top ``want`` entries as (score, offset, length, stamp): all terms first, BM25, newest."""
-    n_terms = tally.n_terms
-    n = max(tally.n_entries, len(tally.entries), 1)
+    n = max(tally.n_entries, tally.total, 1)
     avg_len = max(tally.n_bytes / n, 1.0)
-    df = [0] * n_terms
-    for row in tally.entries.values():
-        for t in range(n_terms):
-            if row[2 + t]:
-                df[t] += 1
-    idf = [math.log(1.0 + (n - d + 0.5) / (d + 0.5)) for d in df]
-
+    idf = [math.log(1.0 + (n - d + 0.5) / (d + 0.5)) for d in tally.df]
     k1, b = BM25_K1, BM25_B
     base_norm, len_norm = k1 * (1.0 - b), k1 * b / avg_len
-    rows = tally.entries.items()
-    if n_terms == 1:  # the common case, kept to one cheap expression per entry
-        w = idf[0] * (k1 + 1.0)
-        keys = [
-            (True, w * tf / (tf + base_norm + len_norm * length), stamp, offset, length)
-            for offset, (length, stamp, tf) in rows
-        ]
-    else:
-        keys = []
-        for offset, (length, stamp, *tfs) in rows:
-            norm = base_norm + len_norm * length
-            score = sum(idf[t] * tf * (k1 + 1.0) / (tf + norm) for t, tf in enumerate(tfs) if tf)
-            keys.append((all(tfs), score, stamp, offset, length))
+    keys = []
+    for tfs, rows in tally.groups.items():
+        has_all = all(tfs)
+        weights = [(idf[t] * tf * (k1 + 1.0), tf) for t, tf in enumerate(tfs) if tf]
+        for neg_len, stamp, offset in rows:
+            norm = base_norm - len_norm * neg_len
+            score = sum(w / (tf + norm) for w, tf in weights)
+            keys.append((has_all, score, stamp, offset, -neg_len))
     best = heapq.nlargest(want, keys)
     return [(score, offset, length, stamp) for _, score, stamp, offset, length in best]
 
@@ -490,7 +618,11 @@ def _spans(text: str, terms: list[_Term]) -> list[tuple[int, int]]:
 def search_history(
     path: Path, query: str, *, limit: int = 5, offset: int = 0, regex: bool = False
 ) -> SearchResult:
-    """Search HISTORY.md: whole entries, most relevant first, paged by limit and offset."""
+    """Search HISTORY.md: whole entries, most relevant first, paged by limit and offset.
+
+    Filler words ("what", "did", "my") are ignored unless the query has nothing else; see the
+    module docstring. ``total`` counts every entry matching at least one searched keyword.
+    """
     if limit < 1 or offset < 0:
         raise SearchError("limit must be at least 1 and offset at least 0.")
     if not query or not query.strip():
@@ -500,7 +632,7 @@ def search_history(
     terms = [_regex_term(query)] if regex else _keyword_terms(query)
     path = Path(path)
     try:
-        tally = _scan_file(path, terms, regex)
+        tally = _scan_file(path, terms, regex, offset + limit)
     except FileNotFoundError:
         return SearchResult([], 0)
     top = _rank(tally, offset + limit)[offset:]
@@ -510,6 +642,6 @@ def search_history(
             for score, start, length, stamp in top:
                 f.seek(start)
                 text = f.read(length).decode("utf-8", "replace").rstrip()
-                when = stamp.decode("ascii") if isinstance(stamp, bytes) else stamp
+                when = stamp[:16].decode("ascii") if isinstance(stamp, bytes) else stamp[:16]
                 hits.append(HistoryHit(when, text, score, _spans(text, terms)))
-    return SearchResult(hits, len(tally.entries))
+    return SearchResult(hits, tally.total)

@@ -241,3 +241,91 @@ def test_any_query_either_works_or_is_a_search_error(
     except SearchError:
         return
     assert result.total >= len(result.hits)
+
+
+def test_filler_words_of_a_question_are_not_searched(history: Path) -> None:
+    write_history(
+        history,
+        "[2026-01-01 10:00] Appointment with Dr. Lindqvist about migraines.",
+        "[2026-01-02 10:00] What did I do today? My desk, my chair, my mysql dump.",
+        "[2026-01-03 10:00] Dr. Novak said the migraines come from sleep.",
+    )
+    result = search_history(history, "What did Dr. Lindqvist say about my migraines?")
+    # "what", "did", "dr", "about", "my" name nothing: the diary entry full of them is not a match
+    assert result.total == 2
+    assert stamps(result) == ["2026-01-01 10:00", "2026-01-03 10:00"]
+    assert marked(result.hits[0]) == ["Lindqvist", "migraines"]
+
+
+def test_a_query_of_only_filler_words_still_searches_them(history: Path) -> None:
+    write_history(
+        history,
+        "[2026-01-01 10:00] Tickets for The Who are booked.",
+        "[2026-01-02 10:00] Bought apples.",
+    )
+    result = search_history(history, "the who")
+    assert stamps(result) == ["2026-01-01 10:00"]
+    assert marked(result.hits[0]) == ["The", "Who"]
+
+
+def test_a_quoted_phrase_of_filler_words_counts(history: Path) -> None:
+    write_history(
+        history,
+        "[2026-01-01 10:00] Read Hamlet aloud: to be or not to be, that is the question.",
+        "[2026-01-02 10:00] Watched Hamlet.",  # shorter and newer: first on "hamlet" alone
+    )
+    result = search_history(history, '"to be" hamlet')
+    assert stamps(result) == ["2026-01-01 10:00", "2026-01-02 10:00"]
+    assert "to be" in marked(result.hits[0])
+
+
+def test_a_blank_line_and_bracket_inside_an_entry_do_not_split_it(history: Path) -> None:
+    entry = "[2026-01-02 10:00] Budget notes, 40 euros.\n\n[draft] rent 900 euros\n\n[x] more euros"
+    many = [f"[2026-01-03 {h:02d}:00] Paid {h} euros." for h in range(20)]
+    write_history(history, "[2026-01-01 10:00] Paid 5 euros.", entry, *many)
+    result = search_history(history, "draft", limit=50)
+    assert result.total == 1 and result.hits[0].text == entry
+    result = search_history(history, "euros", limit=50)
+    assert result.total == 22
+    assert entry in [hit.text for hit in result.hits]
+    assert all(hit.text.startswith("[2026-") for hit in result.hits)
+
+
+ENTRY_WORDS = [
+    "euros",
+    "Euros",
+    "paid",
+    "rent",
+    "\n\n[note]",
+    "\n[2026-01-01 09:00] USER:",
+    "ü",
+    "x",
+]
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    bodies=st.lists(
+        st.lists(st.sampled_from(ENTRY_WORDS), min_size=1, max_size=12), min_size=1, max_size=30
+    ),
+    query=st.sampled_from(["euros", "rent paid", "note", "paid euros x", "ü euros"]),
+    chunk=st.sampled_from([48, 100, 1024 * 1024]),
+)
+def test_results_match_a_plain_reading_of_the_file(
+    tmp_path: Path, monkeypatch, bodies: list[list[str]], query: str, chunk: int
+) -> None:
+    entries = [
+        f"[2026-02-{i % 28 + 1:02d} 10:{i % 60:02d}] " + " ".join(b) for i, b in enumerate(bodies)
+    ]
+    path = write_history(tmp_path / "HISTORY.md", *entries)
+    words = [w.lower() for w in query.split() if len(w) > 1 or query.count(" ") == 0]
+    expected = sorted(e for e in entries if any(w in e.lower() for w in words))
+    monkeypatch.setattr(search_module, "CHUNK_BYTES", chunk)
+    result = search_history(path, query, limit=100)
+    assert result.total == len(expected)
+    assert sorted(hit.text for hit in result.hits) == expected
+    monkeypatch.setattr(search_module, "CHUNK_BYTES", 1024 * 1024)
+    same = search_history(path, query, limit=100)
+    assert [(h.text, h.score) for h in same.hits] == [(h.text, h.score) for h in result.hits]
