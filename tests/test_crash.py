@@ -1,0 +1,173 @@
+"""SIGKILL of `lightgrep run` (a real process) under traffic and consolidation: files stay whole,
+and the bot picks up where it left off. The long version is bench/crash_loop.py.
+
+Telegram forgets an update once a getUpdates asks for a higher offset; python-telegram-bot asks
+for it as soon as it has queued the batch, not once the messages are persisted. Two windows
+follow, each pinned by a deterministic xfail test below: a message acknowledged but not yet
+persisted is lost by a kill, and one persisted but not yet acknowledged is persisted twice after
+the redelivery. The loop test kills outside those windows (no new message in flight between
+getUpdates and the session file) and asserts everything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from bench.crash_loop import Traffic
+from bench.harness import (
+    FIRST_USER_ID,
+    BenchLLM,
+    BenchTelegram,
+    BotProcess,
+    child_env,
+    read_workspaces,
+    write_config,
+)
+
+WAIT_S = 20.0
+pytestmark = pytest.mark.timeout(90)
+
+
+class Rig:
+    """The fakes, a config and a bot process on one workspaces folder."""
+
+    def __init__(self, folder: Path, llm: BenchLLM, telegram: BenchTelegram) -> None:
+        self.folder = folder
+        self.llm = llm
+        self.telegram = telegram
+        config = write_config(folder, llm, telegram, window_tokens=900)
+        self.bot = BotProcess(config, child_env(folder), folder / "bot.log")
+
+    @property
+    def workspaces(self) -> Path:
+        return self.folder / "workspaces"
+
+    async def kill(self) -> None:
+        await self.bot.kill()
+        self.telegram.epoch += 1
+        await asyncio.sleep(0.05)  # the fake finishes what the dead connections had started
+
+    def persisted(self) -> dict[str, int]:
+        return dict(read_workspaces(self.workspaces).user_tokens)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    llm = await BenchLLM(latency_s=0.2, reply_words=60).start()
+    telegram = await BenchTelegram().start()
+    rig = Rig(tmp_path, llm, telegram)
+    try:
+        yield rig
+    finally:
+        if rig.bot.proc is not None and rig.bot.proc.returncode is None:
+            await rig.bot.kill()
+        await telegram.stop()
+        await llm.stop()
+
+
+def answered(rig: Rig, names: list[str]) -> Callable[[], bool]:
+    return lambda: all(rig.telegram.answers.get(name) for name in names)
+
+
+async def until(predicate: Callable[[], bool], what: str, wait_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + wait_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def settled(rig: Rig) -> bool:
+    """Every delivered message is both acknowledged and persisted: no message in a window."""
+    persisted = rig.persisted()
+    delivered = rig.telegram.delivered_tokens()
+    return all(rig.telegram.acked(name) and persisted.get(name) for name in delivered)
+
+
+async def test_kills_under_traffic_and_consolidation_lose_and_damage_nothing(rig: Rig) -> None:
+    traffic = Traffic(rig.telegram, users=3, burst=1, seed=5)
+    rng = random.Random(5)
+    while_down: list[str] = []
+    for number in range(3):
+        await rig.bot.start()
+        traffic.start()
+        # Sent while the bot was down: answered after the restart.
+        await until(answered(rig, while_down), "catch-up")
+        await asyncio.sleep(rng.uniform(0.2, 0.5))
+        if number == 1:  # the second kill lands in a consolidation
+            rig.llm.consolidation_started.clear()
+            await asyncio.wait_for(rig.llm.consolidation_started.wait(), WAIT_S)
+        traffic.running = False  # nothing new between getUpdates and a session file
+        await until(lambda: settled(rig), "delivered messages acknowledged and persisted")
+        await rig.kill()
+
+        state = read_workspaces(rig.workspaces)
+        assert state.problems == []  # sessions load, MEMORY.md whole, HISTORY.md entries whole
+        assert state.duplicated == []
+        for name in rig.telegram.delivered_tokens():
+            assert state.user_tokens.get(name) == 1, name
+        for name in list(traffic.owed()):  # its answer died with the bot
+            traffic.write_off(name)
+        traffic.running = True
+        while_down = [rig.telegram.send(user, 1000 + number, rng) for user in (FIRST_USER_ID,)]
+        traffic.sent += while_down
+
+    await rig.bot.start()
+    traffic.running = False  # no new messages; everything owed gets its answer
+    await until(answered(rig, while_down), "catch-up")
+    await until(lambda: not traffic.owed(), "the last answers")
+    assert await rig.bot.terminate() == 0
+
+    final = read_workspaces(rig.workspaces)
+    assert final.problems == []
+    assert final.memory_files >= 1 and rig.llm.consolidations >= 1
+    assert {name: final.user_tokens.get(name) for name in traffic.sent} == dict.fromkeys(
+        traffic.sent, 1
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="PTB acknowledges an update (next getUpdates offset) before the agent persists it: "
+    "messages waiting for their user's earlier turn are lost by a kill",
+)
+async def test_messages_acknowledged_but_not_yet_persisted_survive_a_kill(rig: Rig) -> None:
+    rng = random.Random(1)
+    await rig.bot.start()
+    names = [rig.telegram.send(FIRST_USER_ID, seq, rng) for seq in range(3)]
+    # The first is with the LLM; the other two wait for it (one user's messages run in order)
+    # but are acknowledged already.
+    await until(lambda: all(rig.telegram.acked(n) for n in names), "acknowledgement")
+    await until(lambda: rig.llm.chat_calls >= 1, "the first turn's LLM call")
+    await rig.kill()
+    await rig.bot.start()
+    await asyncio.sleep(0.6)  # time to answer anything redelivered
+    assert await rig.bot.terminate() == 0
+    persisted = rig.persisted()
+    assert [persisted.get(n, 0) for n in names] == [1, 1, 1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a message persisted before its acknowledgement reached Telegram is redelivered after "
+    "a kill and persisted (and answered) a second time: no deduplication on update/message id",
+)
+async def test_a_message_persisted_before_its_acknowledgement_is_kept_once(rig: Rig) -> None:
+    rng = random.Random(2)
+    await rig.bot.start()
+    rig.telegram.get_updates_delay_s = 0.5  # the Bot API is 0.5 s away: the ack is in transit
+    name = rig.telegram.send(FIRST_USER_ID, 0, rng)
+    await until(lambda: rig.persisted().get(name) == 1, "the message in the session file")
+    assert not rig.telegram.acked(name)
+    await rig.kill()
+    rig.telegram.get_updates_delay_s = 0.0
+    await rig.bot.start()
+    await until(lambda: bool(rig.telegram.answers.get(name)), "the answer after the restart")
+    assert await rig.bot.terminate() == 0
+    assert rig.persisted().get(name) == 1
