@@ -98,7 +98,10 @@ class BenchLLM(FakeOpenAI):
         self.default = self._answer
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
+        try:
+            body = await request.json()
+        except ConnectionResetError:  # the bot was killed while sending: nothing to answer
+            return web.Response(status=499)
         consolidation = is_consolidation(body)
         user = _user_of(body)
         started = time.monotonic()
