@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -63,6 +64,9 @@ class Agent:
         self.context = ContextBuilder(config.agent.bot_name)
         self._session_locks: dict[str, asyncio.Lock] = {}
         self._frozen_prompts: dict[str, tuple[int, str]] = {}
+        self._message_ids: weakref.WeakKeyDictionary[Session, dict[str, int]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._background: set[asyncio.Task[Any]] = set()
         # The tool schemas ride on every request, so they count towards the window too.
         self._tools_text = "\n" + json.dumps(TOOL_SCHEMAS)
@@ -96,33 +100,73 @@ class Agent:
         workspace = self.workspaces.get(inbound.user_key)
         async with self._lock(inbound.session_key):
             session = workspace.sessions.get(inbound.session_key)
+            earlier = self._earlier_copy(session, inbound.message_id)
+            if earlier is not None:
+                return await self._redelivered(workspace, session, inbound, earlier)
             user_message = self.context.user_message(inbound.text)
             too_long = self._too_long(user_message)
             if too_long:
                 return Reply(too_long)
+            if inbound.message_id is not None:
+                user_message["message_id"] = inbound.message_id
+                self._ids_of(session)[inbound.message_id] = len(session.messages)
             workspace.sessions.append(session, user_message)
+            return await self._respond(workspace, session, inbound)
+
+    async def _respond(self, workspace: Workspace, session: Session, inbound: Inbound) -> Reply:
+        """Answer the session's newest messages (the caller holds the session lock)."""
+        system = self._system_prompt(workspace, session, inbound)
+        if self._estimate(system, session) > self.window:
+            # The prompt cannot fit at all: make room before calling the model.
+            await self.consolidator.maybe_consolidate(
+                workspace, session, self._cost_of_prompt(workspace, inbound)
+            )
             system = self._system_prompt(workspace, session, inbound)
-            if self._estimate(system, session) > self.window:
-                # The prompt cannot fit at all: make room before calling the model.
-                await self.consolidator.maybe_consolidate(
+        try:
+            text = await self._run_model(workspace, session, system)
+        except LLMError as exc:
+            log.warning("LLM call failed for %s: %s", inbound.session_key, exc)
+            return Reply(
+                f"Sorry, I couldn't reach my language model just now ({exc}). "
+                "Your message is saved; please try again in a moment."
+            )
+        if self._estimate(system, session) > self.window:
+            self._in_background(
+                self.consolidator.maybe_consolidate(
                     workspace, session, self._cost_of_prompt(workspace, inbound)
                 )
-                system = self._system_prompt(workspace, session, inbound)
-            try:
-                text = await self._run_model(workspace, session, system)
-            except LLMError as exc:
-                log.warning("LLM call failed for %s: %s", inbound.session_key, exc)
-                return Reply(
-                    f"Sorry, I couldn't reach my language model just now ({exc}). "
-                    "Your message is saved; please try again in a moment."
-                )
-            if self._estimate(system, session) > self.window:
-                self._in_background(
-                    self.consolidator.maybe_consolidate(
-                        workspace, session, self._cost_of_prompt(workspace, inbound)
-                    )
-                )
+            )
         return Reply(text)
+
+    # ---- a message delivered twice (the platform resends what a crash left unacknowledged) --
+
+    def _ids_of(self, session: Session) -> dict[str, int]:
+        """Platform message id → index of its user message; built once per loaded session."""
+        ids = self._message_ids.get(session)
+        if ids is None:
+            ids = {
+                str(m["message_id"]): i
+                for i, m in enumerate(session.messages)
+                if m.get("role") == "user" and m.get("message_id") is not None
+            }
+            self._message_ids[session] = ids
+        return ids
+
+    def _earlier_copy(self, session: Session, message_id: str | None) -> int | None:
+        return None if message_id is None else self._ids_of(session).get(message_id)
+
+    async def _redelivered(
+        self, workspace: Workspace, session: Session, inbound: Inbound, index: int
+    ) -> Reply:
+        """Never persist a message twice. Send its answer again if it has one; if a later
+        message follows, that one's turn answers both; if it is the newest, answer it now."""
+        for message in session.messages[index + 1 :]:
+            if message.get("role") == "user":
+                return Reply("")
+            if message.get("role") == "assistant" and not message.get("tool_calls"):
+                return Reply(str(message.get("content") or EMPTY_REPLY))
+        log.info("answering a redelivered message of %s", inbound.session_key)
+        return await self._respond(workspace, session, inbound)
 
     async def _run_model(self, workspace: Workspace, session: Session, system: str) -> str:
         """The tool loop, bounded; every assistant and tool message is persisted as sent."""

@@ -15,11 +15,16 @@ class Inbound:
     text: str
     sender_name: str = ""
     is_private: bool = True
+    # The platform's id of this message (e.g. "<chat>:<message>"), so a message redelivered
+    # after a crash is recognised instead of persisted and answered twice.
+    message_id: str | None = None
 
 
 @dataclass(frozen=True)
 class Reply:
-    """The core's answer. `private` answers (/memory, /recall) must never be shown in a group."""
+    """The core's answer. `private` answers (/memory, /recall) must never be shown in a group.
+    An empty text means there is nothing to send (a redelivered message already answered
+    together with a later one)."""
 
     text: str
     private: bool = False

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from bot.inbound import Inbound
 from tests.agent_helpers import dm, make_agent, session_records, user_home
 from tests.fakes.openai_server import (
     Delay,
@@ -274,3 +276,48 @@ async def test_a_non_text_content_from_the_provider_is_answered_as_text(
     reply = await agent.handle(dm("42", "how many?"))
     await agent.aclose()
     assert reply.text == "5"
+
+
+def with_id(inbound: Inbound, message_id: str) -> Inbound:
+    return replace(inbound, message_id=message_id)
+
+
+async def test_a_redelivered_message_is_kept_once_and_its_answer_resent(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    fake_llm.queue(completion("The answer."))
+    first = await agent.handle(with_id(dm("42", "question"), "42:1001"))
+    restarted = make_agent(fake_llm, workspaces_dir)
+    again = await restarted.handle(with_id(dm("42", "question"), "42:1001"))
+    await restarted.aclose()
+    await agent.aclose()
+    assert first.text == again.text == "The answer."
+    users = [m for m in session_records(workspaces_dir, "42") if m.get("role") == "user"]
+    assert len(users) == 1 and users[0]["message_id"] == "42:1001"
+    assert len(fake_llm.requests) == 1
+
+
+async def test_messages_persisted_by_a_crashed_bot_are_answered_once_on_redelivery(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    # What a bot killed mid-turn leaves: two user messages persisted, neither answered.
+    crashed = make_agent(fake_llm, workspaces_dir)
+    workspace = crashed.workspaces.get("telegram-42")
+    session = workspace.sessions.get("telegram:dm:42")
+    for n, text in ((1, "first"), (2, "second")):
+        message = crashed.context.user_message(text) | {"message_id": f"42:{n}"}
+        workspace.sessions.append(session, message)
+
+    agent = make_agent(fake_llm, workspaces_dir)  # the restarted bot
+    fake_llm.queue(completion("Both answered."))
+    replies = [
+        await agent.handle(with_id(dm("42", "first"), "42:1")),
+        await agent.handle(with_id(dm("42", "second"), "42:2")),
+    ]
+    await agent.aclose()
+    assert [r.text for r in replies] == ["", "Both answered."]  # nothing sent for the first
+    records = session_records(workspaces_dir, "42")
+    assert [m["role"] for m in records if "role" in m] == ["user", "user", "assistant"]
+    [request] = fake_llm.requests
+    assert [m["role"] for m in request["messages"]] == ["system", "user", "user"]
