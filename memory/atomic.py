@@ -54,3 +54,18 @@ def atomic_write_text(path: Path, text: str | bytes) -> None:
             os.unlink(tmp_name)
         raise
     fsync_dir(path.parent)
+
+
+def remove_stale_temp_files(folder: Path) -> int:
+    """Delete temp files that a crash mid-write left in `folder`; returns how many.
+
+    Only safe while nothing else writes there: the workspace folder lock makes this process the
+    only writer, and it sweeps before its first write."""
+    removed = 0
+    with contextlib.suppress(FileNotFoundError):
+        for entry in Path(folder).iterdir():
+            if entry.name.startswith(".") and entry.name.endswith(".tmp") and entry.is_file():
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+                    removed += 1
+    return removed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from memory.atomic import atomic_write_text
+from memory.atomic import atomic_write_text, remove_stale_temp_files
 from memory.keys import encode_key, is_hashed_name
 from memory.session import SessionStore
 from memory.store import MemoryStore
@@ -57,6 +57,7 @@ class Workspaces:
             root = self._root_for(user_key)
             workspace = Workspace(user_key, root, self.keep_memory_versions)
             workspace.sessions_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            remove_stale_temp_files(root)  # a crash mid-replace of MEMORY.md leaves one
             if is_hashed_name(root.name):
                 self._record_key(root, user_key)
             self._cache[user_key] = workspace

@@ -150,3 +150,12 @@ def test_atomic_write_replaces_whole_file_and_leaves_no_temp(tmp_path: Path) -> 
     atomic_write_text(target, "new")
     assert target.read_bytes() == b"new"
     assert [p.name for p in tmp_path.iterdir()] == ["f.md"]
+
+
+def test_temp_files_left_by_a_crash_mid_write_are_swept_on_open(tmp_path: Path) -> None:
+    root = Workspaces(tmp_path).get("telegram-42").root
+    (root / "MEMORY.md").write_text("## User Information\n- Name: Ada\n")
+    (root / ".MEMORY.md.k2j4h1.tmp").write_text("## User Inf")  # killed while replacing
+    reopened = Workspaces(tmp_path).get("telegram-42")  # the next start of the bot
+    assert [p.name for p in root.iterdir() if p.name.endswith(".tmp")] == []
+    assert reopened.memory.read() == "## User Information\n- Name: Ada\n"
