@@ -19,6 +19,7 @@ import pytest
 
 from bot.cli import main
 from memory.workspace import Workspaces
+from tests.fakes.discord_server import FakeDiscord, user_payload
 from tests.fakes.openai_server import (
     Delay,
     FakeOpenAI,
@@ -311,6 +312,44 @@ async def test_run_serves_telegram_until_sigterm(
     assert proc.returncode == 0, rest
     assert "stopped" in rest
     assert TOKEN not in startup + rest
+
+
+async def test_run_serves_telegram_and_discord_in_one_process(
+    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    discord_fake = await FakeDiscord().start()
+    config = telegram_config(tmp_path, fake_llm, fake_telegram, TOKEN)
+    with config.open("a") as extra:
+        extra.write(
+            f'[discord]\nenabled = true\ntoken = "{discord_fake.token}"\nallow_from = ["*"]\n'
+            f'api_base = "{discord_fake.api_base}"\ngateway_url = "{discord_fake.gateway_url}"\n'
+        )
+    fake_llm.default = lambda request: completion("Hello from one core.")
+    proc = await start_run(config, child_env)
+    try:
+        assert proc.stderr is not None
+        seen = ""
+        while not ("telegram is ready" in seen and "discord is ready" in seen):
+            seen += await read_until(proc.stderr, "is ready")
+        fake_telegram.dm(42, "hi from telegram")
+        [on_telegram] = await fake_telegram.wait_sent(42, wait_s=STEP_TIMEOUT)
+        dm = discord_fake.message(user_payload(77, "bea"), "hi from discord", channel_id=555)
+        await discord_fake.dispatch("MESSAGE_CREATE", dm)
+        [on_discord] = await discord_fake.wait_until(
+            lambda: discord_fake.sent_messages(555), within=STEP_TIMEOUT
+        )
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), STEP_TIMEOUT)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await discord_fake.stop()
+    assert proc.returncode == 0
+    assert "Hello from one core." in on_telegram.text
+    assert on_discord["content"] == "Hello from one core."
+    homes = sorted(p.name for p in (tmp_path / "workspaces").iterdir() if p.is_dir())
+    assert homes == ["discord-77", "telegram-42"]
 
 
 async def test_a_second_bot_on_the_same_workspaces_folder_refuses_to_start(
