@@ -177,15 +177,14 @@ def _user_of(body: dict[str, Any]) -> int | None:
 
 
 class BenchTelegram(FakeTelegram):
-    """FakeTelegram that honours `limit` and records what it delivered and what was acknowledged.
+    """FakeTelegram that knows each update's message token, times the answers, and can delay
+    getUpdates (and the acknowledgement it carries).
 
     Telegram forgets an update once a getUpdates asks for a higher offset ("acknowledged"); an
-    update returned by getUpdates is "delivered"."""
+    update returned by getUpdates is "delivered" (both kept by FakeTelegram)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.delivered: Counter[int] = Counter()  # update_id → times returned by getUpdates
-        self.acked_offset = 0  # every update_id below this is acknowledged (forgotten)
         self.token_of: dict[int, str] = {}  # update_id → message token
         self.update_of: dict[str, int] = {}  # message token → update_id
         self.injected_at: dict[str, float] = {}  # token → monotonic time pushed
@@ -209,9 +208,9 @@ class BenchTelegram(FakeTelegram):
     def delivered_tokens(self) -> dict[str, int]:
         return {self.token_of[u]: n for u, n in self.delivered.items() if u in self.token_of}
 
-    def acked(self, name: str) -> bool:
+    def acked_token(self, name: str) -> bool:
         """Forgotten by the server: it will never be delivered again."""
-        return self.update_of[name] < self.acked_offset
+        return self.acked(self.update_of[name])
 
     def was_delivered(self, name: str) -> bool:
         return self.delivered[self.update_of[name]] > 0
@@ -229,18 +228,7 @@ class BenchTelegram(FakeTelegram):
             await asyncio.sleep(self.get_updates_delay_s)
             if epoch != self.epoch:
                 return web.Response(status=499)
-        offset = int(params.get("offset") or 0)
-        self.acked_offset = max(self.acked_offset, offset)
-        self._updates = [u for u in self._updates if u["update_id"] >= self.acked_offset]
-        timeout = float(params.get("timeout") or 0)
-        if not self._updates and timeout > 0:
-            with contextlib.suppress(TimeoutError):
-                await self.wait_until(lambda: bool(self._updates), timeout)
-        limit = int(params.get("limit") or 100)
-        batch = [u for u in self._updates if u["update_id"] >= self.acked_offset][:limit]
-        for update in batch:
-            self.delivered[update["update_id"]] += 1
-        return web.json_response({"ok": True, "result": batch})
+        return await super()._m_getupdates(params)
 
     async def _m_sendmessage(self, params: dict[str, Any]) -> web.Response:
         response = await super()._m_sendmessage(params)

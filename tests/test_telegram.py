@@ -22,7 +22,7 @@ from bot.agent import Agent
 from bot.config import Config, LLMConfig, MemoryConfig, TelegramConfig
 from bot.platform import PlatformStartError
 from memory.keys import encode_key
-from tests.fakes.openai_server import Delay, FakeOpenAI, completion
+from tests.fakes.openai_server import Delay, FakeOpenAI, Status, completion
 from tests.fakes.telegram_server import TOKEN, FakeTelegram, visible_text
 
 BOT_NAME = "lightgrep_bot"
@@ -324,6 +324,108 @@ async def test_stop_finishes_running_turn(
     assert [s.text for s in tg.sent_to(42)] == ["finished anyway"]
     last_poll = tg.method_calls("getUpdates")[-1]
     assert int(last_poll["offset"]) == 2  # the handled update was acknowledged
+
+
+async def test_update_acknowledged_only_once_handled(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, bot: TelegramAdapter
+) -> None:
+    """A crash while a turn runs must leave its message with Telegram: the offset sent stays at
+    the lowest update still being handled, without polling in a tight loop meanwhile."""
+    fake_llm.default = by_prompt(
+        {"slow": Delay(1.2, completion("slow answer")), "quick": completion("quick answer")}
+    )
+    tg.dm(1, "a slow question")
+    slow = tg.last_update_id
+    await eventually(lambda: len(fake_llm.chat_requests) == 1)
+    polls_before = len(tg.method_calls("getUpdates"))
+    tg.dm(2, "a quick question")
+    quick = tg.last_update_id
+    await tg.wait_sent(2)
+    await asyncio.sleep(0.6)  # polls after the quick turn ended, and the busy interval
+
+    assert not tg.acked(slow) and not tg.acked(quick)  # acknowledgement is cumulative
+    assert int(tg.method_calls("getUpdates")[-1]["offset"]) == slow
+    assert tg.delivered[slow] >= 2  # Telegram keeps returning it while it runs…
+    [slow_answer] = await tg.wait_sent(1)
+    await eventually(lambda: tg.acked(quick))
+
+    assert slow_answer.text == "slow answer"
+    assert len(fake_llm.chat_requests) == 2  # …and it is handled once
+    busy_polls = tg.method_calls("getUpdates")[polls_before:]
+    assert 2 <= len(busy_polls) <= 8  # about every 0.5 s and after each finished turn
+    assert all(poll["timeout"] == "0" for poll in busy_polls[:-1])
+
+
+async def test_redelivered_update_kept_once_and_not_answered_again_by_the_llm(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """The bot died after answering but before its acknowledgement reached Telegram: the
+    message comes again after the restart. It is kept once; its answer is resent from the
+    session (at-least-once delivery), without asking the model again."""
+    config = make_config(tg, fake_llm, workspaces_dir)
+    fake_llm.queue(completion("the blue door it is"))
+    async with running(config):
+        tg.dm(42, "remember the blue door")
+        update = tg.last_update_id
+        await tg.wait_sent(42)
+        await eventually(lambda: tg.acked(update))
+    tg.redeliver(update)
+    async with running(config):
+        await tg.wait_sent(42, 2)
+        await eventually(lambda: tg.acked(update))
+
+    assert [s.text for s in tg.sent_to(42)] == ["the blue door it is"] * 2
+    assert len(fake_llm.chat_requests) == 1
+    messages = session_lines(workspaces_dir, "telegram-42", "telegram:dm:42")
+    assert [m["role"] for m in messages if "role" in m] == ["user", "assistant"]
+
+
+async def test_redelivered_message_answered_by_a_later_turn_sends_nothing(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """A message whose own turn failed was answered with the next message's turn; delivered
+    again, it gets no second answer (the core replies with empty text)."""
+    config = make_config(tg, fake_llm, workspaces_dir)
+    fake_llm.queue(Status(500, {"error": {"message": "overloaded"}}), completion("both answered"))
+    async with running(config):
+        tg.dm(42, "first part")
+        first = tg.last_update_id
+        await tg.wait_sent(42)
+        tg.dm(42, "second part")
+        await tg.wait_sent(42, 2)
+        await eventually(lambda: tg.acked(tg.last_update_id))
+    tg.redeliver(first)  # both come again
+    async with running(config):
+        await tg.wait_sent(42, 3)
+        await eventually(lambda: tg.acked(tg.last_update_id))
+        await asyncio.sleep(0.1)
+
+    sent = [s.text for s in tg.sent_to(42)]
+    assert "couldn't reach" in sent[0] and sent[1:] == ["both answered", "both answered"]
+    assert len(fake_llm.chat_requests) == 2
+    messages = session_lines(workspaces_dir, "telegram-42", "telegram:dm:42")
+    assert [m["role"] for m in messages if "role" in m] == ["user", "user", "assistant"]
+
+
+async def test_polling_survives_get_updates_errors(
+    tg: FakeTelegram,
+    fake_llm: FakeOpenAI,
+    workspaces_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    tg.fail_next("getUpdates", 409, "Conflict: terminated by other getUpdates request")
+    tg.fail_next("getUpdates", 502, "Bad Gateway")
+    tg.dm(42, "still there?")
+    fake_llm.queue(completion("yes"))
+    async with running(make_config(tg, fake_llm, workspaces_dir)):
+        [reply] = await tg.wait_sent(42)
+
+    assert reply.text == "yes"
+    assert "getUpdates conflict" in caplog.text and "another process is polling" in caplog.text
+    assert "getUpdates failed (NetworkError: Bad Gateway)" in caplog.text
+    assert "getUpdates works again" in caplog.text
+    assert TOKEN not in caplog.text and TOKEN.split(":")[1] not in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -2,10 +2,12 @@
 
 It speaks what python-telegram-bot uses (TESTING.md): `POST /bot<token>/<method>` with form fields,
 answers `{"ok": true, "result": …}` or `{"ok": false, "error_code", "description"}`. Tests push
-updates (`dm`, `group`, `edited`, `photo`); `getUpdates` hands out every update at or after
-`offset` like Telegram does, long-polling until one arrives. `sendMessage` checks what Telegram
-checks and the tests care about: the HTML markup (allowed tags, nesting, escaping), the 4096-
-character limit (UTF-16, after parsing), and that a private chat exists (the user started the bot).
+updates (`dm`, `group`, `edited`, `photo`); `getUpdates` works like Telegram's: it forgets every
+update below `offset` (the bot's acknowledgement, recorded in `acked_offset`), hands out at most
+`limit` of the rest, long-polling until one arrives; `redeliver` plays a lost acknowledgement.
+`sendMessage` checks what Telegram checks and the tests care about: the HTML markup (allowed tags,
+nesting, escaping), the 4096-character limit (UTF-16, after parsing), and that a private chat
+exists (the user started the bot).
 Failures can be scripted per method with `fail_next`.
 """
 
@@ -17,7 +19,7 @@ import html
 import json
 import re
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,7 +123,10 @@ class FakeTelegram:
         self.sent: list[Sent] = []
         self.commands: list[dict[str, Any]] = []
         self.started_users: set[int] = set()  # users with a private chat with the bot
-        self._updates: list[dict[str, Any]] = []
+        self._updates: list[dict[str, Any]] = []  # pending: not acknowledged yet
+        self._pushed: dict[int, dict[str, Any]] = {}  # every update ever pushed
+        self.delivered: Counter[int] = Counter()  # update_id → times returned by getUpdates
+        self.acked_offset = 0  # every update_id below this is acknowledged (forgotten)
         self._next_update = 1
         self._next_message = 100
         self._failures: dict[str, deque[Failure]] = defaultdict(deque)
@@ -210,9 +215,27 @@ class FakeTelegram:
     def push(self, kind: str, payload: dict[str, Any]) -> int:
         update_id = self._next_update
         self._next_update += 1
-        self._updates.append({"update_id": update_id, kind: payload})
+        update = {"update_id": update_id, kind: payload}
+        self._pushed[update_id] = update
+        self._updates.append(update)
         asyncio.get_running_loop().create_task(self._notify())
         return update_id
+
+    @property
+    def last_update_id(self) -> int:
+        """The update_id of the newest pushed update."""
+        return self._next_update - 1
+
+    def redeliver(self, update_id: int) -> None:
+        """As if the acknowledgements from `update_id` on never reached Telegram (the bot died
+        first): that update and every later one are pending again."""
+        self.acked_offset = min(self.acked_offset, update_id)
+        self._updates = [u for i, u in sorted(self._pushed.items()) if i >= update_id]
+        asyncio.get_running_loop().create_task(self._notify())
+
+    def acked(self, update_id: int) -> bool:
+        """Forgotten: a getUpdates asked for a higher offset, so it is never delivered again."""
+        return update_id < self.acked_offset
 
     def _message(
         self,
@@ -300,12 +323,17 @@ class FakeTelegram:
 
     async def _m_getupdates(self, params: dict[str, Any]) -> web.Response:
         offset = int(params.get("offset") or 0)
-        self._updates = [u for u in self._updates if u["update_id"] >= offset]  # acknowledged
+        self.acked_offset = max(self.acked_offset, offset)
+        self._updates = [u for u in self._updates if u["update_id"] >= self.acked_offset]
         timeout = float(params.get("timeout") or 0)
         if not self._updates and timeout > 0:
             with contextlib.suppress(TimeoutError):
                 await self.wait_until(lambda: bool(self._updates), timeout)
-        return _ok(list(self._updates))
+        limit = min(100, max(1, int(params.get("limit") or 100)))
+        batch = [u for u in self._updates if u["update_id"] >= self.acked_offset][:limit]
+        for update in batch:
+            self.delivered[update["update_id"]] += 1
+        return _ok(batch)
 
     async def _m_sendmessage(self, params: dict[str, Any]) -> web.Response:
         chat_id = int(params["chat_id"])
