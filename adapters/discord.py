@@ -23,6 +23,7 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
 from bot.access import is_allowed
+from bot.commands import PRIVATE_COMMANDS
 from bot.formatting import split_message
 from bot.inbound import Inbound, Reply
 from bot.keys import session_key, user_key
@@ -38,7 +39,6 @@ log = logging.getLogger(__name__)
 PLATFORM = "discord"
 MESSAGE_LIMIT = 2000  # characters per Discord message
 DESCRIPTION_LIMIT = 100  # characters per slash command description
-PRIVATE_COMMANDS = frozenset({"memory", "recall"})  # answered ephemerally everywhere
 COMMAND_NAME = re.compile(r"^[a-z0-9_-]{1,32}$")
 REFUSAL = "Sorry, this bot only talks to people on its allow list."
 RESTARTING = "I'm restarting; please try again in a minute."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from bot.inbound import Inbound, Reply
@@ -139,6 +139,10 @@ async def cmd_status(agent: Agent, inbound: Inbound, args: str) -> Reply:
     )
 
 
+# Answers that must never be shown in a group (an adapter may need to know before answering,
+# e.g. to defer a Discord interaction ephemerally).
+PRIVATE_COMMANDS = frozenset({"memory", "recall"})
+
 COMMAND_MENU: list[tuple[str, str]] = [
     ("memory", "Show what I remember about you"),
     ("recall", "Search our past conversations: /recall <keywords>"),
@@ -161,4 +165,7 @@ async def run_command(agent: Agent, inbound: Inbound, command: ParsedCommand) ->
     if handler is None:
         known = ", ".join(f"/{name}" for name, _ in COMMAND_MENU)
         return Reply(f"I don't know the command /{command.name}. Try one of: {known}.")
-    return await handler(agent, inbound, command.args)
+    reply = await handler(agent, inbound, command.args)
+    if command.name in PRIVATE_COMMANDS and not reply.private:
+        reply = replace(reply, private=True)  # whatever the handler said, it stays private
+    return reply
