@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from adapters.telegram import MAX_CONCURRENT_UPDATES
+from adapters.telegram import MAX_CONCURRENT_UPDATES, POLL_LIMIT
 from bench.harness import (
     FIRST_USER_ID,
     TOKEN_RE,
@@ -169,7 +169,9 @@ def _overheads(telegram: BenchTelegram, llm: BenchLLM) -> list[float]:
 
 
 def report(result: Result, args: argparse.Namespace) -> None:
-    limit = MAX_CONCURRENT_UPDATES
+    # Updates are acknowledged only once handled, and getUpdates returns at most POLL_LIMIT of
+    # them from the lowest unacknowledged one on: no more than that can be in flight.
+    limit = min(MAX_CONCURRENT_UPDATES, POLL_LIMIT)
     in_flight = min(result.users, limit)
     ideal = in_flight / args.latency
     throughput = result.sent / result.elapsed_s if result.elapsed_s > 0 else 0.0
