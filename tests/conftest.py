@@ -8,11 +8,21 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import FakeTelegram
 
 
 @pytest.fixture
 async def fake_llm() -> AsyncIterator[FakeOpenAI]:
     server = await FakeOpenAI().start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def fake_telegram() -> AsyncIterator[FakeTelegram]:
+    server = await FakeTelegram().start()
     try:
         yield server
     finally:

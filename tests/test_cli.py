@@ -12,7 +12,7 @@ import pty
 import socket
 import sys
 import tomllib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -248,15 +248,6 @@ async def test_chat_with_a_bad_config_is_one_line(
 
 
 # ---- lightgrep run, as a real process ---------------------------------------------------------
-
-
-@pytest.fixture
-async def fake_telegram() -> AsyncIterator[FakeTelegram]:
-    server = await FakeTelegram().start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 def telegram_config(folder: Path, llm: FakeOpenAI, telegram: FakeTelegram, token: str) -> Path:

@@ -30,12 +30,9 @@ GROUP = -1001234
 
 
 @pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    server = await FakeTelegram().start()
-    try:
-        yield server
-    finally:
-        await server.stop()
+def tg(fake_telegram: FakeTelegram) -> FakeTelegram:
+    """The fake Bot API (conftest's fake_telegram), by a short name."""
+    return fake_telegram
 
 
 def make_config(
@@ -493,3 +490,40 @@ def test_rendered_markup_is_always_accepted(text: str) -> None:
 )
 def test_markdown_rendering(markdown: str, html: str) -> None:
     assert markdown_to_html(markdown) == html
+
+
+MALFORMED_MESSAGES: list[dict[str, Any]] = [
+    {},  # nothing at all
+    {"message_id": "x", "date": "yesterday", "chat": "nope"},  # wrong types everywhere
+    {"message_id": 5, "date": 0, "chat": {"id": 77, "type": "private"}, "text": "no sender"},
+    {  # an entity pointing far outside the text
+        "message_id": 6,
+        "date": 0,
+        "chat": {"id": 77, "type": "private"},
+        "from": {"id": 77, "is_bot": False, "first_name": "M"},
+        "text": "/memory",
+        "entities": [{"type": "bot_command", "offset": 500, "length": 9000}],
+    },
+    {  # a path-like, NUL-carrying chat id of an unknown chat type
+        "message_id": 7,
+        "date": 0,
+        "chat": {"id": "../../etc\u0000", "type": "channelish"},
+        "from": {"id": "../x", "is_bot": False, "first_name": "M"},
+        "text": "hello",
+    },
+]
+
+
+async def test_malformed_updates_never_stop_the_bot_nor_write_outside(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path, bot: TelegramAdapter
+) -> None:
+    for payload in MALFORMED_MESSAGES:
+        tg.push("message", payload)
+    tg.push("unknown_kind_of_update", {"whatever": True})
+    fake_llm.queue(completion("Still here."))
+    tg.dm(42, "are you alive?")
+    [sent] = await tg.wait_sent(42)
+    assert sent.text == "Still here."
+    await eventually(lambda: tg.acked(tg.last_update_id))  # nothing holds the offset back
+    outside = [p for p in workspaces_dir.parent.rglob("*") if workspaces_dir not in p.parents]
+    assert sorted(p.name for p in outside) == ["workspaces"]
