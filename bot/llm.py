@@ -21,6 +21,7 @@ from memory.llm import ChatResult, LLMBadRequest, LLMError, ToolCall, valid_text
 log = logging.getLogger(__name__)
 
 NOT_A_COMPLETION = "the model provider answered with something that is not a completion"
+AS_IS = ("messages", "tools", "tool_choice")  # request fields sent without the SDK's transform
 
 
 @dataclass
@@ -99,12 +100,20 @@ class LLMClient:
 
     async def _create(self, kwargs: dict[str, Any]) -> Any:
         try:
-            return await self._client.chat.completions.create(**kwargs)
+            return await self._send(kwargs)
         except UnicodeEncodeError:
             # A lone surrogate somewhere in the conversation cannot be sent as UTF-8; send U+FFFD
             # in its place rather than fail this turn and every later one of the session.
             valid = json.loads(valid_text(json.dumps(kwargs["messages"], ensure_ascii=False)))
-            return await self._client.chat.completions.create(**{**kwargs, "messages": valid})
+            return await self._send({**kwargs, "messages": valid})
+
+    async def _send(self, kwargs: dict[str, Any]) -> Any:
+        """chat.completions.create with the conversation and tools handed over as the JSON body
+        as is (extra_body): create() would first copy every message, field by field, against its
+        TypedDicts — a no-op for our plain JSON dicts that cost more CPU than the rest of a turn."""
+        body = {key: kwargs[key] for key in AS_IS if key in kwargs}
+        rest = {key: value for key, value in kwargs.items() if key not in body}
+        return await self._client.chat.completions.create(messages=[], **rest, extra_body=body)
 
     def _to_result(self, response: Any) -> ChatResult:
         if isinstance(response, str | bytes):  # e.g. an HTML error page with status 200
