@@ -285,10 +285,13 @@ def child_env(folder: Path) -> dict[str, str]:
 class BotProcess:
     """`python -m bot.cli run --config FILE` with its log in a file."""
 
-    def __init__(self, config: Path, env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self, config: Path, env: dict[str, str], log_path: Path, profile: Path | None = None
+    ) -> None:
         self.config = config
         self.env = env
         self.log_path = log_path
+        self.profile = profile  # cProfile output of the bot (written when it exits), if wanted
         self.proc: asyncio.subprocess.Process | None = None
         self.peak_rss_kb = 0
 
@@ -301,8 +304,9 @@ class BotProcess:
         """Start and wait until it says Telegram is ready (the log line of `lightgrep run`)."""
         start_at = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
+            profiler = ["-m", "cProfile", "-o", str(self.profile)] if self.profile else []
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot.cli", "run", "--config", str(self.config),
+                sys.executable, *profiler, "-m", "bot.cli", "run", "--config", str(self.config),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

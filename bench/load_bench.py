@@ -83,7 +83,10 @@ async def run_once(args: argparse.Namespace, users: int, folder: Path) -> Result
     llm = await BenchLLM(args.latency, reply_words=args.reply_words).start()
     telegram = await BenchTelegram().start()
     bot = BotProcess(
-        write_config(folder, llm, telegram, args.window), child_env(folder), folder / "bot.log"
+        write_config(folder, llm, telegram, args.window),
+        child_env(folder),
+        folder / "bot.log",
+        profile=Path(f"{args.profile}.{users}.prof") if args.profile else None,
     )
     all_answered = asyncio.Event()
     total = users * args.messages
@@ -215,6 +218,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--burst", action="store_true", help="each user sends all at once")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per run")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--profile",
+        metavar="PREFIX",
+        type=lambda prefix: Path(prefix).resolve(),  # the bot runs in another folder
+        help="run the bot under cProfile, writing PREFIX.<users>.prof (slows the bot down)",
+    )
     return parser.parse_args(argv)
 
 
