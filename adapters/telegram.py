@@ -5,7 +5,7 @@ The adapter decides who is talking (allow list), whether the bot is addressed (p
 Everything it sends goes through one path: split the plain text (bot.formatting), render each chunk
 as Telegram HTML, fall back to plain text if Telegram rejects the markup, wait out flood limits.
 
-Polling is our own loop (`_Poller`), not PTB's Updater: the Updater acknowledges a batch as soon as
+Polling is our own loop (`Poller`), not PTB's Updater: the Updater acknowledges a batch as soon as
 it has queued it, so a crash lost every queued message. We acknowledge an update only once its
 turn has finished and its answer was sent (or failed); after a crash Telegram redelivers the rest,
 and the core recognises a message it has already persisted by `Inbound.message_id`.
@@ -18,35 +18,32 @@ import contextlib
 import logging
 import re
 import secrets
-import warnings
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from telegram import Bot, BotCommand, Message, MessageEntity, ReplyParameters, Update, User
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
     BadRequest,
-    Conflict,
     Forbidden,
     InvalidToken,
     NetworkError,
-    RetryAfter,
     TelegramError,
-    TimedOut,
 )
 from telegram.ext import (
     Application,
     ApplicationBuilder,
-    BaseUpdateProcessor,
     ContextTypes,
     MessageHandler,
     filters,
 )
-from telegram.warnings import PTBDeprecationWarning
 
 from adapters.telegram_format import markdown_to_html
+from adapters.telegram_polling import (
+    PerUserOrder,
+    Poller,
+    flood_safe,
+)
 from bot.access import is_allowed
 from bot.formatting import split_message
 from bot.inbound import Inbound
@@ -62,24 +59,16 @@ log = logging.getLogger(__name__)
 
 PLATFORM = "telegram"
 LIMIT = 4096  # characters per message, counted by Telegram in UTF-16 code units
-FLOOD_RETRIES = 5
 MAX_CONCURRENT_UPDATES = 256
 # Every running turn may hold one Bot API connection (typing, then its answer); a connection
 # pool smaller than that, or a short wait for a free connection, fails sends under load with
 # "Pool timeout" (PTB's defaults: 256 connections, 1 s).
 CONNECTION_POOL_SIZE = MAX_CONCURRENT_UPDATES + 64
 POOL_TIMEOUT_S = 30.0
-POLL_LIMIT = 100  # updates per getUpdates: Telegram's maximum
-BUSY_POLL_S = 0.5  # while turns run, look for new updates at least this often…
-MIN_POLL_GAP_S = 0.01  # …and, when a turn finishes, no sooner than this after the last poll
-MAX_BACKOFF_S = 30.0
-GET_UPDATES_READ_S = 10.0  # read timeout of a getUpdates on top of its long-poll timeout
 REFUSAL = "Sorry, this bot is private and you are not on its allow list."
 TEXT_ONLY = "I can only read text for now."
 FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
 SENT_PRIVATELY = "I've sent you the answer in our private chat."
-
-T = TypeVar("T")
 
 
 def create(config: Config, agent: Agent) -> TelegramAdapter:
@@ -138,12 +127,12 @@ class TelegramAdapter:
         builder = (
             ApplicationBuilder()
             .token(token)
-            .concurrent_updates(_PerUserOrder(MAX_CONCURRENT_UPDATES))
+            .concurrent_updates(PerUserOrder(MAX_CONCURRENT_UPDATES))
             .connection_pool_size(CONNECTION_POOL_SIZE)
             .pool_timeout(POOL_TIMEOUT_S)
         )
         if self._config.mode == "polling":
-            builder = builder.updater(None)  # our own loop: see _Poller
+            builder = builder.updater(None)  # our own loop: see Poller
         if self._config.api_base:
             base = self._config.api_base.rstrip("/")
             builder = builder.base_url(f"{base}/bot").base_file_url(f"{base}/file/bot")
@@ -188,7 +177,7 @@ class TelegramAdapter:
         await stop.wait()
         log.info("telegram: stopping; finishing running turns")
 
-    async def _start_updates(self, app: Application) -> _Poller | None:
+    async def _start_updates(self, app: Application) -> Poller | None:
         """Long polling (our loop, returned), or a webhook; pending updates are kept either way.
 
         Webhook mode stays PTB's: Telegram redelivers an update whose POST was not answered 200,
@@ -196,7 +185,7 @@ class TelegramAdapter:
         queued updates (the core's dedup would make acknowledging later safe; not done yet)."""
         allowed = [Update.MESSAGE]
         if self._config.mode == "polling":
-            poller = _Poller(app, allowed, self._config.poll_timeout_s)
+            poller = Poller(app, allowed, self._config.poll_timeout_s)
             await poller.start()
             return poller
         updater = app.updater
@@ -220,7 +209,7 @@ class TelegramAdapter:
         """The command menu shown by Telegram clients; a failure is worth a warning, not a stop."""
         commands = [BotCommand(name, desc) for name, desc in self._agent.command_menu()]
         try:
-            await _flood_safe(lambda: bot.set_my_commands(commands))
+            await flood_safe(lambda: bot.set_my_commands(commands))
         except TelegramError as exc:
             log.warning("telegram: setMyCommands failed: %s", exc.message)
 
@@ -402,7 +391,7 @@ class TelegramAdapter:
         if markup:
             html = markdown_to_html(chunk)
             try:
-                await _flood_safe(
+                await flood_safe(
                     lambda: bot.send_message(chat_id, html, parse_mode=ParseMode.HTML, **extra)
                 )
                 return
@@ -410,7 +399,7 @@ class TelegramAdapter:
                 if not _is_markup_error(exc):
                     raise
                 log.warning("telegram rejected the markup (%s); sending plain text", exc.message)
-        await _flood_safe(lambda: bot.send_message(chat_id, chunk, **extra))
+        await flood_safe(lambda: bot.send_message(chat_id, chunk, **extra))
 
     def _typing(self, bot: Bot, msg: Message) -> contextlib.AbstractAsyncContextManager[None]:
         """Keep "typing…" showing in the chat while the body runs."""
@@ -463,265 +452,6 @@ def _command(msg: Message) -> tuple[str, str, str] | None:
 def _is_markup_error(exc: BadRequest) -> bool:
     message = exc.message.lower()
     return any(word in message for word in ("parse", "entit", "tag"))
-
-
-async def _flood_safe(call: Callable[[], Awaitable[T]]) -> T:
-    """Run a Bot API call, waiting out 429 flood limits as Telegram asks."""
-    for _ in range(FLOOD_RETRIES):
-        try:
-            return await call()
-        except RetryAfter as exc:
-            wait = _retry_seconds(exc)
-            log.warning("telegram: flood limit, retrying in %.0f s", wait)
-            await asyncio.sleep(wait)
-    return await call()
-
-
-def _retry_seconds(exc: RetryAfter) -> float:
-    with warnings.catch_warnings():  # PTB 22 warns that the type will become timedelta
-        warnings.simplefilter("ignore", PTBDeprecationWarning)
-        value = exc.retry_after
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
-class _PerUserOrder(BaseUpdateProcessor):
-    """Different users' updates run concurrently; one user's updates run in arrival order."""
-
-    def __init__(self, max_concurrent_updates: int) -> None:
-        super().__init__(max_concurrent_updates)
-        self._locks: dict[int, asyncio.Lock] = {}
-        self._users: dict[int, int] = {}  # user id → updates holding or awaiting the lock
-
-    async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
-        user = update.effective_user if isinstance(update, Update) else None
-        if user is None:
-            await coroutine
-            return
-        lock = self._locks.setdefault(user.id, asyncio.Lock())
-        self._users[user.id] = self._users.get(user.id, 0) + 1
-        try:
-            async with lock:
-                await coroutine
-        finally:
-            self._users[user.id] -= 1
-            if not self._users[user.id]:
-                del self._users[user.id]
-                del self._locks[user.id]
-
-    async def initialize(self) -> None:
-        """Nothing to allocate."""
-
-    async def shutdown(self) -> None:
-        """Nothing to free."""
-
-
-class _Poller:
-    """Long polling that acknowledges an update only once it has been handled.
-
-    Telegram forgets every update below the `offset` of a getUpdates call. We send the lowest
-    update id still being handled, or one past the highest handled when none is; so a crash (or a
-    stop that could not finish) leaves every unfinished update with Telegram, to be redelivered.
-    Until then getUpdates keeps returning the updates in flight: each is dispatched once per
-    process, and while any runs we poll without waiting, as soon as one finishes or every
-    BUSY_POLL_S, never closer together than MIN_POLL_GAP_S.
-    """
-
-    def __init__(self, app: Application, allowed: list[str], timeout_s: int) -> None:
-        self._app = app
-        self._allowed = allowed
-        self._timeout_s = timeout_s
-        self._in_flight: set[int] = set()  # update ids being handled
-        self._dispatched: set[int] = set()  # ids handed to the application, not yet forgotten
-        self._highest: int | None = None  # highest id dispatched
-        self._acknowledged = 0  # the offset of the last getUpdates Telegram answered
-        self._finished = asyncio.Event()  # an update finished since the last poll
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._last_poll = float("-inf")
-        self._got_new = True  # the last poll brought a new update
-
-    def offset(self) -> int | None:
-        """What to acknowledge: every update below this id has been handled."""
-        if self._in_flight:
-            return min(self._in_flight)
-        return None if self._highest is None else self._highest + 1
-
-    async def start(self) -> None:
-        """Drop a webhook left from webhook mode (keeping its pending updates): getUpdates
-        answers 409 while one is set."""
-        try:
-            await _flood_safe(lambda: self._app.bot.delete_webhook(drop_pending_updates=False))
-        except TelegramError as exc:
-            log.warning("telegram: deleteWebhook failed (%s); polling anyway", _describe(exc))
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Poll and dispatch until `stop`; then let running turns finish and acknowledge them."""
-        failures = 0
-        while not stop.is_set():
-            await self._pause(stop)
-            if stop.is_set():
-                break
-            try:
-                updates = await self._poll(stop)
-            except Exception as exc:  # the loop must outlive any error of one call
-                failures += 1
-                await _sleep_unless(stop, self._backoff(exc, failures))
-                continue
-            if updates is None:
-                break  # stopped while polling; what that poll brought is redelivered later
-            if failures:
-                log.info("telegram: getUpdates works again")
-            failures = 0
-            self._dispatch(updates)
-        log.info("telegram: stopping; finishing %d running turn(s)", len(self._in_flight))
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        await self._acknowledge_handled()
-
-    # ---- one poll ---------------------------------------------------------------------------
-
-    async def _pause(self, stop: asyncio.Event) -> None:
-        """Don't spin: getUpdates answers at once while updates are in flight (still pending)."""
-        loop = asyncio.get_running_loop()
-        if self._in_flight:
-            deadline = self._last_poll + BUSY_POLL_S
-            await _wait_any([self._finished, stop], deadline - loop.time())
-            gap = self._last_poll + MIN_POLL_GAP_S - loop.time()
-            if gap > 0:
-                await _sleep_unless(stop, gap)
-        elif self._timeout_s <= 0 and not self._got_new:
-            await _sleep_unless(stop, self._last_poll + BUSY_POLL_S - loop.time())
-
-    async def _poll(self, stop: asyncio.Event) -> list[dict[str, Any]] | None:
-        """One getUpdates (raw updates), or None if `stop` came first (the call is abandoned)."""
-        offset = self.offset()
-        timeout = 0 if self._in_flight else self._timeout_s
-        self._finished.clear()
-        self._last_poll = asyncio.get_running_loop().time()
-        call = asyncio.ensure_future(self._get_updates(offset, timeout))
-        stopping = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({call, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        if not call.done():
-            call.cancel()
-            with contextlib.suppress(BaseException):
-                await call
-            return None
-        updates = call.result()
-        if offset is not None:
-            self._acknowledged = max(self._acknowledged, offset)
-            self._dispatched = {u for u in self._dispatched if u >= offset}  # forgotten
-        return updates
-
-    async def _get_updates(
-        self, offset: int | None, wait_s: int, limit: int = POLL_LIMIT
-    ) -> list[dict[str, Any]]:
-        """Bot.get_updates without building Update objects: a busy poll returns every update
-        still in flight again (up to 100), and parsing them all each time cost more CPU than
-        the turns. Bot._post is what every Bot method calls; errors are raised the same way."""
-        data: dict[str, Any] = {"offset": offset, "limit": limit, "timeout": wait_s}
-        if self._allowed:
-            data["allowed_updates"] = self._allowed
-        result = await self._app.bot._post(
-            "getUpdates", data, read_timeout=GET_UPDATES_READ_S + wait_s
-        )
-        return [u for u in result if isinstance(u, dict) and isinstance(u.get("update_id"), int)]
-
-    def _dispatch(self, updates: list[dict[str, Any]]) -> None:
-        """Hand each update not yet handed over to the application, in id order."""
-        self._got_new = False
-        for raw in sorted(updates, key=lambda u: u["update_id"]):
-            uid = raw["update_id"]
-            if uid in self._dispatched or uid < self._acknowledged:
-                continue  # still running, or handled and awaiting acknowledgement
-            self._got_new = True
-            self._dispatched.add(uid)
-            self._highest = uid if self._highest is None else max(self._highest, uid)
-            try:
-                update = Update.de_json(raw, self._app.bot)
-            except Exception as exc:  # never retried: it would fail the same way forever
-                log.error("telegram: skipping update %s that does not parse (%r)", uid, exc)
-                continue
-            self._in_flight.add(uid)
-            task = asyncio.create_task(self._handle(update), name=f"telegram update {uid}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _handle(self, update: Update) -> None:
-        """Process like PTB would (its processor: concurrency, one user's updates in order); the
-        update counts as handled once its turn is over, answered or not."""
-        app = self._app
-        try:
-            await app.update_processor.process_update(update, app.process_update(update))
-        except Exception:
-            log.exception("telegram: update %s could not be processed", update.update_id)
-        finally:
-            self._in_flight.discard(update.update_id)
-            self._finished.set()
-
-    async def _acknowledge_handled(self) -> None:
-        """The last getUpdates: tell Telegram what was handled since the last poll."""
-        offset = self.offset()
-        if offset is None or offset <= self._acknowledged:
-            return
-        try:
-            await self._get_updates(offset, 0, limit=1)
-        except TelegramError as exc:
-            log.warning(
-                "telegram: could not acknowledge the last handled updates (%s); Telegram will "
-                "deliver them again and they will not be answered twice",
-                _describe(exc),
-            )
-            return
-        self._acknowledged = offset
-
-    def _backoff(self, exc: Exception, failures: int) -> float:
-        """Seconds to wait after a failed getUpdates, with one clear log line."""
-        wait = min(MAX_BACKOFF_S, 0.5 * 2 ** (failures - 1))
-        if isinstance(exc, RetryAfter):
-            wait = max(wait, _retry_seconds(exc))
-            log.warning("telegram: getUpdates flood limit; retrying in %.1f s", wait)
-        elif isinstance(exc, Conflict):
-            log.error(
-                "telegram: getUpdates conflict (%s): another process is polling with this bot "
-                "token, or a webhook is set; retrying in %.1f s",
-                _describe(exc),
-                wait,
-            )
-        elif isinstance(exc, InvalidToken):
-            wait = MAX_BACKOFF_S
-            log.error("telegram: getUpdates unauthorized (token revoked?); retry in %.0f s", wait)
-        elif isinstance(exc, TimedOut) and failures == 1:
-            wait = 0.0  # a long poll that outlived its read timeout: just ask again
-            log.debug("telegram: getUpdates timed out; polling again")
-        elif isinstance(exc, TelegramError):
-            log.warning("telegram: getUpdates failed (%s); retry in %.1f s", _describe(exc), wait)
-        else:
-            name = type(exc).__name__
-            log.error("telegram: getUpdates failed (%s); retry in %.1f s", name, wait, exc_info=exc)
-        return wait
-
-
-def _describe(exc: TelegramError) -> str:
-    """A short account of a Bot API error, never InvalidToken's text (it can hold the token)."""
-    if isinstance(exc, InvalidToken):
-        return "unauthorized"
-    return f"{type(exc).__name__}: {exc.message}"
-
-
-async def _wait_any(events: list[asyncio.Event], timeout_s: float) -> None:
-    """Until one of `events` is set, or `timeout_s` has passed."""
-    if timeout_s <= 0 or any(event.is_set() for event in events):
-        return
-    waits = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()
-
-
-async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
-    await _wait_any([stop], seconds)
 
 
 class _Redact(logging.Filter):
