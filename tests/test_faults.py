@@ -8,9 +8,11 @@ message must be in the session JSONL exactly once, whatever happened to the mode
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from bot.agent import Agent
@@ -41,8 +43,13 @@ class QuickRetryOpenAI(FakeOpenAI):
         return response
 
 
-async def start_fake() -> QuickRetryOpenAI:
-    return await QuickRetryOpenAI().start()
+@pytest.fixture
+async def fake() -> AsyncIterator[QuickRetryOpenAI]:
+    server = await QuickRetryOpenAI().start()
+    try:
+        yield server
+    finally:
+        await server.stop()
 
 
 def make_agent(fake: FakeOpenAI, workspaces: Path, *, window: int = 50_000, **llm: Any) -> Agent:
@@ -72,19 +79,17 @@ def last_cursor(workspaces: Path, user: str) -> int:
 # ---- the agent's own call -------------------------------------------------------------------
 
 
-async def test_a_5xx_burst_shorter_than_the_retries_is_answered(workspaces_dir: Path) -> None:
-    fake = await start_fake()
-    try:
-        agent = make_agent(fake, workspaces_dir, max_retries=2)
-        fake.queue(
-            Status(503, {"error": {"message": "overloaded"}}),
-            Status(500, {"error": {"message": "boom"}}),
-            completion("Answered after two retries."),
-        )
-        reply = await agent.handle(dm("1", "are you there?"))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+async def test_a_5xx_burst_shorter_than_the_retries_is_answered(
+    fake: QuickRetryOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake, workspaces_dir, max_retries=2)
+    fake.queue(
+        Status(503, {"error": {"message": "overloaded"}}),
+        Status(500, {"error": {"message": "boom"}}),
+        completion("Answered after two retries."),
+    )
+    reply = await agent.handle(dm("1", "are you there?"))
+    await agent.aclose()
     assert reply.text == "Answered after two retries."
     assert len(fake.requests) == 3  # the SDK retried; we did not re-send on top
     assert_each_once(workspaces_dir, "1", ["are you there?"])
@@ -93,18 +98,15 @@ async def test_a_5xx_burst_shorter_than_the_retries_is_answered(workspaces_dir: 
 
 
 async def test_a_5xx_burst_longer_than_the_retries_gives_a_clear_message(
+    fake: QuickRetryOpenAI,
     workspaces_dir: Path,
 ) -> None:
-    fake = await start_fake()
-    try:
-        agent = make_agent(fake, workspaces_dir, max_retries=2)
-        fake.queue(*[Status(503, {"error": {"message": "overloaded"}})] * 3)
-        reply = await agent.handle(dm("1", "my locker code is 4417"))
-        fake.queue(completion("I'm back."))
-        second = await agent.handle(dm("1", "hello again"))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+    agent = make_agent(fake, workspaces_dir, max_retries=2)
+    fake.queue(*[Status(503, {"error": {"message": "overloaded"}})] * 3)
+    reply = await agent.handle(dm("1", "my locker code is 4417"))
+    fake.queue(completion("I'm back."))
+    second = await agent.handle(dm("1", "hello again"))
+    await agent.aclose()
     assert OUTAGE in reply.text and "HTTP 503" in reply.text and "saved" in reply.text
     assert len(fake.requests) == 4  # 1 + 2 retries, then the next turn
     assert second.text == "I'm back."
@@ -114,63 +116,53 @@ async def test_a_5xx_burst_longer_than_the_retries_gives_a_clear_message(
     assert sent.count("my locker code is 4417") == 1
 
 
-async def test_rate_limit_429_is_retried(workspaces_dir: Path) -> None:
-    fake = await start_fake()
-    try:
-        agent = make_agent(fake, workspaces_dir, max_retries=2)
-        fake.queue(Status(429, {"error": {"message": "slow down"}}), completion("ok then"))
-        reply = await agent.handle(dm("1", "hi"))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+async def test_rate_limit_429_is_retried(fake: QuickRetryOpenAI, workspaces_dir: Path) -> None:
+    agent = make_agent(fake, workspaces_dir, max_retries=2)
+    fake.queue(Status(429, {"error": {"message": "slow down"}}), completion("ok then"))
+    reply = await agent.handle(dm("1", "hi"))
+    await agent.aclose()
     assert reply.text == "ok then"
     assert_each_once(workspaces_dir, "1", ["hi"])
 
 
-async def test_one_timeout_is_retried_and_answered(workspaces_dir: Path) -> None:
-    fake = await start_fake()
-    try:
-        agent = make_agent(fake, workspaces_dir, max_retries=1, timeout_s=0.2)
-        fake.queue(Delay(1.0, completion("too late")), completion("in time"))
-        reply = await agent.handle(dm("1", "quick question"))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+async def test_one_timeout_is_retried_and_answered(
+    fake: QuickRetryOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake, workspaces_dir, max_retries=1, timeout_s=0.2)
+    fake.queue(Delay(1.0, completion("too late")), completion("in time"))
+    reply = await agent.handle(dm("1", "quick question"))
+    await agent.aclose()
     assert reply.text == "in time"
     assert_each_once(workspaces_dir, "1", ["quick question"])
     roles = [r["role"] for r in session_records(workspaces_dir, "1") if "role" in r]
     assert roles == ["user", "assistant"]  # the late answer was never taken
 
 
-async def test_timeouts_beyond_the_retries_give_a_clear_message(workspaces_dir: Path) -> None:
-    fake = await start_fake()
-    try:
-        agent = make_agent(fake, workspaces_dir, max_retries=0, timeout_s=0.2)
-        fake.queue(Delay(1.0, completion("too late")))
-        reply = await agent.handle(dm("1", "slow question"))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+async def test_timeouts_beyond_the_retries_give_a_clear_message(
+    fake: QuickRetryOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake, workspaces_dir, max_retries=0, timeout_s=0.2)
+    fake.queue(Delay(1.0, completion("too late")))
+    reply = await agent.handle(dm("1", "slow question"))
+    await agent.aclose()
     assert OUTAGE in reply.text and "timed out" in reply.text
     assert_each_once(workspaces_dir, "1", ["slow question"])
 
 
-async def test_a_200_with_an_html_error_page_gives_a_clear_message(workspaces_dir: Path) -> None:
-    fake = await start_fake()
-    try:
-        agent = make_agent(fake, workspaces_dir)
-        fake.queue(Status(200, HTML_PAGE, content_type="text/html"))
-        labelled = await agent.handle(dm("1", "first"))
-        # A proxy that labels its error page as JSON.
-        fake.queue(Status(200, HTML_PAGE, content_type="application/json"))
-        mislabelled = await agent.handle(dm("1", "second"))
-        fake.queue(Status(200, "", content_type="application/json"))
-        empty = await agent.handle(dm("1", "third"))
-        fake.queue(completion("All good now."))
-        recovered = await agent.handle(dm("1", "fourth"))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+async def test_a_200_with_an_html_error_page_gives_a_clear_message(
+    fake: QuickRetryOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake, workspaces_dir)
+    fake.queue(Status(200, HTML_PAGE, content_type="text/html"))
+    labelled = await agent.handle(dm("1", "first"))
+    # A proxy that labels its error page as JSON.
+    fake.queue(Status(200, HTML_PAGE, content_type="application/json"))
+    mislabelled = await agent.handle(dm("1", "second"))
+    fake.queue(Status(200, "", content_type="application/json"))
+    empty = await agent.handle(dm("1", "third"))
+    fake.queue(completion("All good now."))
+    recovered = await agent.handle(dm("1", "fourth"))
+    await agent.aclose()
     for reply in (labelled, mislabelled, empty):
         assert OUTAGE in reply.text and "not a completion" in reply.text
         assert "<html>" not in reply.text
@@ -178,36 +170,33 @@ async def test_a_200_with_an_html_error_page_gives_a_clear_message(workspaces_di
     assert_each_once(workspaces_dir, "1", ["first", "second", "third", "fourth"])
 
 
-async def test_an_html_5xx_from_a_proxy_is_retried_then_reported(workspaces_dir: Path) -> None:
-    fake = await start_fake()
-    try:
-        agent = make_agent(fake, workspaces_dir, max_retries=1)
-        fake.queue(*[Status(502, HTML_PAGE, content_type="text/html")] * 2)
-        reply = await agent.handle(dm("1", "hello"))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+async def test_an_html_5xx_from_a_proxy_is_retried_then_reported(
+    fake: QuickRetryOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake, workspaces_dir, max_retries=1)
+    fake.queue(*[Status(502, HTML_PAGE, content_type="text/html")] * 2)
+    reply = await agent.handle(dm("1", "hello"))
+    await agent.aclose()
     assert OUTAGE in reply.text and "HTTP 502" in reply.text and "<html>" not in reply.text
     assert len(fake.requests) == 2
     assert_each_once(workspaces_dir, "1", ["hello"])
 
 
-async def test_an_empty_choice_list_gives_a_clear_message(workspaces_dir: Path) -> None:
-    fake = await start_fake()
-    try:
-        agent = make_agent(fake, workspaces_dir)
-        empty = completion("x")
-        empty["choices"] = []
-        fake.queue(empty)
-        reply = await agent.handle(dm("1", "anything?"))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+async def test_an_empty_choice_list_gives_a_clear_message(
+    fake: QuickRetryOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake, workspaces_dir)
+    empty = completion("x")
+    empty["choices"] = []
+    fake.queue(empty)
+    reply = await agent.handle(dm("1", "anything?"))
+    await agent.aclose()
     assert OUTAGE in reply.text and "without any choice" in reply.text
     assert_each_once(workspaces_dir, "1", ["anything?"])
 
 
 async def test_malformed_completion_bodies_never_escape_as_exceptions(
+    fake: QuickRetryOpenAI,
     workspaces_dir: Path,
 ) -> None:
     bodies: list[Any] = [
@@ -216,50 +205,41 @@ async def test_malformed_completion_bodies_never_escape_as_exceptions(
         {"choices": ["not an object"]},
         ["a", "list"],
     ]
-    fake = await start_fake()
-    try:
-        agent = make_agent(fake, workspaces_dir)
-        replies = []
-        for i, body in enumerate(bodies):
-            fake.queue(body)
-            replies.append(await agent.handle(dm("1", f"message {i}")))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+    agent = make_agent(fake, workspaces_dir)
+    replies = []
+    for i, body in enumerate(bodies):
+        fake.queue(body)
+        replies.append(await agent.handle(dm("1", f"message {i}")))
+    await agent.aclose()
     assert all(OUTAGE in r.text for r in replies), [r.text for r in replies]
     assert_each_once(workspaces_dir, "1", [f"message {i}" for i in range(len(bodies))])
 
 
-async def test_a_400_on_the_turn_is_reported_not_retried(workspaces_dir: Path) -> None:
-    fake = await start_fake()
-    try:
-        agent = make_agent(fake, workspaces_dir, max_retries=2)
-        fake.queue(Status(400, {"error": {"message": "maximum context length exceeded"}}))
-        reply = await agent.handle(dm("1", "hello"))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+async def test_a_400_on_the_turn_is_reported_not_retried(
+    fake: QuickRetryOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake, workspaces_dir, max_retries=2)
+    fake.queue(Status(400, {"error": {"message": "maximum context length exceeded"}}))
+    reply = await agent.handle(dm("1", "hello"))
+    await agent.aclose()
     assert "maximum context length exceeded" in reply.text
     assert len(fake.requests) == 1
     assert_each_once(workspaces_dir, "1", ["hello"])
 
 
 async def test_truncated_tool_arguments_are_fed_back_and_the_turn_continues(
+    fake: QuickRetryOpenAI,
     workspaces_dir: Path,
 ) -> None:
-    fake = await start_fake()
-    try:
-        agent = make_agent(fake, workspaces_dir)
-        truncated = '{"action": "add", "section": "Preferences", "text": "Likes gre'
-        fake.queue(
-            completion(None, [tool_call("edit_memory", truncated)]),
-            completion(None, [tool_call("edit_memory", {"action": "add", "text": "Likes tea"})]),
-            completion("Noted."),
-        )
-        reply = await agent.handle(dm("1", "I like green tea"))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+    agent = make_agent(fake, workspaces_dir)
+    truncated = '{"action": "add", "section": "Preferences", "text": "Likes gre'
+    fake.queue(
+        completion(None, [tool_call("edit_memory", truncated)]),
+        completion(None, [tool_call("edit_memory", {"action": "add", "text": "Likes tea"})]),
+        completion("Noted."),
+    )
+    reply = await agent.handle(dm("1", "I like green tea"))
+    await agent.aclose()
     assert reply.text == "Noted."
     tool_results = [m for m in fake.requests[1]["messages"] if m["role"] == "tool"]
     assert len(tool_results) == 1
@@ -272,21 +252,18 @@ async def test_truncated_tool_arguments_are_fed_back_and_the_turn_continues(
 
 
 async def test_a_failure_in_the_middle_of_the_tool_loop_leaves_a_valid_history(
+    fake: QuickRetryOpenAI,
     workspaces_dir: Path,
 ) -> None:
-    fake = await start_fake()
-    try:
-        agent = make_agent(fake, workspaces_dir, max_retries=0)
-        fake.queue(
-            completion(None, [tool_call("search_history", {"query": "trip"})]),
-            Status(500, {"error": {"message": "boom"}}),
-        )
-        failed = await agent.handle(dm("1", "where did I travel?"))
-        fake.queue(completion("Let's try again."))
-        again = await agent.handle(dm("1", "try again"))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+    agent = make_agent(fake, workspaces_dir, max_retries=0)
+    fake.queue(
+        completion(None, [tool_call("search_history", {"query": "trip"})]),
+        Status(500, {"error": {"message": "boom"}}),
+    )
+    failed = await agent.handle(dm("1", "where did I travel?"))
+    fake.queue(completion("Let's try again."))
+    again = await agent.handle(dm("1", "try again"))
+    await agent.aclose()
     assert OUTAGE in failed.text and again.text == "Let's try again."
     # The provider is sent a well-formed conversation: the tool call with its result.
     sent = fake.requests[-1]["messages"]
@@ -313,6 +290,7 @@ def long_text(i: int) -> str:
 
 
 async def test_a_400_on_forced_tool_choice_falls_back_to_auto_and_is_applied(
+    fake: QuickRetryOpenAI,
     workspaces_dir: Path,
 ) -> None:
     def consolidation(request: dict[str, Any]) -> Any:
@@ -323,17 +301,13 @@ async def test_a_400_on_forced_tool_choice_falls_back_to_auto_and_is_applied(
             "## User Information\n- Has a cat named Miso who likes boxes\n",
         )
 
-    fake = await start_fake()
     texts = [long_text(i) for i in range(8)]
-    try:
-        agent = make_agent(fake, workspaces_dir, window=1200)
-        fake.default = chat_or(consolidation)
-        for text in texts:
-            reply = await agent.handle(dm("1", text))
-            assert reply.text.startswith("Tell me more")
-        await agent.aclose()
-    finally:
-        await fake.stop()
+    agent = make_agent(fake, workspaces_dir, window=1200)
+    fake.default = chat_or(consolidation)
+    for text in texts:
+        reply = await agent.handle(dm("1", text))
+        assert reply.text.startswith("Tell me more")
+    await agent.aclose()
     choices = [r.get("tool_choice") for r in fake.consolidation_requests]
     assert choices and choices[::2] == [choices[0]] * len(choices[::2])
     assert isinstance(choices[0], dict) and set(choices[1::2]) == {"auto"}
@@ -345,7 +319,9 @@ async def test_a_400_on_forced_tool_choice_falls_back_to_auto_and_is_applied(
     assert_each_once(workspaces_dir, "1", texts)
 
 
-async def test_forced_choice_ignored_with_prose_then_auto_saves(workspaces_dir: Path) -> None:
+async def test_forced_choice_ignored_with_prose_then_auto_saves(
+    fake: QuickRetryOpenAI, workspaces_dir: Path
+) -> None:
     """Ollama's way: the forced choice is ignored and the model answers in prose."""
 
     def consolidation(request: dict[str, Any]) -> Any:
@@ -355,15 +331,11 @@ async def test_forced_choice_ignored_with_prose_then_auto_saves(workspaces_dir: 
             "[2026-11-29 10:00] Ada's trip to Kyoto.", "## Project Context\n- Kyoto\n"
         )
 
-    fake = await start_fake()
-    try:
-        agent = make_agent(fake, workspaces_dir)
-        fake.default = chat_or(consolidation)
-        await agent.handle(dm("1", "I'm going to Kyoto"))
-        reply = await agent.handle(dm("1", "/new"))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+    agent = make_agent(fake, workspaces_dir)
+    fake.default = chat_or(consolidation)
+    await agent.handle(dm("1", "I'm going to Kyoto"))
+    reply = await agent.handle(dm("1", "/new"))
+    await agent.aclose()
     assert "fresh" in reply.text.lower()
     ws = home(workspaces_dir, "1")
     assert "trip to Kyoto" in (ws / "HISTORY.md").read_text("utf-8")
@@ -373,19 +345,16 @@ async def test_forced_choice_ignored_with_prose_then_auto_saves(workspaces_dir: 
 
 
 async def test_a_model_that_never_saves_leads_to_a_raw_archive_on_new(
+    fake: QuickRetryOpenAI,
     workspaces_dir: Path,
 ) -> None:
-    fake = await start_fake()
     texts = ["I have a parrot called Kiwi", "Kiwi says 'hello' at 6am"]
-    try:
-        agent = make_agent(fake, workspaces_dir)
-        fake.default = chat_or(lambda request: completion("I'd rather chat than call tools."))
-        for text in texts:
-            await agent.handle(dm("1", text))
-        await agent.handle(dm("1", "/new"))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+    agent = make_agent(fake, workspaces_dir)
+    fake.default = chat_or(lambda request: completion("I'd rather chat than call tools."))
+    for text in texts:
+        await agent.handle(dm("1", text))
+    await agent.handle(dm("1", "/new"))
+    await agent.aclose()
     # Three attempts, each forced then auto, then the chunk is kept verbatim.
     assert len(fake.consolidation_requests) == 6
     history = (home(workspaces_dir, "1") / "HISTORY.md").read_text("utf-8")
@@ -398,18 +367,15 @@ async def test_a_model_that_never_saves_leads_to_a_raw_archive_on_new(
 
 
 async def test_a_model_that_never_saves_is_raw_archived_after_three_failures(
+    fake: QuickRetryOpenAI,
     workspaces_dir: Path,
 ) -> None:
-    fake = await start_fake()
     texts = [long_text(i) for i in range(8)]
-    try:
-        agent = make_agent(fake, workspaces_dir, window=1200)
-        fake.default = chat_or(lambda request: completion("No tools for me, thanks."))
-        for text in texts:
-            await agent.handle(dm("1", text))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+    agent = make_agent(fake, workspaces_dir, window=1200)
+    fake.default = chat_or(lambda request: completion("No tools for me, thanks."))
+    for text in texts:
+        await agent.handle(dm("1", text))
+    await agent.aclose()
     history = (home(workspaces_dir, "1") / "HISTORY.md").read_text("utf-8")
     assert "[RAW]" in history
     # The first chunk is tried exactly three times (forced, then auto, each) before it is
@@ -432,21 +398,18 @@ async def test_a_model_that_never_saves_is_raw_archived_after_three_failures(
 
 
 async def test_consolidation_5xx_counts_as_a_failure_and_nothing_is_lost(
+    fake: QuickRetryOpenAI,
     workspaces_dir: Path,
 ) -> None:
-    fake = await start_fake()
     texts = ["note one", "note two"]
-    try:
-        agent = make_agent(fake, workspaces_dir, max_retries=0)
-        fake.default = chat_or(lambda request: Status(503, {"error": {"message": "down"}}))
-        for text in texts:
-            await agent.handle(dm("1", text))
-        await agent.handle(dm("1", "/new"))
-        fake.default = chat_or(lambda request: completion("ok"))
-        after = await agent.handle(dm("1", "after the outage"))
-        await agent.aclose()
-    finally:
-        await fake.stop()
+    agent = make_agent(fake, workspaces_dir, max_retries=0)
+    fake.default = chat_or(lambda request: Status(503, {"error": {"message": "down"}}))
+    for text in texts:
+        await agent.handle(dm("1", text))
+    await agent.handle(dm("1", "/new"))
+    fake.default = chat_or(lambda request: completion("ok"))
+    after = await agent.handle(dm("1", "after the outage"))
+    await agent.aclose()
     assert after.text.startswith("Tell me more")
     history = (home(workspaces_dir, "1") / "HISTORY.md").read_text("utf-8")
     assert "[RAW] 4 messages" in history and "note one" in history and "note two" in history
