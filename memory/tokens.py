@@ -14,6 +14,7 @@ import math
 import os
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from hashlib import sha1
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 
 MESSAGE_OVERHEAD = 4  # role and separators, as OpenAI's chat format adds per message
 REPLY_PRIMING = 3  # the tokens that start the assistant's answer
+LONG_TEXT_CHARS = 256  # shorter texts are cheaper to count than to remember
+LONG_TEXTS_KEPT = 1024  # about one system prompt per recently active session
 IMAGE_PART_TOKENS = 85  # a low-detail image part; we never see the image itself
 # Tokenizers of other providers count within about this range of cl100k on the same text.
 FACTOR_BOUNDS = (0.75, 1.5)
@@ -106,7 +109,9 @@ class TokenEstimator:
         # Multiplies raw estimates; moved towards what the provider reports (observe_usage).
         self.factor = 1.0
         self._prefix: WeakKeyDictionary[Session, tuple[int, list[int]]] = WeakKeyDictionary()
-        self._last_text: tuple[str, int] = ("", 0)  # the system prompt rarely changes per turn
+        # Long texts seen again (each session's system prompt, between consolidations): with many
+        # users at once, one remembered text would be evicted by every other user's turn.
+        self._long_texts: OrderedDict[str, int] = OrderedDict()
 
     # -- single pieces --------------------------------------------------------------------------
 
@@ -114,12 +119,15 @@ class TokenEstimator:
         """Tokens in `text`; at least 1 for any non-empty text."""
         if not text:
             return 0
-        if text == self._last_text[0]:
-            return self._last_text[1]
-        n = self._count_raw(text)
-        n = max(1, n)
-        if len(text) > 256:
-            self._last_text = (text, n)
+        known = self._long_texts.get(text)
+        if known is not None:
+            self._long_texts.move_to_end(text)
+            return known
+        n = max(1, self._count_raw(text))
+        if len(text) > LONG_TEXT_CHARS:
+            self._long_texts[text] = n
+            if len(self._long_texts) > LONG_TEXTS_KEPT:
+                self._long_texts.popitem(last=False)
         return n
 
     def _count_raw(self, text: str) -> int:

@@ -219,3 +219,18 @@ def test_absurd_usage_reports_are_ignored(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text", ["a", "🙂", "\n", "<|fim_prefix|>"])
 def test_never_zero_for_non_empty(text: str) -> None:
     assert TokenEstimator().count_text(text) >= 1
+
+
+def test_system_prompts_of_many_sessions_are_counted_once_each() -> None:
+    calls: list[str] = []
+
+    def provider_counter(text: str) -> int:
+        calls.append(text)
+        return len(text) // 4
+
+    est = TokenEstimator(native_counter=provider_counter)
+    prompts = [f"You are LightGrep. Memory of user {n}: " + "fact " * 100 for n in range(50)]
+    for _ in range(3):  # three turns of fifty users, interleaved
+        counts = [est.count_text(prompt) for prompt in prompts]
+    assert len(calls) == 50
+    assert counts == [len(p) // 4 for p in prompts]
