@@ -15,7 +15,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -253,27 +253,15 @@ async def _as_user(config: Config, key: str, command: str) -> str:
 
 def _require_workspace(config: Config, key: str) -> None:
     """A mistyped key must not create an empty workspace; list the ones that exist instead."""
-    from memory.keys import encode_key
+    from memory.workspace import Workspaces
 
-    base = _workspaces(config)
-    if (base / encode_key(key)).is_dir():
+    workspaces = Workspaces(_workspaces(config))
+    if workspaces.exists(key):
         return
-    known = sorted(_known_users(base))
+    known = list(workspaces.user_keys())
     listing = ", ".join(known[:10]) + (", …" if len(known) > 10 else "") if known else "none yet"
+    base = workspaces.base_dir
     raise UserError(f"no workspace for user {key!r} in {base} (known users: {listing})")
-
-
-def _known_users(base: Path) -> Iterable[str]:
-    from memory.keys import decode_key
-
-    for entry in base.iterdir() if base.is_dir() else ():
-        if entry.is_dir():
-            key = decode_key(entry.name)
-            if key is None:
-                with contextlib.suppress(OSError):
-                    key = (entry / ".key").read_text("utf-8", "replace")
-            if key:
-                yield key
 
 
 # ---- doctor -------------------------------------------------------------------------------

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from memory.atomic import atomic_write_text, remove_stale_temp_files
-from memory.keys import encode_key, is_hashed_name
+from memory.keys import decode_key, encode_key, is_hashed_name
 from memory.session import SessionStore
 from memory.store import MemoryStore
 
@@ -62,6 +64,24 @@ class Workspaces:
                 self._record_key(root, user_key)
             self._cache[user_key] = workspace
         return workspace
+
+    def exists(self, user_key: str) -> bool:
+        """Whether the user has a workspace already (looking never creates one)."""
+        return (self.base_dir / encode_key(user_key)).is_dir()
+
+    def user_keys(self) -> Iterator[str]:
+        """The keys of every existing workspace (a hashed folder name is read from its .key)."""
+        if not self.base_dir.is_dir():
+            return
+        for entry in sorted(self.base_dir.iterdir()):
+            if not entry.is_dir():
+                continue
+            key = decode_key(entry.name)
+            if key is None:
+                with contextlib.suppress(OSError):
+                    key = (entry / KEY_FILE).read_text("utf-8", "replace")
+            if key:
+                yield key
 
     def _root_for(self, user_key: str) -> Path:
         """base_dir/encode_key(user_key), refused unless it really resolves inside base_dir."""

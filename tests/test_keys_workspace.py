@@ -159,3 +159,14 @@ def test_temp_files_left_by_a_crash_mid_write_are_swept_on_open(tmp_path: Path) 
     reopened = Workspaces(tmp_path).get("telegram-42")  # the next start of the bot
     assert [p.name for p in root.iterdir() if p.name.endswith(".tmp")] == []
     assert reopened.memory.read() == "## User Information\n- Name: Ada\n"
+
+
+def test_existing_workspaces_are_listed_by_key_without_creating_any(tmp_path: Path) -> None:
+    workspaces = Workspaces(tmp_path)
+    long_key = "cli-" + "x" * 5000
+    for key in ("telegram-42", "discord-8123", long_key):
+        workspaces.get(key)
+    again = Workspaces(tmp_path)
+    assert sorted(again.user_keys()) == sorted(["telegram-42", "discord-8123", long_key])
+    assert again.exists("telegram-42") and not again.exists("telegram-43")
+    assert not (tmp_path / encode_key("telegram-43")).exists()
