@@ -71,7 +71,6 @@ SYSTEM_PROMPT = (
 )
 
 _FORCED_CHOICE = {"type": "function", "function": {"name": "save_memory"}}
-_STAMP = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\]")
 
 
 def _content_text(content: Any) -> str:
@@ -157,8 +156,11 @@ def parse_save_memory(result: ChatResult) -> tuple[str, str] | None:
     return entry, memory.strip() + "\n"
 
 
-def _now_stamp() -> str:
-    return datetime.now().strftime("[%Y-%m-%d %H:%M]")
+def _message_time(message: dict[str, Any]) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(message.get("timestamp")))
+    except ValueError:
+        return None
 
 
 class MemoryConsolidator:
@@ -282,8 +284,8 @@ class MemoryConsolidator:
         self, workspace: Workspace, session: Session, chunk: list[dict[str, Any]], end: int
     ) -> None:
         """Give up on summarising: keep the chunk verbatim in HISTORY.md and move on."""
-        entry = f"{_now_stamp()} [RAW] {len(chunk)} messages\n{format_messages(chunk)}"
-        workspace.memory.append_history(entry)
+        entry = f"[RAW] {len(chunk)} messages\n{format_messages(chunk)}"
+        workspace.memory.append_history(entry)  # dated now, like every undated entry
         workspace.sessions.set_last_consolidated(session, end)
         self._failures.pop(self._id(workspace, session), None)
         log.warning("consolidation kept failing: %d messages archived raw", len(chunk))
@@ -304,11 +306,9 @@ class MemoryConsolidator:
             if parsed is None:
                 return False
             entry, memory = parsed
-            if not _STAMP.match(entry):
-                stamp = str(chunk[-1].get("timestamp") or "")[:16].replace("T", " ")
-                entry = f"[{stamp}] {entry}" if len(stamp) == 16 else entry
             try:
-                workspace.memory.append_history(entry)
+                # An entry the model left undated gets the time of the chunk's last message.
+                workspace.memory.append_history(entry, when=_message_time(chunk[-1]))
                 if memory.strip() != current.strip():
                     workspace.memory.write(memory)
             except OSError as exc:

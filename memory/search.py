@@ -32,6 +32,8 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+from memory.store import ENTRY_STAMP
+
 try:  # private, but the only way to inspect a pattern before running it; the check is best effort
     from re import _constants as _sre_c
     from re import _parser as _sre_parse
@@ -129,9 +131,8 @@ class _Layout:
         return self.start_of(buf, len(buf) - 1) if buf else 0
 
 
-_STAMP = r"\[\d{4}-\d\d-\d\d \d\d:\d\d\]"
-_BYTES = _Layout(b"\n\n[", re.compile(_STAMP.encode("ascii")))
-_TEXT = _Layout("\n\n[", re.compile(_STAMP))
+_BYTES = _Layout(b"\n\n[", re.compile(ENTRY_STAMP.encode("ascii")))
+_TEXT = _Layout("\n\n[", re.compile(ENTRY_STAMP))
 
 
 # --- terms --------------------------------------------------------------------------------------

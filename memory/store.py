@@ -18,7 +18,9 @@ MEMORY_FILE = "MEMORY.md"
 HISTORY_FILE = "HISTORY.md"
 VERSIONS_DIR = ".memory_versions"
 
-_STAMP = re.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\]")
+# How every HISTORY.md entry begins (search.py finds entries by it).
+ENTRY_STAMP = r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\]"
+_STAMP = re.compile(ENTRY_STAMP)
 _BLANK_LINES = re.compile(r"\n(?:[ \t\r]*\n)+")
 _HEADING = re.compile(r"^(#{1,2})[ \t]+(.*?)[ \t#]*$")
 _VERSION_NAME = re.compile(r"^MEMORY\.\d{8}T\d{6}\.(\d{20})\.md$")

@@ -457,3 +457,16 @@ def test_format_messages_one_line_each() -> None:
         "[2024-05-01T10:31] ASSISTANT [tools: search_history, edit_memory]: \n"
         "[?] USER: a part"
     )
+
+
+async def test_an_undated_history_entry_is_dated_by_its_conversation(
+    llm, fake_llm, workspace
+) -> None:
+    session = workspace.sessions.get("telegram:dm:42")
+    for role, text in (("user", "I switched to green tea"), ("assistant", "Noted.")):
+        message = {"role": role, "content": text, "timestamp": "2024-05-01T10:30:59"}
+        workspace.sessions.append(session, message)
+    fake_llm.queue(save_memory_call("Ada switched to green tea.", "## Preferences\n- tea\n"))
+    consolidator = MemoryConsolidator(llm, TokenEstimator(), 10_000)
+    await consolidator.archive_all(workspace, session)
+    assert history(workspace) == "[2024-05-01 10:30] Ada switched to green tea.\n"
