@@ -22,6 +22,8 @@ from discord import app_commands
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
+from adapters.discord_config import PLATFORM, DiscordConfig
+from bot import logsafe
 from bot.access import is_allowed
 from bot.commands import PRIVATE_COMMANDS
 from bot.formatting import split_message
@@ -32,11 +34,10 @@ from bot.repeating import repeating
 
 if TYPE_CHECKING:
     from bot.agent import Agent
-    from bot.config import Config, DiscordConfig
+    from bot.config import Config
 
 log = logging.getLogger(__name__)
 
-PLATFORM = "discord"
 MESSAGE_LIMIT = 2000  # characters per Discord message
 DESCRIPTION_LIMIT = 100  # characters per slash command description
 COMMAND_NAME = re.compile(r"^[a-z0-9_-]{1,32}$")
@@ -45,11 +46,6 @@ RESTARTING = "I'm restarting; please try again in a minute."
 FAILURE = "Sorry, something went wrong while answering. Please try again."
 NO_MENTIONS = discord.AllowedMentions.none()
 SHUTDOWN_GRACE_S = 120.0  # longest wait for running turns when stopping
-
-
-def create(config: Config, agent: Agent) -> DiscordAdapter:
-    """Entry point `lightgrep.platforms: discord`."""
-    return DiscordAdapter(config, agent)
 
 
 class DiscordAdapter:
@@ -65,7 +61,7 @@ class DiscordAdapter:
         guild_ready_timeout: float = 2.0,
         defer_after_s: float = 2.0,
     ) -> None:
-        self.config: DiscordConfig = config.discord
+        self.config: DiscordConfig = config.platforms[PLATFORM]
         self.agent = agent
         self.ready = asyncio.Event()
         self.guild_ready_timeout = guild_ready_timeout
@@ -77,8 +73,11 @@ class DiscordAdapter:
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
-        """Log in, sync commands, serve until `stop`, then let running turns finish and close."""
-        token = self._check_config()
+        """Log in, sync commands, serve until `stop`, then let running turns finish and close.
+
+        The settings were checked when the configuration was loaded (discord_config.py)."""
+        token = self.config.token or ""
+        logsafe.hide(*self.config.secrets())
         saved = _override_endpoints(self.config.api_base, self.config.gateway_url)
         client = self._client = self._build_client()
         connect: asyncio.Task[None] | None = None
@@ -100,18 +99,6 @@ class DiscordAdapter:
                     await connect
             _restore_endpoints(saved)
             self.ready.clear()
-
-    def _check_config(self) -> str:
-        if not self.config.token:
-            raise PlatformStartError(
-                "discord: no bot token; set [discord] token or the DISCORD_BOT_TOKEN "
-                "environment variable"
-            )
-        if not self.config.allow_from:
-            raise PlatformStartError(
-                'discord: [discord] allow_from is empty; list user ids, or "*" to let everyone in'
-            )
-        return self.config.token.strip()
 
     def _build_client(self) -> discord.Client:
         intents = discord.Intents.none()

@@ -38,12 +38,14 @@ from telegram.ext import (
     filters,
 )
 
+from adapters.telegram_config import PLATFORM, TelegramConfig
 from adapters.telegram_format import markdown_to_html
 from adapters.telegram_polling import (
     PerUserOrder,
     Poller,
     flood_safe,
 )
+from bot import logsafe
 from bot.access import is_allowed
 from bot.formatting import split_message
 from bot.inbound import Inbound
@@ -53,11 +55,9 @@ from bot.repeating import repeating
 
 if TYPE_CHECKING:
     from bot.agent import Agent
-    from bot.config import Config, TelegramConfig
 
 log = logging.getLogger(__name__)
 
-PLATFORM = "telegram"
 LIMIT = 4096  # characters per message, counted by Telegram in UTF-16 code units
 MAX_CONCURRENT_UPDATES = 256
 # Every running turn may hold one Bot API connection (typing, then its answer); a connection
@@ -69,11 +69,6 @@ REFUSAL = "Sorry, this bot is private and you are not on its allow list."
 TEXT_ONLY = "I can only read text for now."
 FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
 SENT_PRIVATELY = "I've sent you the answer in our private chat."
-
-
-def create(config: Config, agent: Agent) -> TelegramAdapter:
-    """Entry point `lightgrep.platforms: telegram`."""
-    return TelegramAdapter(config.telegram, agent)
 
 
 class TelegramAdapter:
@@ -92,36 +87,18 @@ class TelegramAdapter:
     # ---- lifecycle -------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Serve until `stop` is set; then stop fetching updates and let running turns finish."""
-        token = self._check_config()
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs URLs, which hold the token
-        with _redacted(token):
-            app = self._build_app(token)
-            try:
-                await self._initialize(app)
-                await self._serve(app, stop)
-            finally:
-                await self._wind_down(app)
+        """Serve until `stop` is set; then stop fetching updates and let running turns finish.
 
-    def _check_config(self) -> str:
-        """The token, or PlatformStartError saying which key to set."""
-        if not self._config.token or not self._config.token.strip():
-            raise PlatformStartError(
-                "telegram is enabled but has no token: set TELEGRAM_BOT_TOKEN or [telegram] "
-                "token (create a bot with @BotFather to get one)"
-            )
-        if not [entry for entry in self._config.allow_from if str(entry).strip()]:
-            raise PlatformStartError(
-                "telegram is enabled but [telegram] allow_from is empty, so nobody could talk to "
-                'the bot: list numeric user ids or @usernames, or "*" for everyone'
-            )
-        if self._config.mode not in ("polling", "webhook"):
-            raise PlatformStartError(
-                f'[telegram] mode must be "polling" or "webhook", not {self._config.mode!r}'
-            )
-        if self._config.mode == "webhook" and not self._config.webhook_url:
-            raise PlatformStartError('[telegram] mode = "webhook" needs [telegram] webhook_url')
-        return self._config.token.strip()
+        The settings were checked when the configuration was loaded (telegram_config.py)."""
+        token = self._config.token or ""
+        logsafe.hide(*self._config.secrets())  # Bot API URLs carry the token
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs URLs, which hold the token
+        app = self._build_app(token)
+        try:
+            await self._initialize(app)
+            await self._serve(app, stop)
+        finally:
+            await self._wind_down(app)
 
     def _build_app(self, token: str) -> Application:
         builder = (
@@ -452,41 +429,3 @@ def _command(msg: Message) -> tuple[str, str, str] | None:
 def _is_markup_error(exc: BadRequest) -> bool:
     message = exc.message.lower()
     return any(word in message for word in ("parse", "entit", "tag"))
-
-
-class _Redact(logging.Filter):
-    """Replace the bot token in log records (messages, arguments, tracebacks)."""
-
-    def __init__(self, secret: str) -> None:
-        super().__init__()
-        self._secret = secret
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if record.exc_info:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-            record.exc_info = None
-        if self._secret in message:
-            record.msg, record.args = message.replace(self._secret, "<token>"), ()
-        if record.exc_text and self._secret in record.exc_text:
-            record.exc_text = record.exc_text.replace(self._secret, "<token>")
-        return True
-
-
-@contextlib.contextmanager
-def _redacted(token: str) -> Any:
-    """Attach a token-redacting filter to every telegram/httpx logger (filters don't inherit)."""
-    names = [
-        name
-        for name in list(logging.root.manager.loggerDict)
-        if name.split(".")[0] in ("telegram", "httpx", "httpcore", "adapters")
-    ]
-    loggers = [logging.getLogger(name) for name in {*names, "telegram", "httpx", __name__}]
-    redact = _Redact(token)
-    for logger in loggers:
-        logger.addFilter(redact)
-    try:
-        yield
-    finally:
-        for logger in loggers:
-            logger.removeFilter(redact)

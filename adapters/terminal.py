@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
+from bot.platform import PlatformPlugin
 
 if TYPE_CHECKING:
     from bot.agent import Agent
@@ -194,5 +195,8 @@ class TerminalAdapter:
 
 
 def create(config: Config, agent: Agent, *, user: str | None = None) -> TerminalAdapter:
-    """Entry point `lightgrep.platforms: terminal`."""
     return TerminalAdapter(config, agent, user=user)
+
+
+# Entry point `lightgrep.platforms: terminal`; no settings section (`lightgrep chat` starts it).
+PLUGIN = PlatformPlugin(name="terminal", create=create)

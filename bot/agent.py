@@ -46,15 +46,7 @@ class SessionStatus:
 class Agent:
     def __init__(self, config: Config, llm: ChatLLM | None = None) -> None:
         self.config = config
-        self.llm: ChatLLM = llm or LLMClient(
-            model=config.llm.model,
-            base_url=config.llm.base_url,
-            api_key=config.llm.api_key,
-            timeout_s=config.llm.timeout_s,
-            max_retries=config.llm.max_retries,
-            max_output_tokens=config.llm.max_output_tokens,
-            temperature=config.llm.temperature,
-        )
+        self.llm: ChatLLM = llm or LLMClient.from_config(config.llm)
         self.workspaces = Workspaces(
             config.memory.workspaces_dir, keep_memory_versions=config.memory.keep_memory_versions
         )

@@ -1,8 +1,8 @@
 """The `lightgrep` command: chat in the terminal, run the platforms, look at memory, check setup.
 
 Mistakes a person can make (a bad config, no platform enabled, a bad token) end with one line on
-stderr and a non-zero exit code, never a traceback. Logs go to stderr through `logging`, with
-every configured secret masked.
+stderr and a non-zero exit code, never a traceback. Logs go to stderr through `logging`; every
+configured secret is masked there by bot.logsafe.
 """
 
 from __future__ import annotations
@@ -19,10 +19,17 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bot import logsafe
 from bot.config import Config, ConfigError, load_config
 from bot.inbound import Inbound
 from bot.keys import session_key
-from bot.platform import PlatformAdapter, PlatformStartError, load_platform
+from bot.platform import (
+    AdapterFactory,
+    PlatformAdapter,
+    PlatformStartError,
+    PluginError,
+    load_platform,
+)
 from memory.folder_lock import FolderLock, FolderLockError
 
 log = logging.getLogger("lightgrep")
@@ -44,29 +51,14 @@ class UserError(Exception):
 # ---- logging ------------------------------------------------------------------------------
 
 
-class RedactingFormatter(logging.Formatter):
-    """Masks every known secret in the final text, tracebacks included (defence in depth:
-    HTTP libraries log URLs, and a Telegram URL carries the bot token)."""
-
-    def __init__(self, fmt: str) -> None:
-        super().__init__(fmt)
-        self.secrets: set[str] = set()
-
-    def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return text
-
-
-_formatter = RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def setup_logging(verbose: bool, quiet: bool) -> None:
     """stderr; ours at INFO (WARNING in a chat, so logs don't garble the conversation), libraries
     at WARNING; --verbose: everything at DEBUG."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_formatter)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.WARNING)
@@ -76,14 +68,8 @@ def setup_logging(verbose: bool, quiet: bool) -> None:
         log.setLevel(logging.INFO)
 
 
-def hide_secrets(config: Config) -> None:
-    values = [config.llm.api_key, config.telegram.token, config.discord.token]
-    _formatter.secrets.update(v for v in values if v and len(v) >= 4)
-
-
 def load(path: Path | None) -> Config:
-    config = load_config(path)
-    hide_secrets(config)
+    config = load_config(path)  # registers every secret of it with bot.logsafe
     log.debug("configuration: %r", config)
     return config
 
@@ -117,7 +103,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
         agent = _new_agent(config)
         stop = asyncio.Event()
         try:
-            adapter: Any = factory(config, agent, user=args.user)  # type: ignore[call-arg]
+            adapter = factory(config, agent, user=args.user)
             with _signals_set(stop):
                 await adapter.run(stop)
         finally:
@@ -132,9 +118,10 @@ async def cmd_run(args: argparse.Namespace) -> int:
     config = load(args.config)
     names = config.enabled_platforms()
     if not names:
+        sections = " or ".join(f"[{name}]" for name in config.platforms) or "a platform's section"
         raise UserError(
             f"no platform is enabled in {config.source or 'the configuration'}: set enabled = true "
-            "under [telegram] or [discord] (or talk in the terminal with `lightgrep chat`)",
+            f"under {sections} (or talk in the terminal with `lightgrep chat`)",
             EXIT_USAGE,
         )
     require_credentials(config)
@@ -307,13 +294,9 @@ async def _check_endpoint(config: Config) -> tuple[bool, str, str]:
     if not config.llm.base_url and not config.llm.api_key:
         return False, "endpoint", NO_KEY
     log.info("sending a tiny chat request to %s", describe_endpoint(config))
-    client = LLMClient(
-        model=config.llm.model,
-        base_url=config.llm.base_url,
-        api_key=config.llm.api_key,
-        timeout_s=min(config.llm.timeout_s, 30.0),
-        max_retries=0,
-        temperature=config.llm.temperature,
+    # A quick, honest answer: no retries (a retry would hide the failure), at most 30 s.
+    client = LLMClient.from_config(
+        config.llm, timeout_s=min(config.llm.timeout_s, 30.0), max_retries=0
     )
     started = time.monotonic()
     try:
@@ -358,10 +341,10 @@ def _workspaces(config: Config) -> Path:
     return Path(config.memory.workspaces_dir)
 
 
-def _factory(name: str) -> Callable[..., PlatformAdapter]:
+def _factory(name: str) -> AdapterFactory:
     try:
-        return load_platform(name)
-    except PlatformStartError as exc:
+        return load_platform(name).create
+    except (PlatformStartError, PluginError) as exc:
         raise UserError(
             f"{exc} (install LightGrep with `pip install -e .` so its platforms are registered)"
         ) from None
@@ -415,11 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     memory = sub.add_parser("memory", parents=[common], help="print a user's MEMORY.md")
-    memory.add_argument("user_key", metavar="USER_KEY", help="e.g. telegram-42 or cli-alice")
+    memory.add_argument("user_key", metavar="USER_KEY", help="e.g. cli-alice")
     memory.set_defaults(func=cmd_memory)
 
     recall = sub.add_parser("recall", parents=[common], help="search a user's HISTORY.md")
-    recall.add_argument("user_key", metavar="USER_KEY", help="e.g. telegram-42 or cli-alice")
+    recall.add_argument("user_key", metavar="USER_KEY", help="e.g. cli-alice")
     recall.add_argument("words", nargs="+", metavar="WORDS", help='keywords; "quotes" for a phrase')
     recall.add_argument("--regex", action="store_true", help="WORDS is a regular expression")
     recall.add_argument("--page", type=int, default=1, metavar="N", help="page of results")
@@ -447,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"lightgrep: {message}", file=sys.stderr, flush=True)
+    print(f"lightgrep: {logsafe.mask(message)}", file=sys.stderr, flush=True)
     return code
 
 

@@ -1,7 +1,10 @@
-"""Configuration: one TOML file plus secrets from the environment (DESIGN.md §8).
+"""Configuration: one TOML file plus secrets from the environment.
 
-Every key is documented in config.example.toml. Errors are ConfigError with one line that names
-the key, never a traceback.
+The core's sections are declared here; each platform plugin brings its own `[<name>]` section
+(bot/platform.py), so this module knows no platform by name. Every key of every section is read
+and checked here, through what its field declares (bot/settings.py): the one place a setting is
+validated. Every key is documented in config.example.toml. Errors are ConfigError with one line
+that names the key, never a traceback.
 """
 
 from __future__ import annotations
@@ -18,68 +21,60 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-SECRET_FIELDS = frozenset({"api_key", "token"})
+from bot import logsafe
+from bot.platform import PlatformPlugin, PluginError, installed_plugins
+from bot.settings import (
+    HTTP,
+    NON_EMPTY,
+    NON_NEGATIVE_INT,
+    POSITIVE_INT,
+    KeySpec,
+    Rule,
+    Section,
+    SettingError,
+    key_spec,
+    setting,
+)
+
 DEFAULT_CONFIG = Path("config.toml")
+ENV_PREFIX = "LIGHTGREP_"
 
 
 class ConfigError(Exception):
     """A configuration problem, worded for the person who wrote the file."""
 
 
-class _Section:
-    """Shared repr of the sections: secrets show as '***', so a logged config is safe."""
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={v!r}" for k, v in _redacted_section(self).items())
-        return f"{type(self).__name__}({shown})"
+@dataclass(repr=False)
+class LLMConfig(Section):
+    # None: the OpenAI API. Vendor variables fill a key only when the file leaves it unset (a key
+    # meant for OpenAI must not silently replace the key a config file gives a local server).
+    base_url: str | None = setting(None, url=HTTP, env="OPENAI_BASE_URL")
+    api_key: str | None = setting(None, secret=True, env="OPENAI_API_KEY")
+    model: str = setting("gpt-4o-mini", rule=NON_EMPTY)
+    context_window_tokens: int = setting(65536, rule=POSITIVE_INT)
+    max_output_tokens: int = setting(2048, rule=POSITIVE_INT)
+    temperature: float = setting(0.7, rule=Rule("a number from 0 to 2", lambda v: 0 <= v <= 2))
+    timeout_s: float = setting(60.0, rule=Rule("a positive number of seconds", lambda v: v > 0))
+    max_retries: int = setting(2, rule=NON_NEGATIVE_INT)
 
 
 @dataclass(repr=False)
-class LLMConfig(_Section):
-    base_url: str | None = None  # None: the OpenAI API
-    api_key: str | None = None
-    model: str = "gpt-4o-mini"
-    context_window_tokens: int = 65536
-    max_output_tokens: int = 2048
-    temperature: float = 0.7
-    timeout_s: float = 60.0
-    max_retries: int = 2
-
-
-@dataclass(repr=False)
-class MemoryConfig(_Section):
+class MemoryConfig(Section):
     workspaces_dir: Path = Path("workspaces")
-    keep_memory_versions: int = 10
+    keep_memory_versions: int = setting(10, rule=NON_NEGATIVE_INT)
 
 
 @dataclass(repr=False)
-class AgentConfig(_Section):
-    max_tool_iterations: int = 8
-    bot_name: str = "LightGrep"
+class AgentConfig(Section):
+    max_tool_iterations: int = setting(8, rule=POSITIVE_INT)
+    bot_name: str = setting("LightGrep", rule=NON_EMPTY)
 
 
-@dataclass(repr=False)
-class TelegramConfig(_Section):
-    enabled: bool = False
-    token: str | None = None
-    allow_from: list[str] = field(default_factory=list)  # ids or usernames; "*" for everyone
-    api_base: str | None = None  # self-hosted Bot API server, e.g. "http://127.0.0.1:8081"
-    mode: str = "polling"  # "polling" or "webhook"
-    webhook_url: str | None = None
-    webhook_listen: str = "127.0.0.1"
-    webhook_port: int = 8443
-    poll_timeout_s: int = 30
-
-
-@dataclass(repr=False)
-class DiscordConfig(_Section):
-    enabled: bool = False
-    token: str | None = None
-    allow_from: list[str] = field(default_factory=list)  # user ids; "*" for everyone
-    api_base: str | None = None  # REST proxy, e.g. "http://127.0.0.1:9000/api/v10"
-    gateway_url: str | None = None  # gateway proxy, e.g. "ws://127.0.0.1:9000/"
-    message_content_intent: bool = False  # privileged; DMs and mentions work without it
-    sync_guild_id: int | None = None  # sync slash commands to one guild only (fast iteration)
+CORE_SECTIONS: dict[str, type[Section]] = {
+    "llm": LLMConfig,
+    "memory": MemoryConfig,
+    "agent": AgentConfig,
+}
 
 
 @dataclass(repr=False)
@@ -87,42 +82,49 @@ class Config:
     llm: LLMConfig = field(default_factory=LLMConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
-    telegram: TelegramConfig = field(default_factory=TelegramConfig)
-    discord: DiscordConfig = field(default_factory=DiscordConfig)
+    # The `[<name>]` section of each platform plugin, by name (load_config fills in every
+    # installed one); an adapter reads its own as config.platforms[name].
+    platforms: dict[str, Any] = field(default_factory=dict)
     source: Path | None = None  # the file it was loaded from; None: defaults + environment
+
+    def sections(self) -> dict[str, Section]:
+        return {"llm": self.llm, "memory": self.memory, "agent": self.agent, **self.platforms}
 
     def redacted(self) -> dict[str, dict[str, Any]]:
         """Every setting by section, secrets replaced by '***' (or None when unset): safe to log."""
-        return {name: _redacted_section(getattr(self, name)) for name in SECTIONS}
+        return {name: section.redacted() for name, section in self.sections().items()}
+
+    def secrets(self) -> list[str]:
+        """Every secret value set in any section (API key, plugins' tokens), for the redactor."""
+        return [value for section in self.sections().values() for value in section.secrets()]
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in SECTIONS)
+        shown = ", ".join(f"{name}={section!r}" for name, section in self.sections().items())
         return f"Config({shown}, source={self.source!r})"
 
     def enabled_platforms(self) -> list[str]:
-        """Names of the chat platforms switched on, in a stable order."""
-        return [name for name in PLATFORMS if getattr(self, name).enabled]
+        """Names of the chat platforms switched on, in the order their plugins are registered."""
+        return [name for name, section in self.platforms.items() if section.enabled]
 
 
-SECTIONS: dict[str, type[_Section]] = {
-    "llm": LLMConfig,
-    "memory": MemoryConfig,
-    "agent": AgentConfig,
-    "telegram": TelegramConfig,
-    "discord": DiscordConfig,
-}
-PLATFORMS = ("telegram", "discord")
-ENV_PREFIX = "LIGHTGREP_"
-# The usual variables of each vendor fill a setting only when the file leaves it unset (a key meant
-# for OpenAI must not silently replace the key a config file gives a local server); LIGHTGREP_*
-# variables are explicit, so they override the file.
-VENDOR_ENV: dict[str, tuple[str, str]] = {
-    "OPENAI_API_KEY": ("llm", "api_key"),
-    "OPENAI_BASE_URL": ("llm", "base_url"),
-    "TELEGRAM_BOT_TOKEN": ("telegram", "token"),
-    "DISCORD_BOT_TOKEN": ("discord", "token"),
-}
-TOKEN_ENV = {"telegram": "TELEGRAM_BOT_TOKEN", "discord": "DISCORD_BOT_TOKEN"}
+def section_types(plugins: Mapping[str, PlatformPlugin] | None = None) -> dict[str, type[Section]]:
+    """Every section a config file may have: the core's, then each installed plugin's."""
+    if plugins is None:
+        plugins = _plugins()
+    own = {name: p.settings for name, p in plugins.items() if p.settings is not None}
+    return {**CORE_SECTIONS, **own}
+
+
+def _plugins() -> dict[str, PlatformPlugin]:
+    try:
+        plugins = installed_plugins()
+    except PluginError as exc:
+        raise ConfigError(str(exc)) from None
+    for name in plugins:
+        if name in CORE_SECTIONS:
+            raise ConfigError(f"platform plugin {name!r} takes the name of the [{name}] section")
+    return plugins
+
 
 _KIND_WORDS = {
     bool: "true or false",
@@ -134,67 +136,22 @@ _KIND_WORDS = {
 }
 
 
-def _positive(v: Any) -> bool:
-    return v > 0
-
-
-def _non_negative(v: Any) -> bool:
-    return v >= 0
-
-
-def _non_empty(v: Any) -> bool:
-    return bool(v.strip())
-
-
-# (section, key) → (what a valid value is, check). Type errors use the same words.
-RULES: dict[tuple[str, str], tuple[str, typing.Callable[[Any], bool]]] = {
-    ("llm", "model"): ("a non-empty string", _non_empty),
-    ("llm", "context_window_tokens"): ("a positive integer", _positive),
-    ("llm", "max_output_tokens"): ("a positive integer", _positive),
-    ("llm", "temperature"): ("a number from 0 to 2", lambda v: 0 <= v <= 2),
-    ("llm", "timeout_s"): ("a positive number of seconds", _positive),
-    ("llm", "max_retries"): ("an integer of 0 or more", _non_negative),
-    ("memory", "keep_memory_versions"): ("an integer of 0 or more", _non_negative),
-    ("agent", "max_tool_iterations"): ("a positive integer", _positive),
-    ("agent", "bot_name"): ("a non-empty string", _non_empty),
-    ("telegram", "mode"): ('"polling" or "webhook"', lambda v: v in ("polling", "webhook")),
-    ("telegram", "webhook_port"): ("a port number from 1 to 65535", lambda v: 0 < v < 65536),
-    ("telegram", "poll_timeout_s"): ("an integer of 0 or more", _non_negative),
-    ("discord", "sync_guild_id"): ("a positive integer (a guild id)", _positive),
-}
-URL_SCHEMES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("llm", "base_url"): ("http", "https"),
-    ("telegram", "api_base"): ("http", "https"),
-    ("telegram", "webhook_url"): ("http", "https"),
-    ("discord", "api_base"): ("http", "https"),
-    ("discord", "gateway_url"): ("ws", "wss"),
-}
-
-
-def _redacted_section(section: object) -> dict[str, Any]:
-    shown: dict[str, Any] = {}
-    for f in fields(section):  # type: ignore[arg-type]
-        value = getattr(section, f.name)
-        if f.name in SECRET_FIELDS and value is not None:
-            value = "***"
-        shown[f.name] = value
-    return shown
-
-
 def load_config(path: Path | None = None, env: Mapping[str, str] = os.environ) -> Config:
     """The configuration from `path` (default ./config.toml if present) and the environment.
 
-    Precedence: LIGHTGREP_<SECTION>_<KEY> variables, then the file, then OPENAI_API_KEY /
-    TELEGRAM_BOT_TOKEN / DISCORD_BOT_TOKEN, then the defaults. Raises ConfigError (one line).
+    Precedence: LIGHTGREP_<SECTION>_<KEY> variables, then the file, then vendor variables
+    (OPENAI_API_KEY, and those the plugins declare for their secrets), then the defaults.
+    Raises ConfigError (one line). Every secret it holds is masked in logs from now on.
     """
     if path is None and DEFAULT_CONFIG.is_file():
         path = DEFAULT_CONFIG
-    loader = _Loader(path)
+    loader = _Loader(path, _plugins())
     if path is not None:
         loader.apply_file(_read_toml(path))
     loader.apply_env(env)
     loader.resolve_workspaces()
     loader.validate()
+    logsafe.hide(*loader.config.secrets())
     return loader.config
 
 
@@ -241,12 +198,33 @@ def _suggest(
 class _Loader:
     """Builds one Config, remembering where each value came from so errors can say so."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, plugins: dict[str, PlatformPlugin]) -> None:
         self.path = path
-        self.config = Config(source=path)
+        self.plugins = plugins
+        self.types = section_types(plugins)
+        platforms = {name: cls() for name, cls in self.types.items() if name not in CORE_SECTIONS}
+        self.config = Config(source=path, platforms=platforms)
+        self.sections = self.config.sections()
         self.label = str(path) if path is not None else "configuration"
+        self.kinds = {name: self._kinds_of(name, cls) for name, cls in self.types.items()}
         # (section, key) → where its value came from, for error messages.
         self.origin: dict[tuple[str, str], str] = {}
+
+    def _kinds_of(self, name: str, cls: type) -> dict[str, tuple[Any, bool]]:
+        kinds = _field_kinds(cls)
+        for key, (kind, _) in kinds.items():
+            if kind not in _KIND_WORDS:
+                raise ConfigError(
+                    f"platform plugin {name!r}: [{name}] {key} has a type the config file cannot "
+                    f"hold ({kind!r})"
+                )
+        return kinds
+
+    def spec(self, section: str, key: str) -> KeySpec:
+        return self.specs(section)[key]
+
+    def specs(self, section: str) -> dict[str, KeySpec]:
+        return {f.name: key_spec(f) for f in fields(self.types[section])}
 
     def where(self, section: str, key: str) -> str:
         return self.origin.get((section, key), self.label)
@@ -255,18 +233,18 @@ class _Loader:
         raise ConfigError(f"{self.where(section, key)}: [{section}] {key} {problem}")
 
     def describe(self, section: str, key: str, kind: Any) -> str:
-        rule = RULES.get((section, key))
-        if rule:
-            return rule[0]
-        if (section, key) in URL_SCHEMES:
+        spec = self.spec(section, key)
+        if spec.rule:
+            return spec.rule.text
+        if spec.url:
             return "a URL"
         return _KIND_WORDS[kind]
 
     def apply_file(self, raw: dict[str, Any]) -> None:
         for name, table in raw.items():
-            if name not in SECTIONS:
+            if name not in self.types:
                 if isinstance(table, dict):
-                    hint = _suggest(name, SECTIONS, "[{}]".format)
+                    hint = _suggest(name, self.types, "[{}]".format)
                     raise ConfigError(f"{self.label}: unknown section [{name}]{hint}")
                 raise ConfigError(
                     f"{self.label}: unknown key {name!r} outside any section "
@@ -276,7 +254,7 @@ class _Loader:
                 raise ConfigError(
                     f"{self.label}: [{name}] must be a section (a table), got {table!r}"
                 )
-            kinds = _field_kinds(SECTIONS[name])
+            kinds = self.kinds[name]
             for key, value in table.items():
                 if key not in kinds:
                     raise ConfigError(
@@ -286,7 +264,9 @@ class _Loader:
                 self._set(name, key, self._from_toml(name, key, value, *kinds[key]))
 
     def _set(self, section: str, key: str, value: Any) -> None:
-        setattr(getattr(self.config, section), key, value)
+        if isinstance(value, str) and self.spec(section, key).secret:
+            value = value.strip() or None  # a pasted token often ends in a newline
+        setattr(self.sections[section], key, value)
 
     def _from_toml(self, section: str, key: str, value: Any, kind: Any, optional: bool) -> Any:
         bad = f"must be {self.describe(section, key, kind)}, got {value!r}"
@@ -339,20 +319,27 @@ class _Loader:
         for name in sorted(env):
             if name.startswith(ENV_PREFIX):
                 self._apply_prefixed(name, env[name])
-        for name, (section, key) in VENDOR_ENV.items():
-            text = env.get(name, "").strip()
-            if text and (section, key) not in self.origin:
-                self.origin[(section, key)] = f"environment {name}"
-                self._set(section, key, text)
+        for section in self.types:
+            for key, spec in self.specs(section).items():
+                text = env.get(spec.env, "").strip() if spec.env else ""
+                if text and (section, key) not in self.origin:
+                    self.origin[(section, key)] = f"environment {spec.env}"
+                    kind = self.kinds[section][key]
+                    self._set(section, key, self._from_env(section, key, text, *kind))
 
     def _apply_prefixed(self, name: str, text: str) -> None:
-        section, _, key = name[len(ENV_PREFIX):].lower().partition("_")
-        if section not in SECTIONS:
-            hint = _suggest(section, SECTIONS, lambda s: f"{ENV_PREFIX}{s}_{key}".upper())
+        rest = name[len(ENV_PREFIX):].lower()
+        # The longest section name that fits, so a plugin may have "_" in its name.
+        fits = [s for s in self.types if rest.startswith(f"{s}_")]
+        if not fits:
+            section, _, key = rest.partition("_")
+            hint = _suggest(section, self.types, lambda s: f"{ENV_PREFIX}{s}_{key}".upper())
             if hint and key:  # looks like a misspelt section; anything else is not ours
                 raise ConfigError(f"environment {name}: unknown section [{section}]{hint}")
             return
-        kinds = _field_kinds(SECTIONS[section])
+        section = max(fits, key=len)
+        key = rest[len(section) + 1 :]
+        kinds = self.kinds[section]
         if key not in kinds:
             hint = _suggest(key, kinds, lambda k: f"{ENV_PREFIX}{section}_{k}".upper())
             raise ConfigError(f"environment {name}: [{section}] has no key {key!r}{hint}")
@@ -380,16 +367,15 @@ class _Loader:
         memory.workspaces_dir = path
 
     def validate(self) -> None:
-        for name, cls in SECTIONS.items():
-            section = getattr(self.config, name)
-            for key in _field_kinds(cls):
+        for name, section in self.sections.items():
+            for key, spec in self.specs(name).items():
                 value = getattr(section, key)
-                rule = RULES.get((name, key))
-                if rule and value is not None and not rule[1](value):
-                    self.fail(name, key, f"must be {rule[0]}, got {value!r}")
-                schemes = URL_SCHEMES.get((name, key))
-                if schemes and value is not None:
-                    self._check_url(name, key, value, schemes)
+                if value is None:
+                    continue
+                if spec.rule and not spec.rule.check(value):
+                    self.fail(name, key, f"must be {spec.rule.text}, got {value!r}")
+                if spec.url:
+                    self._check_url(name, key, value, spec.url)
         for name in self.config.enabled_platforms():
             self._check_platform(name)
 
@@ -404,17 +390,34 @@ class _Loader:
             self.fail(section, key, f"must be a URL starting with {wanted}, got {value!r}")
 
     def _check_platform(self, name: str) -> None:
-        platform = getattr(self.config, name)
+        """What an enabled platform needs: its required keys, then its plugin's own check."""
+        section = self.sections[name]
         where = self.where(name, "enabled")
-        if not platform.token:
-            raise ConfigError(
-                f"{where}: [{name}] is enabled but token is missing: set token under [{name}] "
-                f"or the {TOKEN_ENV[name]} environment variable"
-            )
-        if not platform.allow_from:
-            raise ConfigError(
-                f"{where}: [{name}] is enabled but allow_from is empty, so nobody could talk to "
-                f'the bot: list user ids, or "*" for everyone'
-            )
-        if name == "telegram" and platform.mode == "webhook" and not platform.webhook_url:
-            raise ConfigError(f'{where}: [telegram] mode = "webhook" needs webhook_url')
+        for key, spec in self.specs(name).items():
+            if spec.required and _blank(getattr(section, key)):
+                missing = _missing(name, key, spec, listed=self.kinds[name][key][0] is list)
+                raise ConfigError(f"{where}: [{name}] is enabled but {missing}")
+        check = self.plugins[name].check
+        if check is None:
+            return
+        try:
+            check(section)
+        except SettingError as exc:
+            raise ConfigError(f"{self.where(name, exc.key)}: [{name}] {exc.problem}") from None
+
+
+def _blank(value: Any) -> bool:
+    if isinstance(value, list):
+        return not [entry for entry in value if str(entry).strip()]
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _missing(section: str, key: str, spec: KeySpec, *, listed: bool) -> str:
+    """How a required key is missing and how to set it: "token is missing: set token …"."""
+    hint = spec.hint
+    if listed:
+        return f"{key} is empty" + (f", {hint}" if hint else "")
+    how = f"set {key} under [{section}]"
+    if spec.env:
+        how += f" or the {spec.env} environment variable"
+    return f"{key} is missing: {how}" + (f" ({hint})" if hint else "")

@@ -11,12 +11,16 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 from openai import AsyncOpenAI
 
+from bot import logsafe
 from memory.llm import ChatResult, LLMBadRequest, LLMError, ToolCall, valid_text
+
+if TYPE_CHECKING:
+    from bot.config import LLMConfig
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,22 @@ class LLMClient:
             timeout=timeout_s,
             max_retries=max_retries,
         )
+
+    @classmethod
+    def from_config(cls, llm: LLMConfig, **overrides: Any) -> LLMClient:
+        """The client the [llm] section describes; `overrides` replace single arguments (the
+        doctor's probe wants no retries and a short timeout). Its API key is masked in logs."""
+        logsafe.hide(llm.api_key)
+        settings: dict[str, Any] = {
+            "model": llm.model,
+            "base_url": llm.base_url,
+            "api_key": llm.api_key,
+            "timeout_s": llm.timeout_s,
+            "max_retries": llm.max_retries,
+            "max_output_tokens": llm.max_output_tokens,
+            "temperature": llm.temperature,
+        }
+        return cls(**{**settings, **overrides})
 
     async def chat(
         self,

@@ -1,23 +1,36 @@
-"""What every platform adapter offers the core, and how the CLI finds adapters by name.
+"""What a platform plugin brings to the core, and how the core finds plugins by name.
 
-Adapters are registered as entry points (group `lightgrep.platforms` in pyproject.toml), so the
-core starts them without importing adapters/: imports flow adapters → bot → memory only.
+Plugins are registered as entry points (group `lightgrep.platforms`, e.g. in pyproject.toml), so
+the core loads them without importing adapters/: imports flow adapters → bot → memory only. A
+plugin brings its `[<name>]` settings section (a `bot.settings.Section` dataclass whose fields
+declare their checks, secrets and environment variables), any cross-key check, and the factory
+of its adapter. bot/config.py reads and checks the section; the adapter trusts what it gets.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from bot.settings import Section
 
 if TYPE_CHECKING:
     from bot.agent import Agent
     from bot.config import Config
 
+ENTRY_POINT_GROUP = "lightgrep.platforms"
+
 
 class PlatformStartError(Exception):
     """A platform could not start (bad token, missing intent, unreachable API): one clear line."""
+
+
+class PluginError(Exception):
+    """An installed platform plugin is broken (does not load, or is not a PlatformPlugin)."""
 
 
 class PlatformAdapter(Protocol):
@@ -30,12 +43,62 @@ class PlatformAdapter(Protocol):
         ...
 
 
-AdapterFactory = Callable[["Config", "Agent"], PlatformAdapter]
+class AdapterFactory(Protocol):
+    def __call__(self, config: Config, agent: Agent, /, **options: Any) -> PlatformAdapter: ...
 
 
-def load_platform(name: str) -> AdapterFactory:
-    """The `create(config, agent)` factory registered for a platform name."""
-    for ep in entry_points(group="lightgrep.platforms"):
+@dataclass(frozen=True)
+class PlatformPlugin:
+    """One platform, as its package registers it.
+
+    `settings` is the type of its `[name]` section (None: it has none, like the terminal); it
+    must have an `enabled` key, which `lightgrep run` reads. `check` runs on an enabled section
+    after every key passed its own checks, for rules across keys; it raises
+    bot.settings.SettingError. `create(config, agent, **options)` builds the adapter; it finds
+    its section in `config.platforms[name]`.
+    """
+
+    name: str
+    create: AdapterFactory
+    settings: type[Section] | None = None
+    check: Callable[[Any], None] | None = None
+
+
+def installed_plugins() -> dict[str, PlatformPlugin]:
+    """Every registered plugin by name, in registration order; the first of a name wins."""
+    plugins: dict[str, PlatformPlugin] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in plugins:
+            plugins[ep.name] = _load(ep.name, ep.value, ep.load)
+    return plugins
+
+
+def load_platform(name: str) -> PlatformPlugin:
+    """The plugin registered for a platform name."""
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
-            return ep.load()
+            return _load(ep.name, ep.value, ep.load)
     raise PlatformStartError(f"no adapter is installed for platform {name!r}")
+
+
+def _load(name: str, target: str, load: Callable[[], Any]) -> PlatformPlugin:
+    where = f"platform plugin {name!r} ({target})"
+    try:
+        plugin = load()
+    except Exception as exc:  # a third-party package may fail in any way; say which one
+        raise PluginError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
+    if not isinstance(plugin, PlatformPlugin):
+        raise PluginError(
+            f"{where} is not a PlatformPlugin (an old install? re-run `pip install -e .`)"
+        )
+    if plugin.name != name:
+        raise PluginError(f"{where} calls itself {plugin.name!r}")
+    settings = plugin.settings
+    if settings is not None:
+        if not (dataclasses.is_dataclass(settings) and issubclass(settings, Section)):
+            raise PluginError(f"{where}: its settings must be a bot.settings.Section dataclass")
+        if "enabled" not in {f.name for f in dataclasses.fields(settings)}:
+            raise PluginError(f"{where}: its settings have no 'enabled' key")
+        if settings.__repr__ is not Section.__repr__:
+            raise PluginError(f"{where}: declare its settings with @dataclass(repr=False)")
+    return plugin

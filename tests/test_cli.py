@@ -385,7 +385,8 @@ def test_run_with_no_platform_enabled(tmp_path: Path, clean_env: None, capsys) -
     config = write_config(tmp_path, closed_port_url())
     assert main(["run", "--config", str(config)]) == 2
     err = capsys.readouterr().err
-    assert "no platform is enabled" in err and "[telegram] or [discord]" in err
+    assert "no platform is enabled" in err
+    assert "set enabled = true under [" in err and "[telegram]" in err and "[discord]" in err
     assert "Traceback" not in err
 
 

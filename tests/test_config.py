@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import SECTIONS, Config, ConfigError, load_config
+from bot.config import Config, ConfigError, load_config, section_types
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "config.example.toml"
@@ -42,7 +42,7 @@ def test_example_file_loads_with_platforms_disabled(tmp_path: Path) -> None:
 def test_example_file_documents_every_key() -> None:
     text = EXAMPLE.read_text()
     tomllib.loads(text)
-    for section, cls in SECTIONS.items():
+    for section, cls in section_types().items():
         assert f"[{section}]" in text
         for f in fields(cls):
             line = re.search(rf"^(# )?{f.name} = ", text, re.M)
@@ -73,9 +73,9 @@ sync_guild_id = 7
     assert config.llm.model == "qwen2.5:7b"
     assert config.llm.context_window_tokens == 8192
     assert config.llm.temperature == 1.0 and isinstance(config.llm.temperature, float)
-    assert config.telegram.allow_from == ["42", "alice"]
+    assert config.platforms["telegram"].allow_from == ["42", "alice"]
     assert config.enabled_platforms() == ["telegram"]
-    assert config.discord.sync_guild_id == 7
+    assert config.platforms["discord"].sync_guild_id == 7
 
 
 def test_secrets_come_from_the_environment(tmp_path: Path) -> None:
@@ -83,8 +83,8 @@ def test_secrets_come_from_the_environment(tmp_path: Path) -> None:
     env = {"OPENAI_API_KEY": "sk-env", "TELEGRAM_BOT_TOKEN": "123:env", "DISCORD_BOT_TOKEN": "d"}
     config = load_config(path, env)
     assert config.llm.api_key == "sk-env"
-    assert config.telegram.token == "123:env"
-    assert config.discord.token == "d"
+    assert config.platforms["telegram"].token == "123:env"
+    assert config.platforms["discord"].token == "d"
 
 
 def test_vendor_variable_does_not_replace_a_key_in_the_file(tmp_path: Path) -> None:
@@ -110,9 +110,11 @@ def test_lightgrep_variables_override_the_file_with_types(tmp_path: Path) -> Non
     assert config.llm.base_url == "http://127.0.0.1:8000/v1"
     assert config.llm.context_window_tokens == 4096
     assert config.llm.timeout_s == 2.5
-    assert config.telegram.enabled is True
-    assert config.telegram.allow_from == ["42", "alice"]
-    assert config.discord.sync_guild_id is None
+    telegram = config.platforms["telegram"]
+    assert telegram.enabled is True
+    assert telegram.token == "123:x"
+    assert telegram.allow_from == ["42", "alice"]
+    assert config.platforms["discord"].sync_guild_id is None
 
 
 def test_no_file_means_defaults_and_environment(tmp_path: Path, monkeypatch) -> None:
@@ -160,8 +162,33 @@ def test_default_path_is_config_toml_in_the_current_folder(tmp_path: Path, monke
         ),
         (
             '[discord]\nenabled = true\ntoken = "t"\n',
-            "config.toml: [discord] is enabled but allow_from is empty",
+            "config.toml: [discord] is enabled but allow_from is empty, so nobody could talk to "
+            'the bot: list user ids, or "*" for everyone',
         ),
+        (
+            '[telegram]\nenabled = true\ntoken = "t"\nallow_from = [" "]\n',
+            "[telegram] is enabled but allow_from is empty, so nobody could talk to the bot: "
+            "list numeric user ids or @usernames",
+        ),
+        (
+            '[telegram]\nenabled = true\ntoken = " \\n"\nallow_from = ["*"]\n',
+            "[telegram] is enabled but token is missing",
+        ),
+        (
+            '[discord]\nenabled = true\nallow_from = ["1"]\n',
+            "config.toml: [discord] is enabled but token is missing: set token under [discord] "
+            "or the DISCORD_BOT_TOKEN environment variable",
+        ),
+        (
+            '[telegram]\nenabled = true\ntoken = "t"\nallow_from = ["*"]\nmode = "webhook"\n',
+            'config.toml: [telegram] mode = "webhook" needs webhook_url',
+        ),
+        ('[discord]\ntokn = "x"\n', "[discord] unknown key 'tokn' (did you mean 'token'?)"),
+        (
+            "[discord]\nsync_guild_id = 0\n",
+            "[discord] sync_guild_id must be a positive integer (a guild id), got 0",
+        ),
+        ("[telegram]\nwebhook_port = 0\n", "[telegram] webhook_port must be a port number"),
         ("[llm]\nmodel = \n", "config.toml: not valid TOML: Invalid value (at line 2, column 9)"),
     ],
 )
@@ -181,6 +208,11 @@ def test_environment_mistakes_name_the_variable(tmp_path: Path) -> None:
     assert "enabled must be true or false, got 'maybe'" in error_of(
         None, {"LIGHTGREP_DISCORD_ENABLED": "maybe"}
     )
+    message = error_of(None, {"LIGHTGREP_TELEGRAM_TOKN": "x"})
+    assert "[telegram] has no key 'tokn' (did you mean LIGHTGREP_TELEGRAM_TOKEN?)" in message
+    message = error_of(None, {"LIGHTGREP_TELEGRAM_ENABLED": "true", "TELEGRAM_BOT_TOKEN": "1:x"})
+    assert message.startswith("environment LIGHTGREP_TELEGRAM_ENABLED: [telegram] is enabled but ")
+    assert "allow_from is empty" in message
 
 
 def test_missing_and_unreadable_files(tmp_path: Path) -> None:
@@ -227,8 +259,11 @@ def test_secrets_never_show_in_repr_or_redacted(tmp_path: Path) -> None:
         '[discord]\ntoken = "SECRET3"\n',
     )
     config = load_config(path, {})
-    shown = repr(config) + str(config.redacted()) + repr(config.telegram) + str(config)
+    telegram = config.platforms["telegram"]
+    shown = repr(config) + str(config.redacted()) + repr(telegram) + str(config)
     assert "SECRET" not in shown
     assert config.redacted()["llm"]["api_key"] == "***"
     assert config.redacted()["llm"]["model"] == "gpt-4o-mini"
+    assert config.redacted()["discord"]["token"] == "***"
     assert config.llm.api_key == "sk-SECRET1"  # the real value is still there for the client
+    assert telegram.token == "SECRET2"

@@ -15,9 +15,10 @@ import pytest
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from adapters.discord import DiscordAdapter, create
+from adapters.discord import DiscordAdapter
+from adapters.discord_config import DiscordConfig, create
 from bot.agent import Agent
-from bot.config import Config, DiscordConfig, LLMConfig, MemoryConfig
+from bot.config import Config, LLMConfig, MemoryConfig
 from bot.platform import PlatformStartError
 from memory.keys import encode_key
 from memory.workspace import Workspaces
@@ -57,7 +58,7 @@ def make_config(fake: FakeDiscord, llm: FakeOpenAI, workspaces: Path, **discord:
             base_url=llm.base_url, api_key="sk-test", model="fake-model", max_retries=0, timeout_s=5
         ),
         memory=MemoryConfig(workspaces_dir=workspaces),
-        discord=DiscordConfig(**settings),
+        platforms={"discord": DiscordConfig(**settings)},
     )
 
 
@@ -367,19 +368,3 @@ async def test_missing_privileged_intent_is_one_clear_start_error(
         await fake.stop()
         Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY = saved
     assert "Message Content" in str(error) and "\n" not in str(error)
-
-
-@pytest.mark.parametrize(
-    ("settings", "says"),
-    [({"allow_from": []}, "allow_from"), ({"token": None}, "token")],
-)
-async def test_unusable_config_refuses_to_start(
-    discord_fake: FakeDiscord,
-    fake_llm: FakeOpenAI,
-    workspaces_dir: Path,
-    settings: dict[str, Any],
-    says: str,
-) -> None:
-    error = await run_to_failure(make_config(discord_fake, fake_llm, workspaces_dir, **settings))
-    assert says in str(error)
-    assert discord_fake.requests == []

@@ -16,10 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.telegram import REFUSAL, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter, create
+from adapters.telegram import REFUSAL, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter
+from adapters.telegram_config import TelegramConfig, create
 from adapters.telegram_format import markdown_to_html
 from bot.agent import Agent
-from bot.config import Config, LLMConfig, MemoryConfig, TelegramConfig
+from bot.config import Config, LLMConfig, MemoryConfig
 from bot.platform import PlatformStartError
 from memory.keys import encode_key
 from tests.fakes.openai_server import Delay, FakeOpenAI, Status, completion
@@ -41,13 +42,15 @@ def make_config(
     return Config(
         llm=LLMConfig(base_url=llm.base_url, api_key="sk-test", model="fake-model", max_retries=0),
         memory=MemoryConfig(workspaces_dir=workspaces_dir),
-        telegram=TelegramConfig(
-            enabled=True,
-            token=TOKEN,
-            allow_from=["*"] if allow is None else allow,
-            api_base=tg.api_base,
-            poll_timeout_s=1,
-        ),
+        platforms={
+            "telegram": TelegramConfig(
+                enabled=True,
+                token=TOKEN,
+                allow_from=["*"] if allow is None else allow,
+                api_base=tg.api_base,
+                poll_timeout_s=1,
+            )
+        },
     )
 
 
@@ -425,29 +428,18 @@ async def test_polling_survives_get_updates_errors(
     assert TOKEN not in caplog.text and TOKEN.split(":")[1] not in caplog.text
 
 
-@pytest.mark.parametrize(
-    ("change", "expected"),
-    [
-        ({"allow_from": []}, "allow_from"),
-        ({"allow_from": [" "]}, "allow_from"),
-        ({"token": None}, "token"),
-        ({"token": "123456:wrong-token-value"}, "rejected the bot token"),
-        ({"mode": "webhook"}, "webhook_url"),
-    ],
-)
-async def test_start_refused_with_a_clear_message(
+# A missing token, an empty allow_from or webhook mode without its URL are refused when the
+# configuration is loaded (tests/test_config.py), before any adapter starts.
+async def test_a_rejected_token_refuses_to_start_with_a_clear_message(
     tg: FakeTelegram,
     fake_llm: FakeOpenAI,
     workspaces_dir: Path,
     caplog: pytest.LogCaptureFixture,
-    change: dict[str, Any],
-    expected: str,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     config = make_config(tg, fake_llm, workspaces_dir)
-    for key, value in change.items():
-        setattr(config.telegram, key, value)
-    with pytest.raises(PlatformStartError, match=expected) as raised:
+    config.platforms["telegram"].token = "123456:wrong-token-value"
+    with pytest.raises(PlatformStartError, match="rejected the bot token") as raised:
         async with running(config):
             pass
     assert "wrong-token-value" not in str(raised.value) + caplog.text

@@ -1,0 +1,110 @@
+"""How a settings section declares its keys, so one loader can read and check any section.
+
+A section is a dataclass deriving from `Section`. Each field may say, through `setting()`, what a
+valid value is, which URL schemes it takes, whether it is a secret (masked in repr, `redacted()`
+and logs), the vendor environment variable that fills it when the file leaves it unset, and
+whether an enabled section needs it. The core's sections and every platform plugin's section are
+declared this way, so bot/config.py checks each of them the same way, in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, fields
+from typing import Any
+
+SECRET_SHOWN = "***"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a valid value is, worded for the error message, and the check itself."""
+
+    text: str
+    check: Callable[[Any], bool]
+
+
+POSITIVE_INT = Rule("a positive integer", lambda v: v > 0)
+NON_NEGATIVE_INT = Rule("an integer of 0 or more", lambda v: v >= 0)
+NON_EMPTY = Rule("a non-empty string", lambda v: bool(v.strip()))
+PORT = Rule("a port number from 1 to 65535", lambda v: 0 < v < 65536)
+HTTP = ("http", "https")
+WEBSOCKET = ("ws", "wss")
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """A field's declaration, as `setting()` stored it (all empty for a plain field)."""
+
+    rule: Rule | None = None
+    url: tuple[str, ...] = ()
+    secret: bool = False
+    env: str | None = None
+    required: bool = False
+    hint: str = ""
+
+
+def setting(
+    default: Any = MISSING,
+    *,
+    default_factory: Callable[[], Any] | Any = MISSING,
+    rule: Rule | None = None,
+    url: tuple[str, ...] = (),
+    secret: bool = False,
+    env: str | None = None,
+    required: bool = False,
+    hint: str = "",
+) -> Any:
+    """A dataclass field carrying its KeySpec.
+
+    `env` is a vendor variable (e.g. OPENAI_API_KEY) used only when the file leaves the key unset;
+    `required` keys must be set (lists: non-empty) when the section is enabled, and `hint` ends
+    that error message with how to fix it.
+    """
+    spec = KeySpec(rule, url, secret, env, required, hint)
+    if default_factory is not MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata={"spec": spec})
+    return dataclasses.field(default=default, metadata={"spec": spec})
+
+
+def key_spec(f: dataclasses.Field[Any]) -> KeySpec:
+    spec = f.metadata.get("spec")
+    return spec if isinstance(spec, KeySpec) else KeySpec()
+
+
+@dataclass(repr=False)
+class Section:
+    """Base of every settings section: a repr with secrets masked, so a logged section is safe.
+
+    Subclasses are `@dataclass(repr=False)`: a generated repr would show the secrets."""
+
+    def redacted(self) -> dict[str, Any]:
+        """Every key, secrets replaced by '***' (None stays None: "unset" is no secret)."""
+        shown: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            shown[f.name] = SECRET_SHOWN if key_spec(f).secret and value is not None else value
+        return shown
+
+    def secrets(self) -> list[str]:
+        """The values of the secret keys that are set, for the log redactor."""
+        return [
+            value
+            for f in fields(self)
+            if key_spec(f).secret and isinstance(value := getattr(self, f.name), str) and value
+        ]
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.redacted().items())
+        return f"{type(self).__name__}({shown})"
+
+
+class SettingError(Exception):
+    """A plugin's cross-key check failed: `problem` follows "[section] " in the message, and
+    `key` names the setting whose origin (file or variable) the message should cite."""
+
+    def __init__(self, problem: str, key: str = "enabled") -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.key = key
