@@ -1,4 +1,4 @@
-"""The one place that turns platform ids into user keys and session keys (DESIGN.md §2).
+"""The one place that turns platform ids into user keys and session keys.
 
 Platform ids are untrusted: each part is escaped so that no id can forge another key's
 separators. (File names are derived from keys separately, by memory.keys.)
@@ -16,10 +16,10 @@ def _part(value: object) -> str:
 
 
 def user_key(platform: str, user_id: object) -> str:
-    """`<platform>-<user_id>`, e.g. `telegram-42`: who owns the memory."""
+    """`<platform>-<user_id>`, e.g. `cli-alice`: who owns the memory."""
     return f"{platform}-{_part(user_id)}"
 
 
 def session_key(platform: str, scope: str, *parts: object) -> str:
-    """`<platform>:<scope>:<part>:…`, e.g. `telegram:group:-1001:42:topic:7`."""
+    """`<platform>:<scope>:<part>:…`, e.g. `cli:dm:alice` or `<platform>:group:<chat>:<user>`."""
     return ":".join([platform, scope, *(_part(p) for p in parts)])

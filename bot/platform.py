@@ -14,13 +14,9 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from bot.settings import Section
-
-if TYPE_CHECKING:
-    from bot.agent import Agent
-    from bot.config import Config
 
 ENTRY_POINT_GROUP = "lightgrep.platforms"
 
@@ -43,8 +39,9 @@ class PlatformAdapter(Protocol):
         ...
 
 
-class AdapterFactory(Protocol):
-    def __call__(self, config: Config, agent: Agent, /, **options: Any) -> PlatformAdapter: ...
+# `create(config: Config, agent: Agent, **options)`: options are the command's own (the terminal
+# takes `user=`); `lightgrep run` passes none.
+AdapterFactory = Callable[..., PlatformAdapter]
 
 
 @dataclass(frozen=True)
