@@ -25,7 +25,7 @@ from discord.http import Route
 from adapters.discord_config import PLATFORM, DiscordConfig
 from bot import logsafe
 from bot.access import is_allowed
-from bot.commands import PRIVATE_COMMANDS
+from bot.commands import COMMANDS, Command
 from bot.formatting import split_message
 from bot.inbound import Inbound, Reply
 from bot.keys import session_key, user_key
@@ -229,30 +229,44 @@ class DiscordAdapter:
 
     # ---- slash commands --------------------------------------------------------------------
     def _install_commands(self, tree: app_commands.CommandTree[Any]) -> None:
-        menu = _menu(self.agent)
-        for name, description in menu:
-            tree.add_command(self._command(name, description))
+        for command in _valid_commands():
+            tree.add_command(self._slash_command(command))
 
-    def _command(self, name: str, description: str) -> app_commands.Command[Any, ..., None]:
-        if name == "recall":
-
-            @app_commands.describe(keyword="Words to look for in your history")
-            async def recall(interaction: discord.Interaction, keyword: str) -> None:
-                await self.on_command(interaction, "recall", f"/recall {keyword}")
-
-            callback: Callable[..., Awaitable[None]] = recall
-        else:
+    def _slash_command(self, command: Command) -> app_commands.Command[Any, ..., None]:
+        """The application command for a registry entry, its one option built from the
+        command's argument (a string, shown under the argument's own name)."""
+        name, argument = command.name, command.argument
+        callback: Callable[..., Awaitable[None]]
+        if argument is None:
 
             async def plain(interaction: discord.Interaction) -> None:
-                await self.on_command(interaction, name, f"/{name}")
+                await self.on_command(interaction, command, f"/{name}")
 
             callback = plain
+        elif argument.required:
+
+            async def required(interaction: discord.Interaction, value: str) -> None:
+                await self.on_command(interaction, command, f"/{name} {value}")
+
+            callback = required
+        else:
+
+            async def optional(interaction: discord.Interaction, value: str | None = None) -> None:
+                await self.on_command(interaction, command, f"/{name} {value or ''}".rstrip())
+
+            callback = optional
+        if argument is not None:
+            described = app_commands.describe(value=argument.description[:DESCRIPTION_LIMIT])
+            callback = app_commands.rename(value=argument.name)(described(callback))
         return app_commands.Command(
-            name=name, description=description[:DESCRIPTION_LIMIT], callback=callback
+            name=name, description=command.description[:DESCRIPTION_LIMIT], callback=callback
         )
 
-    async def on_command(self, interaction: discord.Interaction, name: str, text: str) -> None:
+    async def on_command(
+        self, interaction: discord.Interaction, command: Command, text: str
+    ) -> None:
         """Answer a slash command; defer first when the core takes longer than Discord waits."""
+        name = command.name
         user = interaction.user
         if not is_allowed(self.config.allow_from, user.id):
             log.info("discord: refused /%s from user %s (not in allow_from)", name, user.id)
@@ -270,7 +284,7 @@ class DiscordAdapter:
             sender_name=user.display_name,
             is_private=interaction.guild_id is None,
         )
-        private = name in PRIVATE_COMMANDS
+        private = command.private
         work = asyncio.create_task(self._handle(inbound))
         done, _ = await asyncio.wait({work}, timeout=self.defer_after_s)
         deferred = not done
@@ -326,13 +340,15 @@ class _Client(discord.Client):
 
 
 # ---- helpers -------------------------------------------------------------------------------
-def _menu(agent: Agent) -> list[tuple[str, str]]:
-    """The core's command menu, keeping only names Discord accepts."""
-    menu = list(agent.command_menu())
-    valid = [(n, d or n) for n, d in menu if COMMAND_NAME.match(n)]
-    for name, _ in menu:
-        if not COMMAND_NAME.match(name):
-            log.warning("discord: skipping command %r (not a valid slash command name)", name)
+def _valid_commands() -> list[Command]:
+    """The core's commands, keeping only names Discord accepts (for the argument too)."""
+    valid = []
+    for command in COMMANDS:
+        names = [command.name] + ([command.argument.name] if command.argument else [])
+        if all(COMMAND_NAME.match(n) for n in names) and command.description:
+            valid.append(command)
+        else:
+            log.warning("discord: skipping command %r (not a valid slash command)", command.name)
     return valid
 
 

@@ -47,6 +47,7 @@ from adapters.telegram_polling import (
 )
 from bot import logsafe
 from bot.access import is_allowed
+from bot.commands import COMMANDS
 from bot.formatting import split_message
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
@@ -82,7 +83,7 @@ class TelegramAdapter:
         self._config = config
         self._agent = agent
         self._me: User | None = None
-        self._commands = {name.lower() for name, _ in agent.command_menu()}
+        self._commands = {command.name for command in COMMANDS}
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -184,7 +185,7 @@ class TelegramAdapter:
 
     async def _set_commands(self, bot: Bot) -> None:
         """The command menu shown by Telegram clients; a failure is worth a warning, not a stop."""
-        commands = [BotCommand(name, desc) for name, desc in self._agent.command_menu()]
+        commands = [BotCommand(c.name, c.description) for c in COMMANDS]
         try:
             await flood_safe(lambda: bot.set_my_commands(commands))
         except TelegramError as exc:

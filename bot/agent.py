@@ -12,10 +12,10 @@ import json
 import logging
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from bot.commands import COMMAND_MENU, parse_command, run_command
+from bot.commands import CommandContext, SessionStatus, parse_command, run_command
 from bot.config import Config
 from bot.context import ContextBuilder
 from bot.inbound import Inbound, Reply
@@ -31,16 +31,6 @@ log = logging.getLogger(__name__)
 
 STUCK_REPLY = "I went round in circles with my tools and stopped. Could you rephrase that?"
 EMPTY_REPLY = "(I had nothing to say to that. Could you rephrase?)"
-
-
-@dataclass(frozen=True)
-class SessionStatus:
-    model: str
-    context_tokens: int
-    window_tokens: int
-    messages: int
-    unconsolidated: int
-    last_consolidation: str
 
 
 class Agent:
@@ -70,13 +60,10 @@ class Agent:
         inbound = replace(inbound, text=valid_text(inbound.text))  # lone surrogates → U+FFFD
         command = parse_command(inbound.text)
         if command is not None:
-            return await run_command(self, inbound, command)
+            return await run_command(command, lambda: self._command_context(inbound))
         if not inbound.text.strip():
             return Reply("(That message was empty.)")
         return await self._turn(inbound)
-
-    def command_menu(self) -> list[tuple[str, str]]:
-        return list(COMMAND_MENU)
 
     async def aclose(self) -> None:
         """Wait for pending consolidation, then close the LLM client."""
@@ -221,6 +208,18 @@ class Agent:
         return prompt
 
     # ---- commands' helpers --------------------------------------------------------------
+
+    def _command_context(self, inbound: Inbound) -> CommandContext:
+        """What a command handler may touch: this user's workspace and session, no more."""
+        workspace = self.workspaces.get(inbound.user_key)
+        return CommandContext(
+            inbound=inbound,
+            workspace=workspace,
+            session=workspace.sessions.get(inbound.session_key),
+            bot_name=self.config.agent.bot_name,
+            status=lambda: self.session_status(inbound),
+            start_new=lambda: self.start_new_session(inbound),
+        )
 
     async def start_new_session(self, inbound: Inbound) -> bool:
         """/new: the next message starts fresh; the old messages are filed in the background.

@@ -1,18 +1,21 @@
-"""Slash commands, implemented once for every platform and answered without the LLM."""
+"""Slash commands: one registry that /help, the platforms' command menus and the core all read.
+
+A command is answered without the LLM. Its handler gets a narrow CommandContext (the user's
+workspace and session, the inbound, the few figures and actions it needs), never the agent, so
+commands stay testable on their own and bot.agent is the only module that knows both.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from bot.inbound import Inbound, Reply
 from memory.search import SearchError, SearchResult, search_history
-
-if TYPE_CHECKING:
-    from bot.agent import Agent
+from memory.session import Session
+from memory.workspace import Workspace
 
 RECALL_PAGE_SIZE = 5
 RECALL_ENTRY_CHARS = 700
@@ -33,14 +36,59 @@ def parse_command(text: str) -> ParsedCommand | None:
     return ParsedCommand(match.group(1).lower(), (match.group(2) or "").strip())
 
 
-Handler = Callable[["Agent", Inbound, str], Awaitable[Reply]]
+@dataclass(frozen=True)
+class SessionStatus:
+    """The figures /status shows, measured by the core."""
+
+    model: str
+    context_tokens: int
+    window_tokens: int
+    messages: int
+    unconsolidated: int
+    last_consolidation: str
 
 
-async def cmd_memory(agent: Agent, inbound: Inbound, args: str) -> Reply:
-    content = agent.workspaces.get(inbound.user_key).memory.read().strip()
+@dataclass(frozen=True)
+class CommandContext:
+    """What a handler may use: this user's files and two actions the core performs for it."""
+
+    inbound: Inbound
+    workspace: Workspace
+    session: Session
+    bot_name: str
+    status: Callable[[], SessionStatus]  # /status figures of this session
+    start_new: Callable[[], Awaitable[bool]]  # /new: False when there was nothing to file
+
+
+Handler = Callable[[CommandContext, str], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Argument:
+    """A command's one argument; platforms with typed options (Discord) build theirs from it."""
+
+    name: str
+    description: str
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command. A private answer is never shown in a group, so the platform learns it
+    before any text (Discord defers ephemerally, Telegram answers in the private chat)."""
+
+    name: str
+    description: str
+    handler: Handler
+    private: bool = False
+    argument: Argument | None = None
+
+
+async def cmd_memory(ctx: CommandContext, args: str) -> str:
+    content = ctx.workspace.memory.read().strip()
     if not content:
-        return Reply("I don't remember anything about you yet.", private=True)
-    return Reply(f"Here is what I remember about you:\n\n{content}", private=True)
+        return "I don't remember anything about you yet."
+    return f"Here is what I remember about you:\n\n{content}"
 
 
 def _parse_recall_args(args: str) -> tuple[str, int, bool]:
@@ -61,23 +109,22 @@ def _parse_recall_args(args: str) -> tuple[str, int, bool]:
     return " ".join(words).strip(), page, regex
 
 
-async def cmd_recall(agent: Agent, inbound: Inbound, args: str) -> Reply:
+async def cmd_recall(ctx: CommandContext, args: str) -> str:
     query, page, regex = _parse_recall_args(args)
     if not query:
-        return Reply(
+        return (
             "Tell me what to look for, e.g. `/recall holiday plans`. Use \"quotes\" for a phrase, "
-            "`--regex` for a regular expression, `--page 2` for more.",
-            private=True,
+            "`--regex` for a regular expression, `--page 2` for more."
         )
-    path = agent.workspaces.get(inbound.user_key).history_path
+    path = ctx.workspace.history_path
     offset = (page - 1) * RECALL_PAGE_SIZE
     try:
         result = await asyncio.to_thread(
             search_history, path, query, limit=RECALL_PAGE_SIZE, offset=offset, regex=regex
         )
     except SearchError as exc:
-        return Reply(f"I can't search for that: {exc}", private=True)
-    return Reply(format_recall(query, result, page, regex), private=True)
+        return f"I can't search for that: {exc}"
+    return format_recall(query, result, page, regex)
 
 
 def format_recall(query: str, result: SearchResult, page: int, regex: bool) -> str:
@@ -113,23 +160,22 @@ def _mark(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(out)
 
 
-async def cmd_new(agent: Agent, inbound: Inbound, args: str) -> Reply:
-    started = await agent.start_new_session(inbound)
-    if not started:
-        return Reply("This conversation is already fresh.")
-    return Reply("Started a fresh conversation. I'm filing the previous one into your history.")
+async def cmd_new(ctx: CommandContext, args: str) -> str:
+    if not await ctx.start_new():
+        return "This conversation is already fresh."
+    return "Started a fresh conversation. I'm filing the previous one into your history."
 
 
-async def cmd_help(agent: Agent, inbound: Inbound, args: str) -> Reply:
-    lines = [f"I'm {agent.config.agent.bot_name}, and I remember our conversations.", ""]
-    lines += [f"/{name} — {description}" for name, description in COMMAND_MENU]
+async def cmd_help(ctx: CommandContext, args: str) -> str:
+    lines = [f"I'm {ctx.bot_name}, and I remember our conversations.", ""]
+    lines += [f"/{command.name} — {command.description}" for command in COMMANDS]
     lines += ["", "Anything else you write is a message to me."]
-    return Reply("\n".join(lines))
+    return "\n".join(lines)
 
 
-async def cmd_status(agent: Agent, inbound: Inbound, args: str) -> Reply:
-    status = agent.session_status(inbound)
-    return Reply(
+async def cmd_status(ctx: CommandContext, args: str) -> str:
+    status = ctx.status()
+    return (
         f"Model: {status.model}\n"
         f"Context: ~{status.context_tokens:,} of {status.window_tokens:,} tokens "
         f"({status.context_tokens * 100 // max(1, status.window_tokens)}%)\n"
@@ -139,33 +185,27 @@ async def cmd_status(agent: Agent, inbound: Inbound, args: str) -> Reply:
     )
 
 
-# Answers that must never be shown in a group (an adapter may need to know before answering,
-# e.g. to defer a Discord interaction ephemerally).
-PRIVATE_COMMANDS = frozenset({"memory", "recall"})
-
-COMMAND_MENU: list[tuple[str, str]] = [
-    ("memory", "Show what I remember about you"),
-    ("recall", "Search our past conversations: /recall <keywords>"),
-    ("new", "Start a fresh conversation (the old one is filed)"),
-    ("help", "What I can do"),
-    ("status", "Model, context used, last consolidation"),
-]
-
-HANDLERS: dict[str, Handler] = {
-    "memory": cmd_memory,
-    "recall": cmd_recall,
-    "new": cmd_new,
-    "help": cmd_help,
-    "status": cmd_status,
-}
+COMMANDS: tuple[Command, ...] = (
+    Command("memory", "Show what I remember about you", cmd_memory, private=True),
+    Command(
+        "recall",
+        "Search our past conversations: /recall <keywords>",
+        cmd_recall,
+        private=True,
+        argument=Argument("keyword", "Words to look for in your history"),
+    ),
+    Command("new", "Start a fresh conversation (the old one is filed)", cmd_new),
+    Command("help", "What I can do", cmd_help),
+    Command("status", "Model, context used, last consolidation", cmd_status),
+)
+_BY_NAME = {command.name: command for command in COMMANDS}
 
 
-async def run_command(agent: Agent, inbound: Inbound, command: ParsedCommand) -> Reply:
-    handler = HANDLERS.get(command.name)
-    if handler is None:
-        known = ", ".join(f"/{name}" for name, _ in COMMAND_MENU)
-        return Reply(f"I don't know the command /{command.name}. Try one of: {known}.")
-    reply = await handler(agent, inbound, command.args)
-    if command.name in PRIVATE_COMMANDS and not reply.private:
-        reply = replace(reply, private=True)  # whatever the handler said, it stays private
-    return reply
+async def run_command(parsed: ParsedCommand, context: Callable[[], CommandContext]) -> Reply:
+    """Answer one command; the privacy is the command's. `context` is only built for a known
+    command (an unknown one touches no files)."""
+    command = _BY_NAME.get(parsed.name)
+    if command is None:
+        known = ", ".join(f"/{c.name}" for c in COMMANDS)
+        return Reply(f"I don't know the command /{parsed.name}. Try one of: {known}.")
+    return Reply(await command.handler(context(), parsed.args), private=command.private)
