@@ -1,9 +1,9 @@
 """Discord adapter: DMs, guild mentions/replies and slash commands over discord.py.
 
 The adapter only translates: it checks the allow list, derives keys with bot.keys, hands an
-Inbound to the core and sends the Reply back (split with bot.formatting, mentions disabled).
-It never touches a workspace file. Reconnects are discord.py's; login problems become one
-PlatformStartError line.
+Inbound to the core and sends the collected answer back (split with bot.formatting, mentions
+disabled). It never touches a workspace file. Reconnects are discord.py's; login problems become
+one PlatformStartError line.
 """
 
 from __future__ import annotations
@@ -27,14 +27,15 @@ from bot import logsafe
 from bot.access import is_allowed
 from bot.commands import COMMANDS, Command
 from bot.formatting import split_message
-from bot.inbound import Inbound, Reply
+from bot.inbound import Inbound
 from bot.keys import session_key, user_key
+from bot.outbound import BufferedOutbound, Reply
 from bot.platform import PlatformStartError
 from bot.repeating import repeating
 
 if TYPE_CHECKING:
-    from bot.agent import Agent
     from bot.config import Config
+    from bot.platform import Core
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class DiscordAdapter:
     def __init__(
         self,
         config: Config,
-        agent: Agent,
+        agent: Core,
         *,
         guild_ready_timeout: float = 2.0,
         defer_after_s: float = 2.0,
@@ -192,16 +193,17 @@ class DiscordAdapter:
             session_key=session,
             user_key=user_key(PLATFORM, author.id),
             text=text,
-            sender_name=author.display_name,
             is_private=guild_id is None,
         )
         async with _typing(message.channel):
-            reply = await self._handle(inbound)
+            reply = await self._handle(inbound, BufferedOutbound())
         await self._deliver(message, reply, in_guild=guild_id is not None)
 
-    async def _handle(self, inbound: Inbound) -> Reply:
+    async def _handle(self, inbound: Inbound, out: BufferedOutbound) -> Reply:
+        """The core's whole answer, or a short apology if the turn failed."""
         try:
-            return await self.agent.handle(inbound)
+            await self.agent.handle(inbound, out)
+            return out.reply
         except Exception:
             log.exception("discord: the turn for %s failed", inbound.session_key)
             return Reply(FAILURE)
@@ -240,19 +242,19 @@ class DiscordAdapter:
         if argument is None:
 
             async def plain(interaction: discord.Interaction) -> None:
-                await self.on_command(interaction, command, f"/{name}")
+                await self.on_command(interaction, name, f"/{name}")
 
             callback = plain
         elif argument.required:
 
             async def required(interaction: discord.Interaction, value: str) -> None:
-                await self.on_command(interaction, command, f"/{name} {value}")
+                await self.on_command(interaction, name, f"/{name} {value}")
 
             callback = required
         else:
 
             async def optional(interaction: discord.Interaction, value: str | None = None) -> None:
-                await self.on_command(interaction, command, f"/{name} {value or ''}".rstrip())
+                await self.on_command(interaction, name, f"/{name} {value or ''}".rstrip())
 
             callback = optional
         if argument is not None:
@@ -262,11 +264,8 @@ class DiscordAdapter:
             name=name, description=command.description[:DESCRIPTION_LIMIT], callback=callback
         )
 
-    async def on_command(
-        self, interaction: discord.Interaction, command: Command, text: str
-    ) -> None:
+    async def on_command(self, interaction: discord.Interaction, name: str, text: str) -> None:
         """Answer a slash command; defer first when the core takes longer than Discord waits."""
-        name = command.name
         user = interaction.user
         if not is_allowed(self.config.allow_from, user.id):
             log.info("discord: refused /%s from user %s (not in allow_from)", name, user.id)
@@ -281,16 +280,18 @@ class DiscordAdapter:
             session_key=_interaction_session(interaction),
             user_key=user_key(PLATFORM, user.id),
             text=text,
-            sender_name=user.display_name,
             is_private=interaction.guild_id is None,
         )
-        private = command.private
-        work = asyncio.create_task(self._handle(inbound))
+        answer = BufferedOutbound()
+        work = asyncio.create_task(self._handle(inbound, answer))
         done, _ = await asyncio.wait({work}, timeout=self.defer_after_s)
         deferred = not done
+        # The core marks an answer private before anything else; one whose privacy is not yet
+        # known is treated as private, so it can never show in the channel.
+        ephemeral = answer.private or not answer.begun
         if deferred:
             try:
-                await interaction.response.defer(ephemeral=private, thinking=True)
+                await interaction.response.defer(ephemeral=ephemeral, thinking=True)
             except discord.HTTPException as exc:
                 # Too late (the interaction expired): the turn still completes and is saved.
                 log.warning("discord: could not defer /%s: %s", name, _reason(exc))
@@ -298,11 +299,6 @@ class DiscordAdapter:
                 return
         reply = await work
         chunks = split_message(reply.text, MESSAGE_LIMIT) or ["(nothing to show)"]
-        if deferred and reply.private and not private:
-            # The public "thinking…" placeholder must not carry a private answer.
-            with contextlib.suppress(discord.HTTPException):
-                await interaction.delete_original_response()
-        ephemeral = private or reply.private
         for index, chunk in enumerate(chunks):
             if index == 0 and not deferred:
                 send = interaction.response.send_message(

@@ -14,8 +14,8 @@ from bot.settings import HTTP, WEBSOCKET, Rule, Section, setting
 
 if TYPE_CHECKING:
     from adapters.discord import DiscordAdapter
-    from bot.agent import Agent
     from bot.config import Config
+    from bot.platform import Core
 
 PLATFORM = "discord"
 
@@ -39,7 +39,7 @@ class DiscordConfig(Section):
     )
 
 
-def create(config: Config, agent: Agent) -> DiscordAdapter:
+def create(config: Config, agent: Core) -> DiscordAdapter:
     from adapters.discord import DiscordAdapter
 
     return DiscordAdapter(config, agent)

@@ -51,11 +51,12 @@ from bot.commands import COMMANDS
 from bot.formatting import split_message
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
+from bot.outbound import BufferedOutbound
 from bot.platform import PlatformStartError
 from bot.repeating import repeating
 
 if TYPE_CHECKING:
-    from bot.agent import Agent
+    from bot.platform import Core
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class TelegramAdapter:
     name = PLATFORM
     typing_interval_s = 4.0  # Telegram shows "typing…" for about 5 s per sendChatAction
 
-    def __init__(self, config: TelegramConfig, agent: Agent) -> None:
+    def __init__(self, config: TelegramConfig, agent: Core) -> None:
         self.ready = asyncio.Event()
         self._config = config
         self._agent = agent
@@ -232,17 +233,18 @@ class TelegramAdapter:
             session_key=self._session_key(msg, private),
             user_key=user_key(PLATFORM, user.id),
             text=text,
-            sender_name=user.full_name,
             is_private=private,
             message_id=f"{msg.chat.id}:{msg.message_id}",  # unique per chat: spots a redelivery
         )
+        out = BufferedOutbound()
         try:
             async with self._typing(bot, msg):
-                reply = await self._agent.handle(inbound)
+                await self._agent.handle(inbound, out)
         except Exception:
             log.exception("telegram: turn failed for session %s", inbound.session_key)
             await self._send(bot, msg, FAILED, markup=False)
             return
+        reply = out.reply
         if not reply.text:
             return  # a redelivered message that a later message's answer already covered
         if reply.private and not private:

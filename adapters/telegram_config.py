@@ -14,8 +14,8 @@ from bot.settings import HTTP, NON_NEGATIVE_INT, PORT, Rule, Section, SettingErr
 
 if TYPE_CHECKING:
     from adapters.telegram import TelegramAdapter
-    from bot.agent import Agent
     from bot.config import Config
+    from bot.platform import Core
 
 PLATFORM = "telegram"
 MODES = ("polling", "webhook")
@@ -52,7 +52,7 @@ def check(settings: TelegramConfig) -> None:
         raise SettingError('mode = "webhook" needs webhook_url', key="mode")
 
 
-def create(config: Config, agent: Agent) -> TelegramAdapter:
+def create(config: Config, agent: Core) -> TelegramAdapter:
     from adapters.telegram import TelegramAdapter
 
     return TelegramAdapter(config.platforms[PLATFORM], agent)

@@ -15,15 +15,17 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
+from bot.outbound import OutFile
 from bot.platform import PlatformPlugin
 
 if TYPE_CHECKING:
-    from bot.agent import Agent
     from bot.config import Config
+    from bot.platform import Core
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +115,7 @@ class TerminalAdapter:
     def __init__(
         self,
         config: Config,
-        agent: Agent,
+        agent: Core,
         *,
         user: str | None = None,
         stdin_fd: int | None = None,
@@ -177,16 +179,15 @@ class TerminalAdapter:
             session_key=self.session_key,
             user_key=self.user_key,
             text=text,
-            sender_name=self.user,
             is_private=True,
         )
+        out = PrintedOutbound(self._write)
         try:
-            reply = await self.agent.handle(inbound)
+            await self.agent.handle(inbound, out)
         except Exception:
             log.exception("the agent failed on a message")
+            self._write("\n" if out.wrote else "")
             self._write("(Something went wrong on my side; the details are in the log.)\n\n")
-            return
-        self._write(f"{reply.text}\n\n")
 
     def _write(self, text: str) -> None:
         with contextlib.suppress(BrokenPipeError):
@@ -194,7 +195,31 @@ class TerminalAdapter:
             self.out.flush()
 
 
-def create(config: Config, agent: Agent, *, user: str | None = None) -> TerminalAdapter:
+class PrintedOutbound:
+    """The terminal's Outbound: text is printed as it comes, a blank line ends the answer. The
+    terminal is a private chat, so a private answer is printed like any other."""
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self._write = write
+        self.wrote = False
+
+    async def begin(self, *, private: bool = False) -> None:
+        pass
+
+    async def add_text(self, text: str) -> None:
+        self.wrote = self.wrote or bool(text)
+        self._write(text)
+
+    async def attach_file(self, file: OutFile) -> None:
+        self.wrote = True
+        self._write(f"\n(I made a file, {file.name}, but the terminal cannot show files.)\n")
+
+    async def finish(self) -> None:
+        self._write("\n\n")
+
+
+def create(config: Config, agent: Core, *, user: str | None = None) -> TerminalAdapter:
+    """Entry point `lightgrep.platforms: terminal`."""
     return TerminalAdapter(config, agent, user=user)
 
 

@@ -1,8 +1,8 @@
-"""The agent core: one turn of conversation, commands, and background consolidation (DESIGN §4).
+"""The agent core: one turn of conversation, commands, and background consolidation.
 
-Every platform hands it an Inbound and gets a Reply. Two messages of one session run in order
-(a lock per session); different sessions run at once. The user's message is persisted before the
-LLM is called, so an outage never loses it.
+Every platform hands it an Inbound and an Outbound (bot.outbound) to answer through. Two messages
+of one session run in order (a lock per session); different sessions run at once. The user's
+message is persisted before the LLM is called, so an outage never loses it.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from typing import Any
 from bot.commands import CommandContext, SessionStatus, parse_command, run_command
 from bot.config import Config
 from bot.context import ContextBuilder
-from bot.inbound import Inbound, Reply
+from bot.inbound import Inbound
 from bot.llm import LLMClient
+from bot.outbound import Outbound, Reply
 from bot.tools import TOOL_SCHEMAS, AgentTools
 from memory.consolidator import MemoryConsolidator
 from memory.llm import ChatLLM, ChatResult, LLMError, valid_text
@@ -55,15 +56,22 @@ class Agent:
 
     # ---- entry points -------------------------------------------------------------------
 
-    async def handle(self, inbound: Inbound) -> Reply:
-        """Answer one message: a command without the LLM, anything else as an LLM turn."""
+    async def handle(self, inbound: Inbound, out: Outbound) -> None:
+        """Answer one message through `out`: a command without the LLM, anything else as an LLM
+        turn (see bot.outbound for the order of the calls)."""
         inbound = replace(inbound, text=valid_text(inbound.text))  # lone surrogates → U+FFFD
         command = parse_command(inbound.text)
         if command is not None:
-            return await run_command(command, lambda: self._command_context(inbound))
-        if not inbound.text.strip():
-            return Reply("(That message was empty.)")
-        return await self._turn(inbound)
+            await run_command(command, lambda: self._command_context(inbound), out)
+            return
+        await out.begin(private=False)
+        if inbound.text.strip():
+            reply = await self._turn(inbound)
+        else:
+            reply = Reply("(That message was empty.)")
+        if reply.text:
+            await out.add_text(reply.text)
+        await out.finish()
 
     async def aclose(self) -> None:
         """Wait for pending consolidation, then close the LLM client."""

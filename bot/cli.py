@@ -23,6 +23,7 @@ from bot import logsafe
 from bot.config import Config, ConfigError, load_config
 from bot.inbound import Inbound
 from bot.keys import session_key
+from bot.outbound import BufferedOutbound
 from bot.platform import (
     AdapterFactory,
     PlatformAdapter,
@@ -229,11 +230,12 @@ async def _as_user(config: Config, key: str, command: str) -> str:
         session_key=session_key("cli", "operator", key),
         user_key=key,
         text=command,
-        sender_name="operator",
         is_private=True,
     )
+    out = BufferedOutbound()
     try:
-        return (await agent.handle(inbound)).text
+        await agent.handle(inbound, out)
+        return out.reply.text
     finally:
         await agent.aclose()
 

@@ -12,7 +12,8 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bot.inbound import Inbound, Reply
+from bot.inbound import Inbound
+from bot.outbound import Outbound
 from memory.search import SearchError, SearchResult, search_history
 from memory.session import Session
 from memory.workspace import Workspace
@@ -201,11 +202,17 @@ COMMANDS: tuple[Command, ...] = (
 _BY_NAME = {command.name: command for command in COMMANDS}
 
 
-async def run_command(parsed: ParsedCommand, context: Callable[[], CommandContext]) -> Reply:
-    """Answer one command; the privacy is the command's. `context` is only built for a known
-    command (an unknown one touches no files)."""
+async def run_command(
+    parsed: ParsedCommand, context: Callable[[], CommandContext], out: Outbound
+) -> None:
+    """Answer one command through `out`. The privacy is the command's, announced before any
+    text; `context` is only built for a known command (an unknown one touches no files)."""
     command = _BY_NAME.get(parsed.name)
+    await out.begin(private=command is not None and command.private)
     if command is None:
         known = ", ".join(f"/{c.name}" for c in COMMANDS)
-        return Reply(f"I don't know the command /{parsed.name}. Try one of: {known}.")
-    return Reply(await command.handler(context(), parsed.args), private=command.private)
+        text = f"I don't know the command /{parsed.name}. Try one of: {known}."
+    else:
+        text = await command.handler(context(), parsed.args)
+    await out.add_text(text)
+    await out.finish()

@@ -1,4 +1,4 @@
-"""What an adapter hands the core, and what the core hands back."""
+"""What an adapter hands the core (the answer goes back through bot.outbound)."""
 
 from __future__ import annotations
 
@@ -13,18 +13,7 @@ class Inbound:
     session_key: str  # e.g. "telegram:dm:42"; see bot.keys
     user_key: str  # e.g. "telegram-42"; owns the workspace
     text: str
-    sender_name: str = ""
     is_private: bool = True
     # The platform's id of this message (e.g. "<chat>:<message>"), so a message redelivered
     # after a crash is recognised instead of persisted and answered twice.
     message_id: str | None = None
-
-
-@dataclass(frozen=True)
-class Reply:
-    """The core's answer. `private` answers (/memory, /recall) must never be shown in a group.
-    An empty text means there is nothing to send (a redelivered message already answered
-    together with a later one)."""
-
-    text: str
-    private: bool = False

@@ -14,9 +14,13 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bot.settings import Section
+
+if TYPE_CHECKING:
+    from bot.inbound import Inbound
+    from bot.outbound import Outbound
 
 ENTRY_POINT_GROUP = "lightgrep.platforms"
 
@@ -29,6 +33,13 @@ class PluginError(Exception):
     """An installed platform plugin is broken (does not load, or is not a PlatformPlugin)."""
 
 
+class Core(Protocol):
+    """What an adapter is given to answer messages: the agent itself in one process (another
+    process's agent, behind a message broker, would offer the same call)."""
+
+    async def handle(self, inbound: Inbound, out: Outbound) -> None: ...
+
+
 class PlatformAdapter(Protocol):
     name: str
     ready: asyncio.Event  # set once the adapter is serving
@@ -39,7 +50,7 @@ class PlatformAdapter(Protocol):
         ...
 
 
-# `create(config: Config, agent: Agent, **options)`: options are the command's own (the terminal
+# `create(config: Config, agent: Core, **options)`: options are the command's own (the terminal
 # takes `user=`); `lightgrep run` passes none.
 AdapterFactory = Callable[..., PlatformAdapter]
 

@@ -1,4 +1,5 @@
-"""Building a real Agent against a fake provider, and the Inbound messages tests send it."""
+"""Building a real Agent against a fake provider, the Inbound messages tests send it, and asking
+it through the whole-answer port (what a user would receive)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from bot.agent import Agent
 from bot.config import Config, LLMConfig, MemoryConfig
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
+from bot.outbound import BufferedOutbound, Reply
 from tests.fakes.openai_server import FakeOpenAI
 
 
@@ -33,25 +35,30 @@ def make_agent(
     return Agent(config)
 
 
-def dm(user: str, text: str, *, name: str = "") -> Inbound:
+async def ask(agent: Agent, inbound: Inbound) -> Reply:
+    """The agent's whole answer to `inbound`, as an adapter that sends in one go receives it."""
+    out = BufferedOutbound()
+    await agent.handle(inbound, out)
+    return out.reply
+
+
+def dm(user: str, text: str) -> Inbound:
     """A Telegram private message from user id `user`."""
     return Inbound(
         platform="telegram",
         session_key=session_key("telegram", "dm", user),
         user_key=user_key("telegram", user),
         text=text,
-        sender_name=name or user,
     )
 
 
-def group(chat: str, user: str, text: str, *, name: str = "") -> Inbound:
+def group(chat: str, user: str, text: str) -> Inbound:
     """A Telegram group message from user `user` in group `chat`."""
     return Inbound(
         platform="telegram",
         session_key=session_key("telegram", "group", chat, user),
         user_key=user_key("telegram", user),
         text=text,
-        sender_name=name or user,
         is_private=False,
     )
 

@@ -22,13 +22,14 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bot.agent import Agent
-from bot.inbound import Inbound, Reply
+from bot.inbound import Inbound
 from bot.keys import session_key, user_key
+from bot.outbound import Reply
 from bot.tools import AgentTools
 from memory.keys import decode_key, encode_key, is_hashed_name
 from memory.session import SessionStore
 from memory.workspace import Workspaces
-from tests.agent_helpers import dm, make_agent
+from tests.agent_helpers import ask, dm, make_agent
 from tests.fakes.openai_server import FakeOpenAI, Status, completion, tool_call
 
 ANSWER = "fine, noted"
@@ -132,7 +133,7 @@ def test_recall_never_crashes_and_always_answers_clearly(tmp_path: Path) -> None
             runs.append(query)
             flag = "--regex " if regex else ""
             started = time.monotonic()
-            reply = runner.run(agent.handle(dm("1", f"/recall {page}{flag}{query}")))
+            reply = runner.run(ask(agent, dm("1", f"/recall {page}{flag}{query}")))
             assert time.monotonic() - started < 2, "a search must not hang"
             assert isinstance(reply, Reply) and reply.private
             assert reply.text.startswith(RECALL_PREFIXES), reply.text
@@ -194,7 +195,7 @@ def test_any_message_text_is_persisted_intact_and_reloads(tmp_path: Path) -> Non
         @example(text="\u202eevil.exe\u202c 🐈‍⬛ " * 50)
         def check(text: str) -> None:
             before = len(fake.requests)
-            reply = runner.run(agent.handle(dm("1", text)))
+            reply = runner.run(ask(agent, dm("1", text)))
             if not text.strip():
                 assert reply.text == "(That message was empty.)"
                 assert len(fake.requests) == before
@@ -253,8 +254,8 @@ def test_lone_surrogates_from_the_model_never_break_a_turn(tmp_path: Path) -> No
         fake = agent.fake  # type: ignore[attr-defined]
         raw = json.dumps(completion("half an emoji: \ud83d!"))  # "\ud83d" as a JSON escape
         fake.queue(body, Status(200, raw))
-        first = runner.run(agent.handle(dm("1", "remember I like cats")))
-        second = runner.run(agent.handle(dm("1", "thanks")))
+        first = runner.run(ask(agent, dm("1", "remember I like cats")))
+        second = runner.run(ask(agent, dm("1", "thanks")))
         requests = list(fake.requests)
     assert first.text == "half an emoji: \ufffd!" and second.text == ANSWER
     assert len(requests) == 3
@@ -280,7 +281,7 @@ def test_a_hand_edited_session_with_a_lone_surrogate_does_not_poison_it(tmp_path
     store.append(session, {"role": "assistant", "content": "noted"})
     assert "\\udce9" in session.path.read_text("ascii")
     with running(base) as (runner, agent):
-        reply = runner.run(agent.handle(dm("1", "still there?")))
+        reply = runner.run(ask(agent, dm("1", "still there?")))
         sent = agent.fake.requests[-1]["messages"]  # type: ignore[attr-defined]
     assert reply.text == ANSWER
     assert sent[1]["content"] == "caf\ufffd (edited by hand)"
@@ -290,8 +291,8 @@ def test_a_huge_message_is_refused_clearly_and_nothing_is_saved(tmp_path: Path) 
     base = tmp_path / "ws"
     with running(base, window=8000) as (runner, agent):
         huge = ("lorem ipsum 🐈 \x00 <|endoftext|> " * 20_000)[:400_000]
-        reply = runner.run(agent.handle(dm("1", huge)))
-        ok = runner.run(agent.handle(dm("1", "a normal message")))
+        reply = runner.run(ask(agent, dm("1", huge)))
+        ok = runner.run(ask(agent, dm("1", "a normal message")))
         assert agent.fake.requests[-1]["messages"][-1]["content"].endswith("a normal message")  # type: ignore[attr-defined]
         assert len(agent.fake.requests) == 1  # type: ignore[attr-defined]
     assert "too long" in reply.text and "Nothing was saved" in reply.text
@@ -389,11 +390,10 @@ def test_odd_ids_through_the_agent_stay_inside_and_apart(tmp_path: Path) -> None
                 session_key("telegram", "group", raw, raw),
                 user_key("telegram", raw),
                 f"secret number {i}",
-                sender_name=raw,
                 is_private=False,
             )
-            assert runner.run(agent.handle(inbound)).text == ANSWER
-            memory = runner.run(agent.handle(replace(inbound, text="/memory")))
+            assert runner.run(ask(agent, inbound)).text == ANSWER
+            memory = runner.run(ask(agent, replace(inbound, text="/memory")))
             assert "secret number" not in memory.text
         requests = agent.fake.requests  # type: ignore[attr-defined]
     check_tree(base, outside)

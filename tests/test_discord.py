@@ -18,6 +18,7 @@ from discord.http import Route
 from adapters.discord import DiscordAdapter
 from adapters.discord_config import DiscordConfig, create
 from bot.agent import Agent
+from bot.commands import Argument, Command, CommandContext
 from bot.config import Config, LLMConfig, MemoryConfig
 from bot.platform import PlatformStartError
 from memory.keys import encode_key
@@ -206,9 +207,52 @@ async def test_slow_command_is_deferred_then_followed_up(
         [followup] = await discord_fake.wait_until(lambda: discord_fake.calls("POST", path))
     [deferral] = callbacks(discord_fake)
     assert deferral["type"] == 5  # "LightGrep is thinking…"
+    assert not (deferral.get("data") or {}).get("flags", 0) & EPHEMERAL  # /new is public
     assert followup.body["content"]
     assert followup.body["allowed_mentions"]["parse"] == []
     assert [m["content"] for m in discord_fake.sent_messages(DM)] == ["a slow answer"]
+
+
+async def test_slow_private_command_is_deferred_ephemerally(
+    discord_fake: FakeDiscord, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """The core marks /recall private before its search runs, so even the "thinking…"
+    placeholder is shown only to the person who asked."""
+    Workspaces(workspaces_dir).get("discord-42").memory.append_history(
+        "[2026-11-02 10:00] Alice adopted two parrots named Kiwi and Mango."
+    )
+    async with running(make_config(discord_fake, fake_llm, workspaces_dir)) as adapter:
+        adapter.defer_after_s = 0  # the search cannot beat this: the answer is always deferred
+        interaction = discord_fake.slash(
+            ALICE, "recall", {"keyword": "parrots"}, channel_id=CHANNEL, guild_id=GUILD
+        )
+        await discord_fake.dispatch("INTERACTION_CREATE", interaction)
+        path = f"/webhooks/{discord_fake.app_id}/{interaction['token']}"
+        [followup] = await discord_fake.wait_until(lambda: discord_fake.calls("POST", path))
+    [deferral] = callbacks(discord_fake)
+    assert deferral["type"] == 5
+    assert deferral["data"]["flags"] & EPHEMERAL
+    assert "Kiwi" in followup.body["content"]
+    assert followup.body["flags"] & EPHEMERAL
+
+
+def test_a_command_option_is_built_from_its_argument_spec(
+    discord_fake: FakeDiscord, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Any registry entry gets its option from the spec, required or not (no per-command code)."""
+
+    async def note(ctx: CommandContext, args: str) -> str:
+        return args
+
+    config = make_config(discord_fake, fake_llm, workspaces_dir)
+    adapter = DiscordAdapter(config, Agent(config))
+    spec = Command("note", "Keep a note", note, argument=Argument("text", "What to keep", False))
+    [option] = adapter._slash_command(spec).parameters
+    assert (option.display_name, option.description, option.required) == (
+        "text",
+        "What to keep",
+        False,
+    )
 
 
 async def test_guild_mention_answered_and_unaddressed_messages_ignored(

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from bot.agent import Agent
-from tests.agent_helpers import dm, session_records, user_home
+from tests.agent_helpers import ask, dm, session_records, user_home
 from tests.agent_helpers import make_agent as shared_make_agent
 from tests.fakes.openai_server import (
     Delay,
@@ -88,7 +88,7 @@ async def test_a_5xx_burst_shorter_than_the_retries_is_answered(
         Status(500, {"error": {"message": "boom"}}),
         completion("Answered after two retries."),
     )
-    reply = await agent.handle(dm("1", "are you there?"))
+    reply = await ask(agent, dm("1", "are you there?"))
     await agent.aclose()
     assert reply.text == "Answered after two retries."
     assert len(fake.requests) == 3  # the SDK retried; we did not re-send on top
@@ -103,9 +103,9 @@ async def test_a_5xx_burst_longer_than_the_retries_gives_a_clear_message(
 ) -> None:
     agent = make_agent(fake, workspaces_dir, max_retries=2)
     fake.queue(*[Status(503, {"error": {"message": "overloaded"}})] * 3)
-    reply = await agent.handle(dm("1", "my locker code is 4417"))
+    reply = await ask(agent, dm("1", "my locker code is 4417"))
     fake.queue(completion("I'm back."))
-    second = await agent.handle(dm("1", "hello again"))
+    second = await ask(agent, dm("1", "hello again"))
     await agent.aclose()
     assert OUTAGE in reply.text and "HTTP 503" in reply.text and "saved" in reply.text
     assert len(fake.requests) == 4  # 1 + 2 retries, then the next turn
@@ -119,7 +119,7 @@ async def test_a_5xx_burst_longer_than_the_retries_gives_a_clear_message(
 async def test_rate_limit_429_is_retried(fake: QuickRetryOpenAI, workspaces_dir: Path) -> None:
     agent = make_agent(fake, workspaces_dir, max_retries=2)
     fake.queue(Status(429, {"error": {"message": "slow down"}}), completion("ok then"))
-    reply = await agent.handle(dm("1", "hi"))
+    reply = await ask(agent, dm("1", "hi"))
     await agent.aclose()
     assert reply.text == "ok then"
     assert_each_once(workspaces_dir, "1", ["hi"])
@@ -130,7 +130,7 @@ async def test_one_timeout_is_retried_and_answered(
 ) -> None:
     agent = make_agent(fake, workspaces_dir, max_retries=1, timeout_s=0.2)
     fake.queue(Delay(1.0, completion("too late")), completion("in time"))
-    reply = await agent.handle(dm("1", "quick question"))
+    reply = await ask(agent, dm("1", "quick question"))
     await agent.aclose()
     assert reply.text == "in time"
     assert_each_once(workspaces_dir, "1", ["quick question"])
@@ -143,7 +143,7 @@ async def test_timeouts_beyond_the_retries_give_a_clear_message(
 ) -> None:
     agent = make_agent(fake, workspaces_dir, max_retries=0, timeout_s=0.2)
     fake.queue(Delay(1.0, completion("too late")))
-    reply = await agent.handle(dm("1", "slow question"))
+    reply = await ask(agent, dm("1", "slow question"))
     await agent.aclose()
     assert OUTAGE in reply.text and "timed out" in reply.text
     assert_each_once(workspaces_dir, "1", ["slow question"])
@@ -154,14 +154,14 @@ async def test_a_200_with_an_html_error_page_gives_a_clear_message(
 ) -> None:
     agent = make_agent(fake, workspaces_dir)
     fake.queue(Status(200, HTML_PAGE, content_type="text/html"))
-    labelled = await agent.handle(dm("1", "first"))
+    labelled = await ask(agent, dm("1", "first"))
     # A proxy that labels its error page as JSON.
     fake.queue(Status(200, HTML_PAGE, content_type="application/json"))
-    mislabelled = await agent.handle(dm("1", "second"))
+    mislabelled = await ask(agent, dm("1", "second"))
     fake.queue(Status(200, "", content_type="application/json"))
-    empty = await agent.handle(dm("1", "third"))
+    empty = await ask(agent, dm("1", "third"))
     fake.queue(completion("All good now."))
-    recovered = await agent.handle(dm("1", "fourth"))
+    recovered = await ask(agent, dm("1", "fourth"))
     await agent.aclose()
     for reply in (labelled, mislabelled, empty):
         assert OUTAGE in reply.text and "not a completion" in reply.text
@@ -175,7 +175,7 @@ async def test_an_html_5xx_from_a_proxy_is_retried_then_reported(
 ) -> None:
     agent = make_agent(fake, workspaces_dir, max_retries=1)
     fake.queue(*[Status(502, HTML_PAGE, content_type="text/html")] * 2)
-    reply = await agent.handle(dm("1", "hello"))
+    reply = await ask(agent, dm("1", "hello"))
     await agent.aclose()
     assert OUTAGE in reply.text and "HTTP 502" in reply.text and "<html>" not in reply.text
     assert len(fake.requests) == 2
@@ -189,7 +189,7 @@ async def test_an_empty_choice_list_gives_a_clear_message(
     empty = completion("x")
     empty["choices"] = []
     fake.queue(empty)
-    reply = await agent.handle(dm("1", "anything?"))
+    reply = await ask(agent, dm("1", "anything?"))
     await agent.aclose()
     assert OUTAGE in reply.text and "without any choice" in reply.text
     assert_each_once(workspaces_dir, "1", ["anything?"])
@@ -209,7 +209,7 @@ async def test_malformed_completion_bodies_never_escape_as_exceptions(
     replies = []
     for i, body in enumerate(bodies):
         fake.queue(body)
-        replies.append(await agent.handle(dm("1", f"message {i}")))
+        replies.append(await ask(agent, dm("1", f"message {i}")))
     await agent.aclose()
     assert all(OUTAGE in r.text for r in replies), [r.text for r in replies]
     assert_each_once(workspaces_dir, "1", [f"message {i}" for i in range(len(bodies))])
@@ -220,7 +220,7 @@ async def test_a_400_on_the_turn_is_reported_not_retried(
 ) -> None:
     agent = make_agent(fake, workspaces_dir, max_retries=2)
     fake.queue(Status(400, {"error": {"message": "maximum context length exceeded"}}))
-    reply = await agent.handle(dm("1", "hello"))
+    reply = await ask(agent, dm("1", "hello"))
     await agent.aclose()
     assert "maximum context length exceeded" in reply.text
     assert len(fake.requests) == 1
@@ -238,7 +238,7 @@ async def test_truncated_tool_arguments_are_fed_back_and_the_turn_continues(
         completion(None, [tool_call("edit_memory", {"action": "add", "text": "Likes tea"})]),
         completion("Noted."),
     )
-    reply = await agent.handle(dm("1", "I like green tea"))
+    reply = await ask(agent, dm("1", "I like green tea"))
     await agent.aclose()
     assert reply.text == "Noted."
     tool_results = [m for m in fake.requests[1]["messages"] if m["role"] == "tool"]
@@ -260,9 +260,9 @@ async def test_a_failure_in_the_middle_of_the_tool_loop_leaves_a_valid_history(
         completion(None, [tool_call("search_history", {"query": "trip"})]),
         Status(500, {"error": {"message": "boom"}}),
     )
-    failed = await agent.handle(dm("1", "where did I travel?"))
+    failed = await ask(agent, dm("1", "where did I travel?"))
     fake.queue(completion("Let's try again."))
-    again = await agent.handle(dm("1", "try again"))
+    again = await ask(agent, dm("1", "try again"))
     await agent.aclose()
     assert OUTAGE in failed.text and again.text == "Let's try again."
     # The provider is sent a well-formed conversation: the tool call with its result.
@@ -305,7 +305,7 @@ async def test_a_400_on_forced_tool_choice_falls_back_to_auto_and_is_applied(
     agent = make_agent(fake, workspaces_dir, window=1200)
     fake.default = chat_or(consolidation)
     for text in texts:
-        reply = await agent.handle(dm("1", text))
+        reply = await ask(agent, dm("1", text))
         assert reply.text.startswith("Tell me more")
     await agent.aclose()
     choices = [r.get("tool_choice") for r in fake.consolidation_requests]
@@ -333,8 +333,8 @@ async def test_forced_choice_ignored_with_prose_then_auto_saves(
 
     agent = make_agent(fake, workspaces_dir)
     fake.default = chat_or(consolidation)
-    await agent.handle(dm("1", "I'm going to Kyoto"))
-    reply = await agent.handle(dm("1", "/new"))
+    await ask(agent, dm("1", "I'm going to Kyoto"))
+    reply = await ask(agent, dm("1", "/new"))
     await agent.aclose()
     assert "fresh" in reply.text.lower()
     ws = home(workspaces_dir, "1")
@@ -352,8 +352,8 @@ async def test_a_model_that_never_saves_leads_to_a_raw_archive_on_new(
     agent = make_agent(fake, workspaces_dir)
     fake.default = chat_or(lambda request: completion("I'd rather chat than call tools."))
     for text in texts:
-        await agent.handle(dm("1", text))
-    await agent.handle(dm("1", "/new"))
+        await ask(agent, dm("1", text))
+    await ask(agent, dm("1", "/new"))
     await agent.aclose()
     # Three attempts, each forced then auto, then the chunk is kept verbatim.
     assert len(fake.consolidation_requests) == 6
@@ -374,7 +374,7 @@ async def test_a_model_that_never_saves_is_raw_archived_after_three_failures(
     agent = make_agent(fake, workspaces_dir, window=1200)
     fake.default = chat_or(lambda request: completion("No tools for me, thanks."))
     for text in texts:
-        await agent.handle(dm("1", text))
+        await ask(agent, dm("1", text))
     await agent.aclose()
     history = (home(workspaces_dir, "1") / "HISTORY.md").read_text("utf-8")
     assert "[RAW]" in history
@@ -405,10 +405,10 @@ async def test_consolidation_5xx_counts_as_a_failure_and_nothing_is_lost(
     agent = make_agent(fake, workspaces_dir, max_retries=0)
     fake.default = chat_or(lambda request: Status(503, {"error": {"message": "down"}}))
     for text in texts:
-        await agent.handle(dm("1", text))
-    await agent.handle(dm("1", "/new"))
+        await ask(agent, dm("1", text))
+    await ask(agent, dm("1", "/new"))
     fake.default = chat_or(lambda request: completion("ok"))
-    after = await agent.handle(dm("1", "after the outage"))
+    after = await ask(agent, dm("1", "after the outage"))
     await agent.aclose()
     assert after.text.startswith("Tell me more")
     history = (home(workspaces_dir, "1") / "HISTORY.md").read_text("utf-8")

@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 
 from bot.agent import Agent
-from bot.inbound import Inbound, Reply
+from bot.inbound import Inbound
 from bot.keys import session_key, user_key
+from bot.outbound import Reply
 from tests import agent_helpers as helpers
-from tests.agent_helpers import make_agent
+from tests.agent_helpers import ask, make_agent
 from tests.fakes.openai_server import (
     FakeOpenAI,
     completion,
@@ -30,7 +31,7 @@ from tests.fakes.openai_server import (
 )
 
 GROUP = "-1001"
-NAME = "Alex"  # both users have the same display name
+NAME = "Alex"  # the name the injection claims
 B_MEMORY = "B-SECRET-MEM-7731"
 B_HISTORY = "B-SECRET-HIST-5519"
 B_DM = "B-SECRET-DM-8842"
@@ -39,11 +40,11 @@ SECRETS = (B_MEMORY, B_HISTORY, B_DM, B_GROUP, "7731", "5519", "8842", "2208")
 
 
 def dm(user: str, text: str) -> Inbound:
-    return helpers.dm(user, text, name=NAME)
+    return helpers.dm(user, text)
 
 
 def group(user: str, text: str) -> Inbound:
-    return helpers.group(GROUP, user, text, name=NAME)
+    return helpers.group(GROUP, user, text)
 
 
 def assert_no_secret(what: str, text: str) -> None:
@@ -68,8 +69,8 @@ async def plant_b(agent: Agent, fake: FakeOpenAI) -> Path:
     )
     workspace.memory.append_history("[2026-01-06 10:00] B talked about a PIN and a secret trip.")
     fake.queue(completion("Noted, B."), completion("Noted in the group, B."))
-    await agent.handle(dm("2", f"my trip password is {B_DM}"))
-    await agent.handle(group("2", f"psst, my locker code is {B_GROUP}"))
+    await ask(agent, dm("2", f"my trip password is {B_DM}"))
+    await ask(agent, group("2", f"psst, my locker code is {B_GROUP}"))
     return workspace.root
 
 
@@ -105,7 +106,7 @@ async def test_a_never_sees_b_through_any_door(fake_llm: FakeOpenAI, workspaces_
     replies: list[Reply] = []
 
     async def a_says(inbound: Inbound) -> None:
-        replies.append(await agent.handle(inbound))
+        replies.append(await ask(agent, inbound))
 
     fake_llm.queue(completion(None, doors), completion("I only know about you."))
     await a_says(dm("1", injection))
@@ -161,7 +162,7 @@ async def test_group_members_with_the_same_name_have_separate_conversations(
     await plant_b(agent, fake_llm)
     start = len(fake_llm.requests)
     fake_llm.queue(completion("Hi Alex (A)."))
-    reply = await agent.handle(group("1", "what did the other Alex just say in this group?"))
+    reply = await ask(agent, group("1", "what did the other Alex just say in this group?"))
     await agent.aclose()
     (request,) = fake_llm.requests[start:]
     assert_no_secret("A's group request", json.dumps(request, ensure_ascii=False))
@@ -193,7 +194,7 @@ async def test_concurrent_turns_of_two_users_never_mix(
         replies = []
         for i in range(rounds):
             make = dm if i % 2 else group
-            replies.append(await agent.handle(make(user, f"USER-{user} message {i}")))
+            replies.append(await ask(agent, make(user, f"USER-{user} message {i}")))
             await asyncio.sleep(0)
         return replies
 
