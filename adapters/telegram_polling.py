@@ -16,9 +16,16 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from telegram import Update
-from telegram.error import Conflict, InvalidToken, RetryAfter, TelegramError, TimedOut
+from telegram.error import (
+    Conflict,
+    EndPointNotFound,
+    InvalidToken,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
 from telegram.ext import Application, BaseUpdateProcessor
-from telegram.warnings import PTBDeprecationWarning
+from telegram.warnings import PTBDeprecationWarning, PTBUserWarning
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +112,10 @@ class Poller:
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_poll = float("-inf")
         self._got_new = True  # the last poll brought a new update
+        # do_api_request warns that Bot.get_updates exists; we call the raw method on purpose.
+        warnings.filterwarnings(
+            "ignore", message=r"Please use 'Bot\.getUpdates'", category=PTBUserWarning
+        )
 
     def offset(self) -> int | None:
         """What to acknowledge: every update below this id has been handled."""
@@ -182,15 +193,24 @@ class Poller:
     async def _get_updates(
         self, offset: int | None, wait_s: int, limit: int = POLL_LIMIT
     ) -> list[dict[str, Any]]:
-        """Bot.get_updates without building Update objects: a busy poll returns every update
-        still in flight again (up to 100), and parsing them all each time cost more CPU than
-        the turns. Bot._post is what every Bot method calls; errors are raised the same way."""
+        """getUpdates through the public raw call, without building Update objects: a busy poll
+        returns every update still in flight again (up to 100), and parsing them all each time
+        cost more CPU than the turns. Errors are raised as Bot.get_updates raises them."""
         data: dict[str, Any] = {"offset": offset, "limit": limit, "timeout": wait_s}
         if self._allowed:
             data["allowed_updates"] = self._allowed
-        result = await self._app.bot._post(
-            "getUpdates", data, read_timeout=GET_UPDATES_READ_S + wait_s
-        )
+        try:
+            result = await self._app.bot.do_api_request(
+                "getUpdates", data, read_timeout=GET_UPDATES_READ_S + wait_s
+            )
+        except EndPointNotFound as exc:
+            # do_api_request reports a rejected token (401) as an unknown method; getUpdates
+            # always exists, so it is the token.
+            if isinstance(exc.__cause__, InvalidToken):
+                raise exc.__cause__ from None
+            raise
+        if not isinstance(result, list):
+            raise TelegramError(f"getUpdates returned {type(result).__name__}, not a list")
         return [u for u in result if isinstance(u, dict) and isinstance(u.get("update_id"), int)]
 
     def _dispatch(self, updates: list[dict[str, Any]]) -> None:

@@ -428,6 +428,24 @@ async def test_polling_survives_get_updates_errors(
     assert TOKEN not in caplog.text and TOKEN.split(":")[1] not in caplog.text
 
 
+async def test_polling_reports_a_revoked_token_as_such(
+    tg: FakeTelegram,
+    fake_llm: FakeOpenAI,
+    workspaces_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+    recwarn: pytest.WarningsRecorder,
+) -> None:
+    """A token revoked while running is named as the cause (not "unknown method"), the token is
+    never logged, and the raw getUpdates call raises no library warning."""
+    tg.fail_next("getUpdates", 401, "Unauthorized")
+    async with running(make_config(tg, fake_llm, workspaces_dir)):
+        await eventually(lambda: "getUpdates unauthorized" in caplog.text)
+
+    assert "token revoked?" in caplog.text and "EndPointNotFound" not in caplog.text
+    assert TOKEN not in caplog.text and TOKEN.split(":")[1] not in caplog.text
+    assert not [w for w in recwarn if "getUpdates" in str(w.message)]
+
+
 # A missing token, an empty allow_from or webhook mode without its URL are refused when the
 # configuration is loaded (tests/test_config.py), before any adapter starts.
 async def test_a_rejected_token_refuses_to_start_with_a_clear_message(
