@@ -17,12 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import discord
-import yarl
 from discord import app_commands
-from discord.gateway import DiscordWebSocket
-from discord.http import Route
 
 from adapters.discord_config import PLATFORM, DiscordConfig
+from adapters.discord_endpoints import endpoints, rest_base
 from bot import logsafe
 from bot.access import is_allowed
 from bot.commands import COMMANDS, Command
@@ -79,7 +77,10 @@ class DiscordAdapter:
         The settings were checked when the configuration was loaded (discord_config.py)."""
         token = self.config.token or ""
         logsafe.hide(*self.config.secrets())
-        saved = _override_endpoints(self.config.api_base, self.config.gateway_url)
+        with endpoints(self.config.api_base, self.config.gateway_url):
+            await self._serve(token, stop)
+
+    async def _serve(self, token: str, stop: asyncio.Event) -> None:
         client = self._client = self._build_client()
         connect: asyncio.Task[None] | None = None
         stopper = asyncio.create_task(stop.wait())
@@ -98,7 +99,6 @@ class DiscordAdapter:
             if connect is not None:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await connect
-            _restore_endpoints(saved)
             self.ready.clear()
 
     def _build_client(self) -> discord.Client:
@@ -123,7 +123,7 @@ class DiscordAdapter:
             ) from None
         except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
             raise PlatformStartError(
-                f"discord: login failed at {Route.BASE}: {_reason(exc)}"
+                f"discord: login failed at {rest_base()}: {_reason(exc)}"
             ) from None
 
     async def _drain(self) -> None:
@@ -346,20 +346,6 @@ def _valid_commands() -> list[Command]:
         else:
             log.warning("discord: skipping command %r (not a valid slash command)", command.name)
     return valid
-
-
-def _override_endpoints(api_base: str | None, gateway_url: str | None) -> tuple[str, yarl.URL]:
-    """Point discord.py at a REST / gateway proxy; returns what to restore."""
-    saved = (Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY)
-    if api_base:
-        Route.BASE = api_base.rstrip("/")
-    if gateway_url:
-        DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
-    return saved
-
-
-def _restore_endpoints(saved: tuple[str, yarl.URL]) -> None:
-    Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY = saved
 
 
 def _raise_connect_failure(connect: asyncio.Task[None]) -> None:
