@@ -2,14 +2,13 @@
 
 It serves both the agent and the consolidator (it satisfies memory.llm.ChatLLM). Provider
 failures, after the SDK's own retries, become memory.llm.LLMError (LLMBadRequest for a 400),
-so callers handle one exception type. Usage is recorded for /status and token correction.
+so callers handle one exception type. Token usage is totalled in `LLMClient.usage`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -54,8 +53,6 @@ class LLMClient:
         self.max_output_tokens = max_output_tokens
         self.temperature = temperature
         self.usage = Usage()
-        # Called with the provider's prompt_tokens after each request (token estimate correction).
-        self.on_usage: Callable[[int], None] | None = None
         # Local servers (Ollama, vLLM) accept any key; the SDK insists on one being set.
         self._client = AsyncOpenAI(
             base_url=base_url,
@@ -164,8 +161,6 @@ class LLMClient:
             self.usage.prompt_tokens += usage.prompt_tokens or 0
             self.usage.completion_tokens += usage.completion_tokens or 0
             self.usage.last_prompt_tokens = usage.prompt_tokens
-            if self.on_usage and usage.prompt_tokens:
-                self.on_usage(usage.prompt_tokens)
         return result
 
     async def aclose(self) -> None:

@@ -141,11 +141,6 @@ class SessionStore:
         session.last_consolidated = index
         self._append_metadata(session)
 
-    def update_metadata(self, session: Session, **values: Any) -> None:
-        """Merge `values` into the session's metadata and persist the full record."""
-        session.metadata.update(values)
-        self._append_metadata(session)
-
     def keys(self) -> list[str]:
         """Session keys with a file in this workspace, sorted."""
         try:

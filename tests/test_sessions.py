@@ -106,15 +106,13 @@ def test_metadata_changes_are_appended_and_the_last_wins(sessions_dir: Path) -> 
     store = fresh(sessions_dir)
     session = fill(store, 4)
     store.set_last_consolidated(session, 2)
-    store.update_metadata(session, title="trip")
     store.set_last_consolidated(session, 3)
     records = file_lines(session)
-    assert [r.get("_type") for r in records].count("metadata") == 4
-    assert len(records) == 1 + 4 + 3  # nothing rewritten
+    assert [r.get("_type") for r in records].count("metadata") == 3
+    assert len(records) == 1 + 4 + 2  # nothing rewritten
 
     reloaded = fresh(sessions_dir).get(KEY)
     assert reloaded.last_consolidated == 3
-    assert reloaded.metadata == {"title": "trip"}
     assert len(reloaded.messages) == 4
     assert contents(reloaded)[reloaded.last_consolidated :] == ["message 3"]
 
