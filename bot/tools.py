@@ -1,4 +1,4 @@
-"""The agent's only tools: narrow, and bound to one user's workspace (DESIGN.md §6).
+"""The agent's only tools: narrow, and bound to one user's workspace.
 
 No parameter can name a file, a path or another user: the workspace is fixed when the tools are
 built for a turn, so nothing the model writes can reach anybody else's memory.

@@ -1,4 +1,4 @@
-"""File names from keys: one safe path component, reversible and collision-free (DESIGN.md §2).
+"""File names from keys: one safe path component, reversible and collision-free.
 
 Keys come from chat platforms and are untrusted. Every character outside [A-Za-z0-9_-] becomes
 %XX of its UTF-8 bytes, so '.', '/', '\\', ':' and NUL can never appear and no name is "." or "..".

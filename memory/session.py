@@ -1,4 +1,4 @@
-"""Append-only JSONL transcripts, one file per session key (DESIGN.md §3).
+"""Append-only JSONL transcripts, one file per session key.
 
 Line 1 is a metadata record; every later change of metadata is appended as another full record
 and the last one wins. Messages are appended one line each and never rewritten, so persisting a

@@ -1,4 +1,4 @@
-"""One folder per user key: MEMORY.md, HISTORY.md and sessions/ (DESIGN.md §3)."""
+"""One folder per user key: MEMORY.md, HISTORY.md and sessions/."""
 
 from __future__ import annotations
 

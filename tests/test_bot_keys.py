@@ -1,4 +1,4 @@
-"""User and session keys from untrusted platform ids (DESIGN.md §2)."""
+"""User and session keys from untrusted platform ids."""
 
 from __future__ import annotations
 
