@@ -12,7 +12,7 @@ from typing import Any
 
 from memory.llm import valid_text
 from memory.search import SearchError, search_history
-from memory.store import SECTIONS, MemoryEditError
+from memory.store import DEFAULT_SECTION, SECTIONS, MemoryEditError
 from memory.workspace import Workspace
 
 MAX_SEARCH_RESULTS = 5
@@ -90,7 +90,8 @@ class AgentTools:
         async with self._workspace.memory_lock:
             try:
                 if action == "add":
-                    return store.add_to_section(str(args.get("section") or "Important Notes"), text)
+                    section = str(args.get("section") or DEFAULT_SECTION)
+                    return store.add_to_section(section, text)
                 if action == "replace":
                     new_text = args.get("new_text")
                     if not isinstance(new_text, str):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from memory.boundary import pick_boundary
 from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMError, valid_text
-from memory.store import MEMORY_TEMPLATE
+from memory.store import MEMORY_TEMPLATE, SECTIONS
 from memory.tokens import TokenEstimator
 
 if TYPE_CHECKING:
@@ -65,9 +65,9 @@ SYSTEM_PROMPT = (
     "and keywords someone would later search for.\n"
     "- memory_update: the complete new MEMORY.md. Keep every existing fact that still holds, "
     "add durable facts about the user (who they are, preferences, projects, important notes), "
-    "correct facts the conversation contradicts, and keep the sections ## User Information, "
-    "## Preferences, ## Project Context, ## Important Notes. If nothing new was learned, return "
-    "the current memory unchanged."
+    "correct facts the conversation contradicts, and keep the sections "
+    + ", ".join(f"## {name}" for name in SECTIONS)
+    + ". If nothing new was learned, return the current memory unchanged."
 )
 
 _FORCED_CHOICE = {"type": "function", "function": {"name": "save_memory"}}

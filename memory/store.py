@@ -11,7 +11,10 @@ from pathlib import Path
 
 from memory.atomic import PRIVATE_FILE_MODE, atomic_write_text
 
+# The sections of MEMORY.md, in order: the template, the agent's tool and the consolidation
+# prompt are all built from this one tuple.
 SECTIONS = ("User Information", "Preferences", "Project Context", "Important Notes")
+DEFAULT_SECTION = SECTIONS[-1]  # where an added item goes when no section is named
 MEMORY_TEMPLATE = "".join(f"## {name}\n\n" for name in SECTIONS).rstrip("\n") + "\n"
 
 MEMORY_FILE = "MEMORY.md"
