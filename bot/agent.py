@@ -23,8 +23,9 @@ from bot.llm import LLMClient
 from bot.outbound import Outbound, Reply
 from bot.tools import TOOL_SCHEMAS, AgentTools
 from memory.consolidator import MemoryConsolidator
-from memory.llm import ChatLLM, ChatResult, LLMError, valid_text
+from memory.llm import ChatLLM, ChatResult, LLMError
 from memory.session import Session
+from memory.text import valid_text
 from memory.tokens import TokenEstimator
 from memory.workspace import Workspace, Workspaces
 

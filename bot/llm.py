@@ -16,7 +16,8 @@ import openai
 from openai import AsyncOpenAI
 
 from bot import logsafe
-from memory.llm import ChatResult, LLMBadRequest, LLMError, ToolCall, valid_text
+from memory.llm import ChatResult, LLMBadRequest, LLMError, ToolCall
+from memory.text import valid_text
 
 if TYPE_CHECKING:
     from bot.config import LLMConfig

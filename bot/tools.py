@@ -10,9 +10,9 @@ import asyncio
 import json
 from typing import Any
 
-from memory.llm import valid_text
 from memory.search import SearchError, search_history
 from memory.store import DEFAULT_SECTION, SECTIONS, MemoryEditError
+from memory.text import valid_text
 from memory.workspace import Workspace
 
 MAX_SEARCH_RESULTS = 5

@@ -19,8 +19,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memory.boundary import pick_boundary
-from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMError, valid_text
+from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMError
 from memory.store import MEMORY_TEMPLATE, SECTIONS
+from memory.text import valid_text
 from memory.tokens import TokenEstimator
 
 if TYPE_CHECKING:
