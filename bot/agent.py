@@ -36,11 +36,15 @@ EMPTY_REPLY = "(I had nothing to say to that. Could you rephrase?)"
 
 
 class Agent:
-    def __init__(self, config: Config, llm: ChatLLM | None = None) -> None:
+    def __init__(self, config: Config, llm: ChatLLM | None = None, *, writer: bool = True) -> None:
+        """writer=False: for a process without the folder lock, which must not write (only
+        commands that read, like /recall, are then sent to it)."""
         self.config = config
         self.llm: ChatLLM = llm or LLMClient.from_config(config.llm)
         self.workspaces = Workspaces(
-            config.memory.workspaces_dir, keep_memory_versions=config.memory.keep_memory_versions
+            config.memory.workspaces_dir,
+            keep_memory_versions=config.memory.keep_memory_versions,
+            writer=writer,
         )
         self.estimator = TokenEstimator()
         self.window = config.llm.context_window_tokens

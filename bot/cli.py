@@ -69,8 +69,10 @@ def setup_logging(verbose: bool, quiet: bool) -> None:
         log.setLevel(logging.INFO)
 
 
-def load(path: Path | None) -> Config:
-    config = load_config(path)  # registers every secret of it with bot.logsafe
+def load(path: Path | None, *, writer: bool = True) -> Config:
+    """writer=False for the commands that only read: they may run beside a live bot, on a
+    folder they may not write to."""
+    config = load_config(path, writer=writer)  # registers every secret of it with bot.logsafe
     log.debug("configuration: %r", config)
     return config
 
@@ -203,9 +205,10 @@ async def cmd_memory(args: argparse.Namespace) -> int:
     """MEMORY.md as stored (the same read as /memory), so it can be piped or diffed."""
     from memory.workspace import Workspaces
 
-    config = load(args.config)
+    config = load(args.config, writer=False)
     _require_workspace(config, args.user_key)
-    content = Workspaces(_workspaces(config)).get(args.user_key).memory.read()
+    workspaces = Workspaces(_workspaces(config), writer=False)  # a live bot may be writing
+    content = workspaces.get(args.user_key).memory.read()
     if content.strip():
         print(content.rstrip("\n"))
     else:
@@ -214,7 +217,7 @@ async def cmd_memory(args: argparse.Namespace) -> int:
 
 
 async def cmd_recall(args: argparse.Namespace) -> int:
-    config = load(args.config)
+    config = load(args.config, writer=False)
     _require_workspace(config, args.user_key)
     options = (["--regex"] if args.regex else []) + ["--page", str(args.page)]
     reply = await _as_user(config, args.user_key, " ".join(["/recall", *options, *args.words]))
@@ -223,8 +226,9 @@ async def cmd_recall(args: argparse.Namespace) -> int:
 
 
 async def _as_user(config: Config, key: str, command: str) -> str:
-    """The command's answer exactly as that user would get it in a private chat."""
-    agent = _new_agent(config)
+    """The command's answer exactly as that user would get it in a private chat (read-only: the
+    folder may be a live bot's, and only the bot, holding its lock, writes there)."""
+    agent = _new_agent(config, writer=False)
     inbound = Inbound(
         platform=key.partition("-")[0] or "cli",
         session_key=session_key("cli", "operator", key),
@@ -244,7 +248,7 @@ def _require_workspace(config: Config, key: str) -> None:
     """A mistyped key must not create an empty workspace; list the ones that exist instead."""
     from memory.workspace import Workspaces
 
-    workspaces = Workspaces(_workspaces(config))
+    workspaces = Workspaces(_workspaces(config), writer=False)
     if workspaces.exists(key):
         return
     known = list(workspaces.user_keys())
@@ -366,10 +370,11 @@ def _only_writer(config: Config) -> Iterator[None]:
         lock.release()
 
 
-def _new_agent(config: Config) -> Any:
+def _new_agent(config: Config, *, writer: bool = True) -> Any:
+    """The bot's core; writer=True only under _only_writer (the folder lock)."""
     from bot.agent import Agent  # heavy imports only for the commands that need them
 
-    return Agent(config)
+    return Agent(config, writer=writer)
 
 
 async def _close_agent(agent: Any) -> None:

@@ -136,12 +136,16 @@ _KIND_WORDS = {
 }
 
 
-def load_config(path: Path | None = None, env: Mapping[str, str] = os.environ) -> Config:
+def load_config(
+    path: Path | None = None, env: Mapping[str, str] = os.environ, *, writer: bool = True
+) -> Config:
     """The configuration from `path` (default ./config.toml if present) and the environment.
 
     Precedence: LIGHTGREP_<SECTION>_<KEY> variables, then the file, then vendor variables
     (OPENAI_API_KEY, and those the plugins declare for their secrets), then the defaults.
     Raises ConfigError (one line). Every secret it holds is masked in logs from now on.
+    writer=False (a command that only reads, maybe beside a live bot): the workspaces folder is
+    resolved but neither created nor written to, so it may be read-only.
     """
     if path is None and DEFAULT_CONFIG.is_file():
         path = DEFAULT_CONFIG
@@ -149,7 +153,7 @@ def load_config(path: Path | None = None, env: Mapping[str, str] = os.environ) -
     if path is not None:
         loader.apply_file(_read_toml(path))
     loader.apply_env(env)
-    loader.resolve_workspaces()
+    loader.resolve_workspaces(check_writable=writer)
     loader.validate()
     logsafe.hide(*loader.config.secrets())
     return loader.config
@@ -346,14 +350,18 @@ class _Loader:
         self.origin[(section, key)] = f"environment {name}"
         self._set(section, key, self._from_env(section, key, text, *kinds[key]))
 
-    def resolve_workspaces(self) -> None:
-        """Absolute, ~ expanded, relative to the config file's folder; created and writable."""
+    def resolve_workspaces(self, check_writable: bool = True) -> None:
+        """Absolute, ~ expanded, relative to the config file's folder; created and writable
+        (when `check_writable`)."""
         memory = self.config.memory
         path = Path(memory.workspaces_dir).expanduser()
         from_file = self.where("memory", "workspaces_dir") == self.label and self.path
         if not path.is_absolute():
             base = Path(self.path).expanduser().absolute().parent if from_file else Path.cwd()
             path = base / path
+        memory.workspaces_dir = path
+        if not check_writable:
+            return
         try:
             path.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryFile(dir=path):
@@ -364,7 +372,6 @@ class _Loader:
                 "workspaces_dir",
                 f"is an unreachable path: {path} ({exc.strerror or type(exc).__name__})",
             )
-        memory.workspaces_dir = path
 
     def validate(self) -> None:
         for name, section in self.sections.items():

@@ -45,23 +45,34 @@ class Workspace:
 
 
 class Workspaces:
-    """The workspaces folder; hands out one Workspace object per user key."""
+    """The workspaces folder; hands out one Workspace object per user key.
 
-    def __init__(self, base_dir: Path, keep_memory_versions: int = 10) -> None:
+    Only the bot, which holds the folder lock (memory.folder_lock), is a `writer`: its get()
+    creates a user's folders, records the key of a shortened folder name and sweeps the temp
+    files a crash left behind. Anyone else (the operator commands, run beside a live bot) opens
+    it with writer=False: get() then only opens what exists and writes nothing, since a sweep
+    could delete the bot's temp file between its write and its rename.
+    """
+
+    def __init__(
+        self, base_dir: Path, keep_memory_versions: int = 10, *, writer: bool = True
+    ) -> None:
         self.base_dir = Path(base_dir)
         self.keep_memory_versions = keep_memory_versions
+        self.writer = writer
         self._cache: dict[str, Workspace] = {}
 
     def get(self, user_key: str) -> Workspace:
-        """The user's workspace, creating its folders on first use."""
+        """The user's workspace; a writer creates its folders on first use."""
         workspace = self._cache.get(user_key)
         if workspace is None:
             root = self._root_for(user_key)
             workspace = Workspace(user_key, root, self.keep_memory_versions)
-            workspace.sessions_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            remove_stale_temp_files(root)  # a crash mid-replace of MEMORY.md leaves one
+            if self.writer:
+                workspace.sessions_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+                remove_stale_temp_files(root)  # a crash mid-replace of MEMORY.md leaves one
             if is_hashed_name(root.name):
-                self._record_key(root, user_key)
+                self._check_key(root, user_key)
             self._cache[user_key] = workspace
         return workspace
 
@@ -85,22 +96,24 @@ class Workspaces:
 
     def _root_for(self, user_key: str) -> Path:
         """base_dir/encode_key(user_key), refused unless it really resolves inside base_dir."""
-        self.base_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.writer:
+            self.base_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         base = self.base_dir.resolve()
         root = self.base_dir / encode_key(user_key)
         if root.resolve().parent != base:
             raise WorkspaceError(f"workspace for {user_key!r} would lie outside {base}")
         return root
 
-    @staticmethod
-    def _record_key(root: Path, user_key: str) -> None:
-        """A shortened folder name cannot be decoded, so the full key is kept beside it."""
+    def _check_key(self, root: Path, user_key: str) -> None:
+        """A shortened folder name cannot be decoded, so the full key is kept beside it (by a
+        writer); a folder whose recorded key is another one is refused."""
         key_file = root / KEY_FILE
         wanted = user_key.encode("utf-8", "surrogatepass")
         try:
             recorded = key_file.read_bytes()
         except FileNotFoundError:
-            atomic_write_text(key_file, wanted)
+            if self.writer:
+                atomic_write_text(key_file, wanted)
             return
         if recorded != wanted:
             raise WorkspaceError(f"workspace folder {root.name} already belongs to another key")

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import logging
 import os
 import pty
 import socket
+import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main
+from memory.folder_lock import FolderLock
 from memory.workspace import Workspaces
 from tests.fakes.discord_server import FakeDiscord, user_payload
 from tests.fakes.openai_server import (
@@ -478,3 +481,84 @@ def test_operator_views_of_an_unknown_user(
     err = capsys.readouterr().err
     assert "no workspace for user 'telegram-24'" in err and "telegram-42" in err
     assert not (tmp_path / "workspaces" / "telegram-24").exists()
+
+
+# ---- operator views beside a live bot: they read, never write ---------------------------------
+
+CAP_DAC_OVERRIDE = 1  # linux/capability.h: root's licence to write where permissions say no
+PR_CAPBSET_DROP = 24  # linux/prctl.h
+
+
+def without_write_override() -> None:
+    """In the child before exec: as root, give up CAP_DAC_OVERRIDE so file permissions bind it
+    as they bind anyone (a no-op for an ordinary user, whom they bind already)."""
+    if os.geteuid() == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def run_cli(env: dict[str, str], *args: str, read_only: bool = False) -> tuple[int, str, str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bot.cli", *args],
+        capture_output=True,
+        env=env,
+        timeout=STEP_TIMEOUT,
+        preexec_fn=without_write_override if read_only else None,
+    )
+    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    """Every entry below `folder`: a file's bytes, None for a folder."""
+    return {
+        str(path.relative_to(folder)): None if path.is_dir() else path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+    }
+
+
+def operator_views(known_user: Path, env: dict[str, str], read_only: bool = False) -> None:
+    code, out, err = run_cli(env, "memory", "--config", str(known_user), "telegram-42",
+                             read_only=read_only)  # fmt: skip
+    assert (code, out) == (0, "## Preferences\n- Likes green tea\n"), err
+    code, out, err = run_cli(env, "recall", "--config", str(known_user), "telegram-42", "tea",
+                             read_only=read_only)  # fmt: skip
+    assert code == 0 and "Kyoto" in out, err
+
+
+def test_memory_and_recall_beside_a_live_bot_leave_its_files_alone(
+    known_user: Path, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    base = tmp_path / "workspaces"
+    workspace = Workspaces(base).get("telegram-42")
+    session = workspace.sessions.get("telegram:dm:42")
+    workspace.sessions.append(session, {"role": "user", "content": "hello"})
+    with FolderLock(base):  # the bot is running…
+        in_flight = workspace.root / ".MEMORY.md.k2j4h1.tmp"
+        in_flight.write_text("## Preferences\n- Likes green tea\n- Visi")  # …and writing MEMORY.md
+        before = snapshot(base)
+        operator_views(known_user, child_env)
+        assert in_flight.exists(), "an operator command deleted the bot's temp file"
+        assert snapshot(base) == before
+
+
+def test_memory_and_recall_work_on_a_read_only_folder(
+    known_user: Path, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    base = tmp_path / "workspaces"
+    (Workspaces(base).get("telegram-42").root / ".MEMORY.md.k2j4h1.tmp").write_text("- Visi")
+    entries = [base, *base.rglob("*")]
+    for path in entries:
+        path.chmod(path.stat().st_mode & ~0o222)
+    try:
+        probe = f"open({str(base / 'probe')!r}, 'w')"
+        refused = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, preexec_fn=without_write_override
+        )
+        assert b"PermissionError" in refused.stderr, "the folder is not read-only for the child"
+        before = snapshot(base)
+        operator_views(known_user, child_env, read_only=True)
+        assert snapshot(base) == before
+    finally:
+        for path in entries:
+            path.chmod(path.stat().st_mode | 0o200)

@@ -267,3 +267,11 @@ def test_secrets_never_show_in_repr_or_redacted(tmp_path: Path) -> None:
     assert config.redacted()["discord"]["token"] == "***"
     assert config.llm.api_key == "sk-SECRET1"  # the real value is still there for the client
     assert telegram.token == "SECRET2"
+
+
+def test_a_reader_resolves_the_workspaces_dir_without_creating_it(tmp_path: Path) -> None:
+    path = write(tmp_path, '[memory]\nworkspaces_dir = "ws"\n')
+    assert load_config(path, {}, writer=False).memory.workspaces_dir == tmp_path / "ws"
+    assert not (tmp_path / "ws").exists()
+    assert load_config(path, {}).memory.workspaces_dir == tmp_path / "ws"
+    assert (tmp_path / "ws").is_dir()

@@ -170,3 +170,33 @@ def test_existing_workspaces_are_listed_by_key_without_creating_any(tmp_path: Pa
     assert sorted(again.user_keys()) == sorted(["telegram-42", "discord-8123", long_key])
     assert again.exists("telegram-42") and not again.exists("telegram-43")
     assert not (tmp_path / encode_key("telegram-43")).exists()
+
+
+def test_a_reader_opens_workspaces_without_writing_anything(tmp_path: Path) -> None:
+    """Not holding the folder lock (an operator command beside a live bot), a reader must not
+    sweep: the .tmp may be the bot's MEMORY.md between its write and its rename."""
+    long_key = "cli-" + "x" * 5000
+    bot = Workspaces(tmp_path)
+    for key in ("telegram-42", long_key):
+        bot.get(key).memory.write("- a fact\n")
+    root = bot.get("telegram-42").root
+    (root / ".MEMORY.md.k2j4h1.tmp").write_text("- a fact\n- in fli")  # being written
+    (bot.get(long_key).root / ".key").unlink()  # a crash before the key was recorded
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+
+    reader = Workspaces(tmp_path / "none", writer=False)
+    assert reader.get("telegram-1").memory.read() == ""
+    assert not (tmp_path / "none").exists()
+    reader = Workspaces(tmp_path, writer=False)
+    assert reader.get("telegram-42").memory.read() == "- a fact\n"
+    assert reader.get(long_key).memory.read() == "- a fact\n"
+    assert reader.get("telegram-43").memory.read() == ""
+    assert before == sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+
+
+def test_a_reader_refuses_a_shortened_folder_that_belongs_to_another_key(tmp_path: Path) -> None:
+    key = "cli-" + "x" * 5000
+    root = Workspaces(tmp_path).get(key).root
+    (root / ".key").write_text("cli-someone-else")
+    with pytest.raises(WorkspaceError):
+        Workspaces(tmp_path, writer=False).get(key)
