@@ -22,7 +22,6 @@ import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ if str(ROOT) not in sys.path:
 
 from aiohttp import web  # noqa: E402
 
+from memory import clock  # noqa: E402
 from memory.session import SessionStore  # noqa: E402
 from tests.fakes.openai_server import (  # noqa: E402
     Delay,
@@ -139,7 +139,7 @@ class BenchLLM(FakeOpenAI):
         lines = [MEMORY_BEGIN.format(gen), "## User Information", f"- bench user {user}"]
         lines += [f"- fact {i}: {filler(self.rng, 8)}" for i in range(self.memory_lines)]
         lines.append(MEMORY_END.format(gen))
-        stamp = datetime.now().strftime("%Y-%m-%d %H:%M")
+        stamp = clock.history_stamp()  # as a model dates the conversation: in UTC
         begin, end = HISTORY_BEGIN.format(gen), HISTORY_END.format(gen)
         entry = f"[{stamp}] {begin} talked with bench user {user} {end}"
         return save_memory_call(entry, "\n".join(lines) + "\n")

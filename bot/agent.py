@@ -22,6 +22,7 @@ from bot.inbound import Inbound
 from bot.llm import LLMClient
 from bot.outbound import Outbound, Reply
 from bot.tools import TOOL_SCHEMAS, AgentTools
+from memory import clock
 from memory.consolidator import MemoryConsolidator
 from memory.llm import ChatLLM, ChatResult, LLMError
 from memory.session import Session
@@ -95,10 +96,12 @@ class Agent:
             earlier = self._earlier_copy(session, inbound.message_id)
             if earlier is not None:
                 return await self._redelivered(workspace, session, inbound, earlier)
-            user_message = self.context.user_message(inbound.text)
+            now = clock.now()
+            user_message = self.context.user_message(inbound.text, now)
             too_long = self._too_long(user_message)
             if too_long:
                 return Reply(too_long)
+            user_message["timestamp"] = clock.iso(now)  # the instant the model is told
             if inbound.message_id is not None:
                 user_message["message_id"] = inbound.message_id
                 self._ids_of(session)[inbound.message_id] = len(session.messages)

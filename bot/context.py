@@ -7,8 +7,10 @@ time rides on the newest user message, persisted exactly as sent.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+
+from memory import clock
 
 TOOL_GUIDE = """\
 ## How to use your memory
@@ -41,7 +43,7 @@ class ContextBuilder:
 
     def user_message(self, text: str, now: datetime | None = None) -> dict[str, Any]:
         """The newest user message, carrying the volatile context (the current time)."""
-        moment = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
+        moment = clock.as_utc(now or clock.now()).strftime("%Y-%m-%d %H:%M UTC")
         return {"role": "user", "content": f"[Current time: {moment}]\n{text}"}
 
     @staticmethod

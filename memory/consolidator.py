@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from memory import clock
 from memory.boundary import pick_boundary
 from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMError
 from memory.store import MEMORY_TEMPLATE, SECTIONS
@@ -279,7 +280,7 @@ class MemoryConsolidator:
     def _succeeded(self, workspace: Workspace, session: Session, end: int) -> None:
         workspace.sessions.set_last_consolidated(session, end)
         self._failures.pop(self._id(workspace, session), None)
-        self.last_consolidated_at[session.key] = datetime.now().isoformat(timespec="seconds")
+        self.last_consolidated_at[session.key] = clock.iso()
 
     def _raw_archive(
         self, workspace: Workspace, session: Session, chunk: list[dict[str, Any]], end: int

@@ -11,10 +11,10 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memory import clock
 from memory.atomic import PRIVATE_FILE_MODE
 from memory.keys import decode_key, encode_key
 
@@ -25,7 +25,7 @@ LLM_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
 
 
 def _now() -> str:
-    return datetime.now().isoformat(timespec="seconds")
+    return clock.iso()
 
 
 @dataclass(eq=False)
@@ -206,8 +206,9 @@ def _load(key: str, path: Path) -> Session:
         else:
             log.warning("session %s: skipping line %d (not a message)", path.name, number)
     session.last_consolidated = min(max(0, session.last_consolidated), len(session.messages))
-    if session.messages and isinstance(session.messages[-1].get("timestamp"), str):
-        session.updated_at = max(session.updated_at, session.messages[-1]["timestamp"])
+    last = clock.parse(session.messages[-1].get("timestamp")) if session.messages else None
+    if last is not None and last > (clock.parse(session.updated_at) or last):
+        session.updated_at = session.messages[-1]["timestamp"]
     return session
 
 

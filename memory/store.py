@@ -6,9 +6,10 @@ import contextlib
 import os
 import re
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
+from memory import clock
 from memory.atomic import PRIVATE_FILE_MODE, atomic_write_text
 
 # The sections of MEMORY.md, in order: the template, the agent's tool and the consolidation
@@ -26,7 +27,8 @@ ENTRY_STAMP = r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\]"
 _STAMP = re.compile(ENTRY_STAMP)
 _BLANK_LINES = re.compile(r"\n(?:[ \t\r]*\n)+")
 _HEADING = re.compile(r"^(#{1,2})[ \t]+(.*?)[ \t#]*$")
-_VERSION_NAME = re.compile(r"^MEMORY\.\d{8}T\d{6}\.(\d{20})\.md$")
+# MEMORY.<UTC time>Z.<ns since the epoch>.md (older names, in local time, lack the Z).
+_VERSION_NAME = re.compile(r"^MEMORY\.\d{8}T\d{6}Z?\.(\d{20})\.md$")
 
 
 class MemoryEditError(ValueError):
@@ -89,7 +91,7 @@ class MemoryStore:
         self.versions_dir.mkdir(mode=0o700, exist_ok=True)
         existing = self._numbered_versions()
         ns = max(time.time_ns(), existing[-1][0] + 1 if existing else 0)
-        stamp = datetime.fromtimestamp(ns / 1e9).strftime("%Y%m%dT%H%M%S")
+        stamp = datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y%m%dT%H%M%SZ")
         atomic_write_text(self.versions_dir / f"MEMORY.{stamp}.{ns:020d}.md", content)
 
     def _prune_versions(self) -> None:
@@ -103,12 +105,14 @@ class MemoryStore:
     def append_history(self, entry: str, when: datetime | None = None) -> None:
         """Append one "[YYYY-MM-DD HH:MM] …" entry with exactly one blank line before it.
 
+        An entry without that stamp is dated `when` (else now), in UTC like every stamp.
+
         Blank lines inside the entry are collapsed so the blank line stays the only entry
         separator. The whole entry, separator included, goes out in one O_APPEND write.
         """
         text = _BLANK_LINES.sub("\n", entry.strip().replace("\r\n", "\n"))
         if not _STAMP.match(text):
-            stamp = (when or datetime.now()).strftime("%Y-%m-%d %H:%M")
+            stamp = clock.history_stamp(when)
             text = f"[{stamp}] {text}" if text else f"[{stamp}]"
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.history_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)

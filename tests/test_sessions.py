@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,10 @@ def test_file_format(sessions_dir: Path) -> None:
     assert records[0]["last_consolidated"] == 0
     assert set(records[0]) >= {"created_at", "updated_at", "metadata"}
     assert [r["content"] for r in records[1:]] == ["message 0", "message 1"]
-    assert all(len(r["timestamp"]) == 19 for r in records[1:])  # ISO to the second
+    utc_to_the_second = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00")
+    assert all(utc_to_the_second.fullmatch(r["timestamp"]) for r in records[1:])
+    header = [records[0]["created_at"], records[0]["updated_at"]]
+    assert all(utc_to_the_second.fullmatch(stamp) for stamp in header)
     assert session.path.name == "telegram%3Agroup%3A-1001%3A42.jsonl"
 
 
