@@ -15,7 +15,7 @@ import pytest
 
 from memory.session import SessionStore
 from memory.store import MemoryStore
-from tests.agent_helpers import dm, make_agent, session_records, user_home
+from tests.agent_helpers import ask, dm, make_agent, session_records, user_home
 from tests.fakes.openai_server import FakeOpenAI, completion, save_memory_call
 
 NEW_YORK = "EST5EDT,M3.2.0,M11.1.0"  # America/New_York as a POSIX rule: needs no tz database
@@ -54,11 +54,11 @@ async def test_every_time_is_utc_and_names_the_same_instant(
     agent = make_agent(fake_llm, workspaces_dir)
     agent.workspaces.get("telegram-42").memory.write("## User Information\n")
     fake_llm.queue(completion("Hello Ada"))
-    await agent.handle(dm("42", "I'm Ada"))
+    await ask(agent, dm("42", "I'm Ada"))
     fake_llm.queue(save_memory_call("Ada introduced herself.", "## User Information\n- Ada\n"))
-    await agent.handle(dm("42", "/new"))
+    await ask(agent, dm("42", "/new"))
     await agent.aclose()  # the filing runs in the background: wait for it
-    status = await agent.handle(dm("42", "/status"))
+    status = await ask(agent, dm("42", "/status"))
     end = datetime.now(UTC)
 
     sent = fake_llm.chat_requests[0]["messages"][-1]["content"]
