@@ -213,14 +213,18 @@ class DiscordAdapter:
         if reply.private and in_guild:
             chunks = [await self._deliver_privately(message.author, chunks)]
         for index, chunk in enumerate(chunks):
-            reference = None
             if in_guild and index == 0:
                 reference = message.to_reference(fail_if_not_exists=False)
-            await _send(
-                message.channel.send(chunk, reference=reference, allowed_mentions=NO_MENTIONS)
-            )
+                sending = message.channel.send(
+                    chunk, reference=reference, allowed_mentions=NO_MENTIONS
+                )
+            else:
+                sending = message.channel.send(chunk, allowed_mentions=NO_MENTIONS)
+            await _send(sending)
 
-    async def _deliver_privately(self, user: discord.abc.User, chunks: list[str]) -> str:
+    async def _deliver_privately(
+        self, user: discord.User | discord.Member, chunks: list[str]
+    ) -> str:
         """A private answer asked for in a channel goes to the user's DMs; returns the notice."""
         try:
             for chunk in chunks:
@@ -300,6 +304,7 @@ class DiscordAdapter:
         reply = await work
         chunks = split_message(reply.text, MESSAGE_LIMIT) or ["(nothing to show)"]
         for index, chunk in enumerate(chunks):
+            send: Awaitable[Any]
             if index == 0 and not deferred:
                 send = interaction.response.send_message(
                     chunk, ephemeral=ephemeral, allowed_mentions=NO_MENTIONS

@@ -12,4 +12,4 @@ def is_allowed(allow_from: Iterable[str], user_id: object, username: str | None 
         return True
     if str(user_id).lower() in allowed:
         return True
-    return bool(username) and username.lstrip("@").lower() in allowed
+    return username is not None and username.lstrip("@").lower() in allowed

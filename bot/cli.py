@@ -15,7 +15,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -423,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose, quiet=args.command == "chat")
-    command: Callable[[argparse.Namespace], Awaitable[int]] = args.func
+    command: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = args.func
     try:
         return asyncio.run(command(args))
     except ConfigError as exc:

@@ -355,9 +355,12 @@ class _Loader:
         (when `check_writable`)."""
         memory = self.config.memory
         path = Path(memory.workspaces_dir).expanduser()
-        from_file = self.where("memory", "workspaces_dir") == self.label and self.path
+        from_file = self.where("memory", "workspaces_dir") == self.label
         if not path.is_absolute():
-            base = Path(self.path).expanduser().absolute().parent if from_file else Path.cwd()
+            if from_file and self.path is not None:
+                base = Path(self.path).expanduser().absolute().parent
+            else:
+                base = Path.cwd()
             path = base / path
         memory.workspaces_dir = path
         if not check_writable:

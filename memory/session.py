@@ -60,7 +60,7 @@ class Session:
         window = pending[first_user:]
         answered = {m.get("tool_call_id") for m in window if m.get("role") == "tool"}
         result: list[dict[str, Any]] = []
-        call_ids: set[str] = set()
+        call_ids: set[str | None] = set()
         for message in window:
             clean = {name: message[name] for name in LLM_FIELDS if name in message}
             if message.get("role") == "assistant" and message.get("tool_calls"):
@@ -187,7 +187,7 @@ def _load(key: str, path: Path) -> Session:
     """Read a session file, skipping (with a warning) any line that is not a valid record."""
     session = Session(key=key, path=path)
     lines = path.read_bytes().split(b"\n")  # only "\n" ends a line; U+2028 etc. are content
-    last = len(lines) - 1
+    last_line = len(lines) - 1
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
@@ -196,7 +196,7 @@ def _load(key: str, path: Path) -> Session:
         except ValueError:
             record = None
         if not isinstance(record, dict):
-            where = "torn last line" if number - 1 == last else "unreadable line"
+            where = "torn last line" if number - 1 == last_line else "unreadable line"
             log.warning("session %s: skipping %s %d", path.name, where, number)
             continue
         if record.get("_type") == METADATA_TYPE:

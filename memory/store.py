@@ -141,7 +141,8 @@ class MemoryStore:
             lines += [*([""] if lines else []), f"## {title}", *items, ""]
             added = items
         else:
-            title = _HEADING.match(lines[start]).group(2)
+            heading = _HEADING.match(lines[start])
+            title = heading.group(2) if heading else title
             present = {text.strip() for text in lines[start + 1 : end]}
             added = [item for item in dict.fromkeys(items) if item not in present]
             if not added:
