@@ -15,7 +15,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from bot.commands import CommandContext, SessionStatus, parse_command, run_command
+from bot.commands import (
+    CommandContext,
+    ParsedCommand,
+    SessionStatus,
+    is_command,
+    parse_command,
+    run_command,
+)
 from bot.config import Config
 from bot.context import ContextBuilder
 from bot.inbound import Inbound
@@ -25,15 +32,20 @@ from bot.tools import TOOL_SCHEMAS, AgentTools
 from memory import clock
 from memory.consolidator import MemoryConsolidator
 from memory.llm import ChatLLM, ChatResult, LLMError
+from memory.safefs import LinkRefusedError
 from memory.session import Session
 from memory.text import valid_text
 from memory.tokens import TokenEstimator
-from memory.workspace import Workspace, Workspaces
+from memory.workspace import UnsafeWorkspaceError, Workspace, Workspaces
 
 log = logging.getLogger(__name__)
 
 STUCK_REPLY = "I went round in circles with my tools and stopped. Could you rephrase that?"
 EMPTY_REPLY = "(I had nothing to say to that. Could you rephrase?)"
+UNSAFE_WORKSPACE_REPLY = (
+    "I can't open your memory safely: a file in it is a symbolic link, which I never follow. "
+    "Your message was not saved; the bot's operator can see the details in the log."
+)
 
 
 class Agent:
@@ -67,17 +79,39 @@ class Agent:
         turn (see bot.outbound for the order of the calls)."""
         inbound = replace(inbound, text=valid_text(inbound.text))  # lone surrogates → U+FFFD
         command = parse_command(inbound.text)
+        if await self._refused_unsafe(inbound, command, out):
+            return
         if command is not None:
             await run_command(command, lambda: self._command_context(inbound), out)
             return
         await out.begin(private=False)
         if inbound.text.strip():
-            reply = await self._turn(inbound)
+            try:
+                reply = await self._turn(inbound)
+            except LinkRefusedError as exc:  # a link planted after the workspace was opened
+                log.error("refused a link in the workspace of %s: %s", inbound.user_key, exc)
+                reply = Reply(UNSAFE_WORKSPACE_REPLY)
         else:
             reply = Reply("(That message was empty.)")
         if reply.text:
             await out.add_text(reply.text)
         await out.finish()
+
+    async def _refused_unsafe(
+        self, inbound: Inbound, command: ParsedCommand | None, out: Outbound
+    ) -> bool:
+        """A workspace holding a link is refused (memory.workspace logs where) with one clear
+        answer, before anything is read or saved. An unknown command touches no files."""
+        if command is not None and not is_command(command.name):
+            return False
+        try:
+            self.workspaces.get(inbound.user_key)
+        except UnsafeWorkspaceError:
+            await out.begin(private=False)
+            await out.add_text(UNSAFE_WORKSPACE_REPLY)
+            await out.finish()
+            return True
+        return False
 
     async def aclose(self) -> None:
         """Wait for pending consolidation, then close the LLM client."""

@@ -202,6 +202,11 @@ COMMANDS: tuple[Command, ...] = (
 _BY_NAME = {command.name: command for command in COMMANDS}
 
 
+def is_command(name: str) -> bool:
+    """Whether /name is a command of the registry."""
+    return name in _BY_NAME
+
+
 async def run_command(
     parsed: ParsedCommand, context: Callable[[], CommandContext], out: Outbound
 ) -> None:

@@ -35,6 +35,7 @@ from bot.settings import (
     key_spec,
     setting,
 )
+from memory.safefs import make_private_dir
 
 DEFAULT_CONFIG = Path("config.toml")
 ENV_PREFIX = "LIGHTGREP_"
@@ -366,7 +367,7 @@ class _Loader:
         if not check_writable:
             return
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            make_private_dir(path)  # private at every level, whatever the umask
             with tempfile.TemporaryFile(dir=path):
                 pass
         except OSError as exc:

@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from types import TracebackType
 
+from memory.safefs import make_private_dir
+
 LOCK_FILE = ".lightgrep.lock"
 
 
@@ -60,7 +62,7 @@ class FolderLock:
         if self._fd is not None:
             return
         try:
-            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_private_dir(self.folder)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise FolderLockError(

@@ -32,6 +32,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+from memory.safefs import open_binary
 from memory.store import ENTRY_STAMP
 
 try:  # private, but the only way to inspect a pattern before running it; the check is best effort
@@ -519,7 +520,7 @@ def _estimate_entries(buf: bytes, cut: int) -> int:
 def _scan_file(path: Path, terms: list[_Term], regex: bool, keep: int) -> _Tally:
     tally = _Tally(len(terms), keep)
     deadline = time.monotonic() + REGEX_TIME_BUDGET_S if regex else None
-    with path.open("rb") as f:
+    with open_binary(path) as f:
         carry = b""
         base = 0  # file offset of carry[0]
         want = CHUNK_BYTES
@@ -639,7 +640,7 @@ def search_history(
     top = _rank(tally, offset + limit)[offset:]
     hits: list[HistoryHit] = []
     if top:
-        with path.open("rb") as f:
+        with open_binary(path) as f:
             for score, start, length, stamp in top:
                 f.seek(start)
                 text = f.read(length).decode("utf-8", "replace").rstrip()

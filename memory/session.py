@@ -17,6 +17,7 @@ from typing import Any
 from memory import clock
 from memory.atomic import PRIVATE_FILE_MODE
 from memory.keys import decode_key, encode_key
+from memory.safefs import append_all, make_private_dir, open_binary, open_fd, read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -161,13 +162,14 @@ class SessionStore:
         self._append_line(session, _line(_metadata_record(session)), is_metadata=True)
 
     def _append_line(self, session: Session, line: bytes, is_metadata: bool = False) -> None:
-        """One write with O_APPEND: the header first for a new file, a "\\n" after a torn line."""
+        """One whole O_APPEND write (or none: OSError): the header first for a new file, a "\\n"
+        after a torn line. A session file that is a link is refused (LinkRefusedError)."""
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
         try:
-            fd = os.open(session.path, flags, PRIVATE_FILE_MODE)
+            fd = open_fd(session.path, flags, PRIVATE_FILE_MODE)
         except FileNotFoundError:  # first write of the workspace: make the folder once
-            self.sessions_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(session.path, flags, PRIVATE_FILE_MODE)
+            make_private_dir(self.sessions_dir)
+            fd = open_fd(session.path, flags, PRIVATE_FILE_MODE)
         try:
             size = os.fstat(fd).st_size
             if size == 0 and not is_metadata:
@@ -178,7 +180,7 @@ class SessionStore:
                 data = b"\n" + line
             else:
                 data = line
-            os.write(fd, data)
+            append_all(fd, data)
         finally:
             os.close(fd)
 
@@ -186,7 +188,7 @@ class SessionStore:
 def _load(key: str, path: Path) -> Session:
     """Read a session file, skipping (with a warning) any line that is not a valid record."""
     session = Session(key=key, path=path)
-    lines = path.read_bytes().split(b"\n")  # only "\n" ends a line; U+2028 etc. are content
+    lines = read_bytes(path).split(b"\n")  # only "\n" ends a line; U+2028 etc. are content
     last_line = len(lines) - 1
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
@@ -229,7 +231,7 @@ def _apply_metadata(session: Session, record: dict[str, Any], path: Path) -> Non
 def _key_from_file(path: Path) -> str | None:
     """The key recorded in a session file's first metadata record (for hashed file names)."""
     try:
-        with path.open("rb") as file:
+        with open_binary(path) as file:
             record = json.loads(file.readline())
     except (OSError, ValueError):
         return None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from memory import clock
 from memory.atomic import PRIVATE_FILE_MODE, atomic_write_text
+from memory.safefs import append_all, make_private_dir, open_fd, read_bytes
 
 # The sections of MEMORY.md, in order: the template, the agent's tool and the consolidation
 # prompt are all built from this one tuple.
@@ -50,7 +51,7 @@ class MemoryStore:
     def read(self) -> str:
         """The current MEMORY.md, "" when there is none yet."""
         try:
-            return self.memory_path.read_bytes().decode("utf-8", "replace")
+            return read_bytes(self.memory_path).decode("utf-8", "replace")
         except FileNotFoundError:
             return ""
 
@@ -59,7 +60,7 @@ class MemoryStore:
         previous = self.read()
         if content == previous:
             return False
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.root)
         if previous.strip() and self.keep_versions > 0:
             self._keep_version(previous)
         atomic_write_text(self.memory_path, content)
@@ -88,7 +89,7 @@ class MemoryStore:
 
     def _keep_version(self, content: str) -> None:
         # Names sort by time and stay unique and increasing even when the clock does not move.
-        self.versions_dir.mkdir(mode=0o700, exist_ok=True)
+        make_private_dir(self.versions_dir)
         existing = self._numbered_versions()
         ns = max(time.time_ns(), existing[-1][0] + 1 if existing else 0)
         stamp = datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -108,17 +109,18 @@ class MemoryStore:
         An entry without that stamp is dated `when` (else now), in UTC like every stamp.
 
         Blank lines inside the entry are collapsed so the blank line stays the only entry
-        separator. The whole entry, separator included, goes out in one O_APPEND write.
+        separator. The whole entry, separator included, goes out in one O_APPEND write, whole or
+        not at all (OSError); HISTORY.md as a link is refused (LinkRefusedError).
         """
         text = _BLANK_LINES.sub("\n", entry.strip().replace("\r\n", "\n"))
         if not _STAMP.match(text):
             stamp = clock.history_stamp(when)
             text = f"[{stamp}] {text}" if text else f"[{stamp}]"
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.history_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)
+        make_private_dir(self.root)
+        fd = open_fd(self.history_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)
         try:
             separator = _separator_before(_tail(fd, 2))
-            os.write(fd, (separator + text + "\n").encode("utf-8"))
+            append_all(fd, (separator + text + "\n").encode("utf-8"))
         finally:
             os.close(fd)
 

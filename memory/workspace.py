@@ -4,19 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 from memory.atomic import atomic_write_text, remove_stale_temp_files
 from memory.keys import decode_key, encode_key, is_hashed_name
+from memory.safefs import is_link, make_private_dir, read_bytes
 from memory.session import SessionStore
-from memory.store import MemoryStore
+from memory.store import HISTORY_FILE, MEMORY_FILE, VERSIONS_DIR, MemoryStore
+
+log = logging.getLogger(__name__)
 
 KEY_FILE = ".key"
+SESSIONS_DIR = "sessions"
+# Every name of a workspace that the bot opens; none of them may be a link.
+FILES = (MEMORY_FILE, HISTORY_FILE, KEY_FILE)
+FOLDERS = (SESSIONS_DIR, VERSIONS_DIR)
 
 
 class WorkspaceError(ValueError):
     """A user key that cannot be given a workspace safely."""
+
+
+class UnsafeWorkspaceError(WorkspaceError):
+    """A workspace holding a symbolic link: refused whole until the operator removes the link,
+    since following it would read or write a file outside the workspace."""
 
 
 class Workspace:
@@ -26,7 +39,7 @@ class Workspace:
         self.user_key = user_key
         self.root = root
         self.memory = MemoryStore(root, keep_versions=keep_memory_versions)
-        self.sessions = SessionStore(root / "sessions")
+        self.sessions = SessionStore(root / SESSIONS_DIR)
         # One writer of MEMORY.md at a time: the consolidator holds it across read → LLM → write,
         # so two sessions of one user cannot overwrite each other's update.
         self.memory_lock = asyncio.Lock()
@@ -67,9 +80,11 @@ class Workspaces:
         workspace = self._cache.get(user_key)
         if workspace is None:
             root = self._root_for(user_key)
+            _refuse_links(root)
             workspace = Workspace(user_key, root, self.keep_memory_versions)
             if self.writer:
-                workspace.sessions_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+                make_private_dir(root)
+                make_private_dir(workspace.sessions_dir)
                 remove_stale_temp_files(root)  # a crash mid-replace of MEMORY.md leaves one
             if is_hashed_name(root.name):
                 self._check_key(root, user_key)
@@ -90,14 +105,14 @@ class Workspaces:
             key = decode_key(entry.name)
             if key is None:
                 with contextlib.suppress(OSError):
-                    key = (entry / KEY_FILE).read_text("utf-8", "replace")
+                    key = read_bytes(entry / KEY_FILE).decode("utf-8", "replace")
             if key:
                 yield key
 
     def _root_for(self, user_key: str) -> Path:
         """base_dir/encode_key(user_key), refused unless it really resolves inside base_dir."""
         if self.writer:
-            self.base_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_private_dir(self.base_dir)
         base = self.base_dir.resolve()
         root = self.base_dir / encode_key(user_key)
         if root.resolve().parent != base:
@@ -110,10 +125,30 @@ class Workspaces:
         key_file = root / KEY_FILE
         wanted = user_key.encode("utf-8", "surrogatepass")
         try:
-            recorded = key_file.read_bytes()
+            recorded = read_bytes(key_file)
         except FileNotFoundError:
             if self.writer:
                 atomic_write_text(key_file, wanted)
             return
         if recorded != wanted:
             raise WorkspaceError(f"workspace folder {root.name} already belongs to another key")
+
+
+def _refuse_links(root: Path) -> None:
+    """Refuse a workspace that is, or holds, a link where the bot reads or writes (the folder,
+    its files, sessions/ and .memory_versions/ and what is in them), saying where in the log."""
+    found = [root] if is_link(root) else []
+    if not found:
+        found = [root / name for name in (*FILES, *FOLDERS) if is_link(root / name)]
+    if not found:
+        for name in FOLDERS:
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                found += [entry for entry in (root / name).iterdir() if entry.is_symlink()]
+    if found:
+        log.error(
+            "refusing the workspace %s: %s is a symbolic link (remove it; the bot never follows "
+            "links in a workspace)",
+            root,
+            ", ".join(str(path) for path in found),
+        )
+        raise UnsafeWorkspaceError(f"workspace folder {root.name} holds a symbolic link")

@@ -1,0 +1,118 @@
+"""The file-system calls every workspace file goes through: no links followed, no torn lines.
+
+A symbolic link inside a workspace (planted by someone with access to the host, or restored
+from a careless backup) would make the bot read its own config to a chat user or append a
+person's messages to a file outside the workspace. So every open here refuses a link as the last
+component (O_NOFOLLOW), and a folder written into is opened the same way first.
+
+`os.write` may write part of its buffer without an error (a full disk, a file-size limit): an
+append that ignored its return value left a torn line the process believed saved. `append_all`
+writes everything or takes the partial write back and raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+PRIVATE_DIR_MODE = 0o700
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class LinkRefusedError(OSError):
+    """A workspace path is a symbolic link; it is refused, never followed."""
+
+    def __init__(self, path: Path | str) -> None:
+        super().__init__(errno.ELOOP, "is a symbolic link, which is never followed", str(path))
+
+
+def open_fd(path: Path | str, flags: int, mode: int = 0o600, *, dir_fd: int | None = None) -> int:
+    """os.open without following a link in the last component (LinkRefusedError instead)."""
+    try:
+        return os.open(path, flags | _NOFOLLOW, mode, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkRefusedError(path) from None
+        raise
+
+
+def open_dir(path: Path | str) -> int:
+    """A descriptor of the folder `path` itself, refused if it is a link (for *at() calls)."""
+    try:
+        return open_fd(path, os.O_RDONLY | os.O_DIRECTORY)
+    except NotADirectoryError:
+        # O_NOFOLLOW | O_DIRECTORY on a link to a folder reports ENOTDIR on some systems.
+        if os.path.islink(path):
+            raise LinkRefusedError(path) from None
+        raise
+
+
+def read_bytes(path: Path | str) -> bytes:
+    """The whole file (FileNotFoundError when absent), never through a link."""
+    with open_binary(path) as file:
+        return file.read()
+
+
+def open_binary(path: Path | str) -> BinaryIO:
+    """A file object for reading bytes, never through a link."""
+    return os.fdopen(open_fd(path, os.O_RDONLY), "rb")
+
+
+def append_all(fd: int, data: bytes) -> None:
+    """Append all of `data` to `fd` (opened O_APPEND), or nothing: a partial write is cut off
+    again (ftruncate to the size before) and the OSError raised, so no torn line is left for a
+    caller that believes its data saved. The caller must be the file's only writer."""
+    start = os.fstat(fd).st_size
+    view = memoryview(data)
+    done = 0
+    try:
+        while done < len(view):
+            written = os.write(fd, view[done:])
+            if written <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            done += written
+    except OSError:
+        if done:
+            # If even this fails the torn line stays; loading skips it and the next append
+            # starts on a fresh line.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+        raise
+
+
+def is_link(path: Path) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def make_private_dir(path: Path) -> None:
+    """Create `path` and any missing parents as 0700, whatever the umask (mkdir's mode is masked
+    by it, and Path.mkdir(parents=True) gives parents the default mode); an existing folder open
+    to others is made private too. A person's memory is nobody else's to list or read."""
+    path = Path(path)
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, PRIVATE_DIR_MODE)
+        os.chmod(folder, PRIVATE_DIR_MODE)
+    if not missing:
+        _tighten(path)
+
+
+def _tighten(path: Path) -> None:
+    """Drop group and other permissions of an existing folder (best effort: it may be another
+    user's folder, which is left as it is)."""
+    with contextlib.suppress(OSError):
+        info = os.lstat(path)
+        if stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) & 0o077:
+            os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
