@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from bot import logsafe
 from bot.commands import (
     CommandContext,
     ParsedCommand,
@@ -42,6 +43,10 @@ log = logging.getLogger(__name__)
 
 STUCK_REPLY = "I went round in circles with my tools and stopped. Could you rephrase that?"
 EMPTY_REPLY = "(I had nothing to say to that. Could you rephrase?)"
+LLM_FAILED_REPLY = (
+    "Sorry, I couldn't reach my language model just now. Your message is saved; please try "
+    "again in a moment."
+)
 UNSAFE_WORKSPACE_REPLY = (
     "I can't open your memory safely: a file in it is a symbolic link, which I never follow. "
     "Your message was not saved; the bot's operator can see the details in the log."
@@ -154,11 +159,7 @@ class Agent:
         try:
             text = await self._run_model(workspace, session, system)
         except LLMError as exc:
-            log.warning("LLM call failed for %s: %s", inbound.session_key, exc)
-            return Reply(
-                f"Sorry, I couldn't reach my language model just now ({exc}). "
-                "Your message is saved; please try again in a moment."
-            )
+            return Reply(_llm_failed(inbound, exc))
         if self._estimate(system, session) > self.window:
             self._in_background(
                 self.consolidator.maybe_consolidate(
@@ -324,6 +325,14 @@ class Agent:
         self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("background consolidation failed", exc_info=task.exception())
+
+
+def _llm_failed(inbound: Inbound, exc: LLMError) -> str:
+    """The answer to a failed model call. The detail is the provider's own words, which may
+    quote the request (an `Authorization: Bearer …` header, someone's text): it goes to the log,
+    masked, and the person gets one sentence that holds nothing of it."""
+    log.warning("LLM call failed for %s: %s", inbound.session_key, logsafe.mask(str(exc)))
+    return LLM_FAILED_REPLY
 
 
 def _assistant_with_calls(result: ChatResult) -> dict[str, Any]:

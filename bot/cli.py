@@ -308,7 +308,8 @@ async def _check_endpoint(config: Config) -> tuple[bool, str, str]:
     try:
         await client.chat([{"role": "user", "content": "Reply with the word OK."}], max_tokens=16)
     except LLMError as exc:
-        return False, "endpoint", f"{where}: {exc}{_endpoint_hint(str(exc))}"
+        reason = logsafe.mask(str(exc))  # the provider may quote a key, ours or another
+        return False, "endpoint", f"{where}: {reason}{_endpoint_hint(reason)}"
     finally:
         await client.aclose()
     took = (time.monotonic() - started) * 1000

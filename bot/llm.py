@@ -169,10 +169,11 @@ class LLMClient:
 
 
 def _reason(exc: openai.APIStatusError) -> str:
-    """The provider's own error message, short; never the request (it may hold user text)."""
+    """The provider's own error message, short; never the request (it may hold user text).
+    Masked before it is cut, so a cut can never leave the unmasked head of a key."""
     body = exc.body
     if isinstance(body, dict):
         message = body.get("message") or (body.get("error") or {}).get("message")
         if message:
-            return str(message)[:200]
+            return logsafe.mask(str(message))[:200]
     return f"HTTP {exc.status_code}"

@@ -6,16 +6,27 @@ secret, a log record factory replaces it with '***' in the message, the tracebac
 of every record of every logger, whoever handles it (the CLI's stderr, pytest, a supervisor).
 Secrets are registered where they enter: config loading (every section's secret keys), the LLM
 client, and each adapter as it starts (a test or embedder may build a Config by hand).
+
+Some secrets are nobody's configured value: a provider's error message may quote the request's
+`Authorization: Bearer …` header, with another key than ours. So strings that look like a token
+(a bearer credential, an `sk-…` key, an `api_key=…` assignment) are masked too.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import Any
 
 MASK = "***"
 MIN_LENGTH = 4  # shorter values would mask ordinary words
+# What looks like a credential: (kept prefix, the secret). Long enough not to hit prose.
+_ASSIGNED = r"[\"']?\s*[:=]\s*[\"']?"
+_TOKEN_LIKE = re.compile(
+    rf"(?i)(\bbearer\s+|\bapi[_-]?key{_ASSIGNED}|\baccess[_-]?token{_ASSIGNED})[^\s\"',;&]{{8,}}"
+    r"|\bsk-[A-Za-z0-9_-]{8,}"
+)
 
 _lock = threading.Lock()
 _secrets: tuple[str, ...] = ()  # longest first, so a secret inside another is masked whole
@@ -26,19 +37,18 @@ def hide(*values: str | None) -> None:
     """Mask these values in every log record from now on (short or empty values are ignored)."""
     global _secrets
     fresh = {v for v in values if v and len(v) >= MIN_LENGTH} - set(_secrets)
-    if not fresh:
-        return
     with _lock:
-        _secrets = tuple(sorted({*_secrets, *fresh}, key=len, reverse=True))
-        _install()
+        _install()  # also with no secret: token-like strings are masked from now on
+        if fresh:
+            _secrets = tuple(sorted({*_secrets, *fresh}, key=len, reverse=True))
 
 
 def mask(text: str) -> str:
-    """`text` with every hidden secret replaced by '***'."""
+    """`text` with every hidden secret, and whatever looks like a token, replaced by '***'."""
     for secret in _secrets:
         if secret in text:
             text = text.replace(secret, MASK)
-    return text
+    return _TOKEN_LIKE.sub(lambda m: (m.group(1) or "") + MASK, text)
 
 
 def _install() -> None:
@@ -50,8 +60,7 @@ def _install() -> None:
 
 def _make_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
     record: logging.LogRecord = _previous_factory(*args, **kwargs)
-    if _secrets:
-        _scrub(record)
+    _scrub(record)
     return record
 
 

@@ -26,6 +26,7 @@ from tests.fakes.discord_server import FakeDiscord, user_payload
 from tests.fakes.openai_server import (
     Delay,
     FakeOpenAI,
+    Status,
     completion,
     is_consolidation,
     save_memory_call,
@@ -449,6 +450,22 @@ def test_doctor_never_prints_the_api_key(tmp_path: Path, clean_env: None, capsys
     main(["doctor", "--verbose", "--config", str(config)])
     captured = capsys.readouterr()
     assert "VERY-SECRET" not in captured.out + captured.err
+
+
+async def test_doctor_never_prints_a_token_quoted_by_the_provider(
+    fake_llm: FakeOpenAI, tmp_path: Path, clean_env: None, capsys
+) -> None:
+    """A 400 quoting the request's Authorization header: the reason stays, the token does not."""
+    leaked = "sk-proj-QUOTED-BY-PROVIDER-7788"
+    message = f"Invalid header 'Authorization: Bearer {leaked}' for model fake-model"
+    fake_llm.queue(Status(400, {"error": {"message": message}}))
+    config = write_config(tmp_path, fake_llm, 'api_key = "sk-CONFIGURED-KEY-1"\n')
+    code = await asyncio.to_thread(main, ["doctor", "--verbose", "--config", str(config)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert leaked not in captured.out + captured.err and "QUOTED" not in captured.out
+    assert "CONFIGURED-KEY" not in captured.out + captured.err
+    assert "FAIL  endpoint" in captured.out and "Bearer ***" in captured.out
 
 
 @pytest.fixture
