@@ -33,6 +33,7 @@ from bot.tools import TOOL_SCHEMAS, AgentTools
 from memory import clock
 from memory.consolidator import MemoryConsolidator
 from memory.llm import ChatLLM, ChatResult, LLMError
+from memory.preferences import MEMORY_IN_GROUPS
 from memory.safefs import LinkRefusedError
 from memory.session import Session
 from memory.text import valid_text
@@ -69,7 +70,7 @@ class Agent:
         self.consolidator = MemoryConsolidator(self.llm, self.estimator, self.window)
         self.context = ContextBuilder(config.agent.bot_name)
         self._session_locks: dict[str, asyncio.Lock] = {}
-        self._frozen_prompts: dict[str, tuple[int, str]] = {}
+        self._frozen_prompts: dict[str, tuple[int, bool, str]] = {}
         self._message_ids: weakref.WeakKeyDictionary[Session, dict[str, int]] = (
             weakref.WeakKeyDictionary()
         )
@@ -157,7 +158,8 @@ class Agent:
             )
             system = self._system_prompt(workspace, session, inbound)
         try:
-            text = await self._run_model(workspace, session, system)
+            public = not self._memory_shown(workspace, inbound)
+            text = await self._run_model(workspace, session, system, public=public)
         except LLMError as exc:
             return Reply(_llm_failed(inbound, exc))
         if self._estimate(system, session) > self.window:
@@ -198,13 +200,16 @@ class Agent:
         log.info("answering a redelivered message of %s", inbound.session_key)
         return await self._respond(workspace, session, inbound)
 
-    async def _run_model(self, workspace: Workspace, session: Session, system: str) -> str:
-        """The tool loop, bounded; every assistant and tool message is persisted as sent."""
-        tools = AgentTools(workspace)
+    async def _run_model(
+        self, workspace: Workspace, session: Session, system: str, *, public: bool = False
+    ) -> str:
+        """The tool loop, bounded; every assistant and tool message is persisted as sent.
+        `public`: a group turn without the person's memory gets the tools that cannot read it."""
+        tools = AgentTools(workspace, public=public)
         for _ in range(self.config.agent.max_tool_iterations):
             estimated = self._estimate(system, session)
             messages = self.context.messages(system, session.history())
-            result = await self.llm.chat(messages, tools=TOOL_SCHEMAS)
+            result = await self.llm.chat(messages, tools=tools.schemas)
             if result.prompt_tokens:
                 self.estimator.observe_usage(estimated, result.prompt_tokens)
             if not result.tool_calls:
@@ -243,19 +248,32 @@ class Agent:
         return self.estimator.prompt_tokens(system + self._tools_text, session)
 
     def _fresh_prompt(self, workspace: Workspace, inbound: Inbound) -> str:
+        shown = self._memory_shown(workspace, inbound)
         return self.context.system_prompt(
-            workspace.memory.prompt_section(), inbound.platform, inbound.is_private
+            workspace.memory.prompt_section() if shown else None,
+            inbound.platform,
+            inbound.is_private,
         )
+
+    def _memory_shown(self, workspace: Workspace, inbound: Inbound) -> bool:
+        """Whether this turn's model may see the person's memory: always in a private chat; in a
+        group (whose answer is public) only by their own choice (/privacy), else the operator's
+        [agent] memory_in_groups."""
+        if inbound.is_private:
+            return True
+        chosen = workspace.preferences.get(MEMORY_IN_GROUPS)
+        return chosen if isinstance(chosen, bool) else self.config.agent.memory_in_groups
 
     def _system_prompt(self, workspace: Workspace, session: Session, inbound: Inbound) -> str:
         """The system prompt is frozen between consolidations so the prompt prefix stays cached;
         edits made by the edit_memory tool show up after the next consolidation (the model
-        already sees them in its own tool calls)."""
+        already sees them in its own tool calls). A change of /privacy takes effect at once."""
+        shown = self._memory_shown(workspace, inbound)
         frozen = self._frozen_prompts.get(session.key)
-        if frozen is not None and frozen[0] == session.last_consolidated:
-            return frozen[1]
+        if frozen is not None and frozen[:2] == (session.last_consolidated, shown):
+            return frozen[2]
         prompt = self._fresh_prompt(workspace, inbound)
-        self._frozen_prompts[session.key] = (session.last_consolidated, prompt)
+        self._frozen_prompts[session.key] = (session.last_consolidated, shown, prompt)
         return prompt
 
     # ---- commands' helpers --------------------------------------------------------------
@@ -270,6 +288,7 @@ class Agent:
             bot_name=self.config.agent.bot_name,
             status=lambda: self.session_status(inbound),
             start_new=lambda: self.start_new_session(inbound),
+            memory_in_groups=self.config.agent.memory_in_groups,
         )
 
     async def start_new_session(self, inbound: Inbound) -> bool:

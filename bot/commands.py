@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from bot.inbound import Inbound
 from bot.outbound import Outbound
+from memory.preferences import MEMORY_IN_GROUPS
 from memory.search import SearchError, SearchResult, search_history
 from memory.session import Session
 from memory.workspace import Workspace
@@ -59,6 +60,7 @@ class CommandContext:
     bot_name: str
     status: Callable[[], SessionStatus]  # /status figures of this session
     start_new: Callable[[], Awaitable[bool]]  # /new: False when there was nothing to file
+    memory_in_groups: bool = False  # the operator's default for /privacy ([agent])
 
 
 Handler = Callable[[CommandContext, str], Awaitable[str]]
@@ -167,6 +169,37 @@ async def cmd_new(ctx: CommandContext, args: str) -> str:
     return "Started a fresh conversation. I'm filing the previous one into your history."
 
 
+PRIVACY_USAGE = (
+    "Use /privacy groups on to let me use your memory in group chats, /privacy groups off to "
+    "keep it out of them, /privacy groups default for the bot's setting."
+)
+
+
+async def cmd_privacy(ctx: CommandContext, args: str) -> str:
+    """Whether the person's memory is used in group chats, where every answer is public."""
+    words = args.lower().split()
+    preferences = ctx.workspace.preferences
+    if words:
+        choice = {"on": True, "off": False, "default": None}.get(words[-1])
+        if words[0] != "groups" or len(words) != 2 or words[-1] not in ("on", "off", "default"):
+            return f"I didn't understand that. {PRIVACY_USAGE}"
+        preferences.set(MEMORY_IN_GROUPS, choice)
+    chosen = preferences.get(MEMORY_IN_GROUPS)
+    shown = chosen if isinstance(chosen, bool) else ctx.memory_in_groups
+    why = "your choice" if isinstance(chosen, bool) else "the bot's setting"
+    if shown:
+        state = (
+            "In group chats I use your memory (MEMORY.md and your history), and everyone in the "
+            "group reads my answers"
+        )
+    else:
+        state = (
+            "In group chats I don't use your memory: I see neither MEMORY.md nor your history "
+            "there, and what you tell me there can be noted but not read back"
+        )
+    return f"{state} ({why}). Private chats always use it.\n{PRIVACY_USAGE}"
+
+
 async def cmd_help(ctx: CommandContext, args: str) -> str:
     lines = [f"I'm {ctx.bot_name}, and I remember our conversations.", ""]
     lines += [f"/{command.name} — {command.description}" for command in COMMANDS]
@@ -198,6 +231,13 @@ COMMANDS: tuple[Command, ...] = (
     Command("new", "Start a fresh conversation (the old one is filed)", cmd_new),
     Command("help", "What I can do", cmd_help),
     Command("status", "Model, context used, last consolidation", cmd_status),
+    Command(
+        "privacy",
+        "Whether I use your memory in group chats: /privacy groups on|off",
+        cmd_privacy,
+        private=True,
+        argument=Argument("choice", "groups on, groups off or groups default", required=False),
+    ),
 )
 _BY_NAME = {command.name: command for command in COMMANDS}
 

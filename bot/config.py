@@ -69,6 +69,9 @@ class MemoryConfig(Section):
 class AgentConfig(Section):
     max_tool_iterations: int = setting(8, rule=POSITIVE_INT)
     bot_name: str = setting("LightGrep", rule=NON_EMPTY)
+    # In a group chat the answer is public: by default the model gets neither MEMORY.md nor the
+    # history search there. A person may choose otherwise for themselves (/privacy).
+    memory_in_groups: bool = False
 
 
 CORE_SECTIONS: dict[str, type[Section]] = {

@@ -64,11 +64,36 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
 ]
 
 
-class AgentTools:
-    """Executes tool calls for one turn of one user."""
+def _public_schemas() -> list[dict[str, Any]]:
+    """The tools of a turn whose answer is public (a group chat without the person's memory):
+    edit_memory may only add, and no tool reads anything back, not even whether a line was
+    there already; search_history is not offered."""
+    edit = json.loads(json.dumps(TOOL_SCHEMAS[0]))
+    function = edit["function"]
+    function["description"] = (
+        "Note something lasting about this person in their long-term memory (MEMORY.md): "
+        "`text` is added as a line to `section`. The memory cannot be read here."
+    )
+    properties = function["parameters"]["properties"]
+    properties["action"]["enum"] = ["add"]
+    del properties["new_text"]
+    return [edit]
 
-    def __init__(self, workspace: Workspace) -> None:
+
+PUBLIC_TOOL_SCHEMAS: list[dict[str, Any]] = _public_schemas()
+PUBLIC_NOTED = "Noted in their memory."
+
+
+class AgentTools:
+    """Executes tool calls for one turn of one user.
+
+    public=True (a group turn that must not see the person's memory): only adding to MEMORY.md,
+    with an answer that tells nothing about what the memory holds."""
+
+    def __init__(self, workspace: Workspace, *, public: bool = False) -> None:
         self._workspace = workspace
+        self._public = public
+        self.schemas = PUBLIC_TOOL_SCHEMAS if public else TOOL_SCHEMAS
 
     async def execute(self, name: str, raw_arguments: Any) -> str:
         """The tool's result as text for the model; errors are results too, never exceptions."""
@@ -76,6 +101,8 @@ class AgentTools:
             args = _parse_arguments(raw_arguments)
         except ValueError as exc:
             return f"Error: {exc}"
+        if self._public:
+            return await self._public_call(name, args)
         if name == "edit_memory":
             return await self._edit_memory(args)
         if name == "search_history":
@@ -102,6 +129,14 @@ class AgentTools:
             except MemoryEditError as exc:
                 return f"Error: {exc}"
         return "Error: `action` must be add, replace or remove."
+
+    async def _public_call(self, name: str, args: dict[str, Any]) -> str:
+        if name != "edit_memory":
+            return "Error: in a group chat the only tool is edit_memory, to add a line."
+        if args.get("action", "add") != "add":
+            return "Error: in a group chat memory can only be added to (action 'add')."
+        result = await self._edit_memory({**args, "action": "add"})
+        return result if result.startswith("Error") else PUBLIC_NOTED
 
     async def _search_history(self, args: dict[str, Any]) -> str:
         query = args.get("query")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from memory.atomic import atomic_write_text, remove_stale_temp_files
 from memory.keys import decode_key, encode_key, is_hashed_name
+from memory.preferences import PREFERENCES_FILE, Preferences
 from memory.safefs import is_link, make_private_dir, read_bytes
 from memory.session import SessionStore
 from memory.store import HISTORY_FILE, MEMORY_FILE, VERSIONS_DIR, MemoryStore
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 KEY_FILE = ".key"
 SESSIONS_DIR = "sessions"
 # Every name of a workspace that the bot opens; none of them may be a link.
-FILES = (MEMORY_FILE, HISTORY_FILE, KEY_FILE)
+FILES = (MEMORY_FILE, HISTORY_FILE, KEY_FILE, PREFERENCES_FILE)
 FOLDERS = (SESSIONS_DIR, VERSIONS_DIR)
 
 
@@ -40,6 +41,7 @@ class Workspace:
         self.root = root
         self.memory = MemoryStore(root, keep_versions=keep_memory_versions)
         self.sessions = SessionStore(root / SESSIONS_DIR)
+        self.preferences = Preferences(root)
         # One writer of MEMORY.md at a time: the consolidator holds it across read → LLM → write,
         # so two sessions of one user cannot overwrite each other's update.
         self.memory_lock = asyncio.Lock()

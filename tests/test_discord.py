@@ -18,7 +18,7 @@ from discord.http import Route
 from adapters.discord import DiscordAdapter
 from adapters.discord_config import DiscordConfig, create
 from bot.agent import Agent
-from bot.commands import Argument, Command, CommandContext
+from bot.commands import COMMANDS, Argument, Command, CommandContext
 from bot.config import Config, LLMConfig, MemoryConfig
 from bot.platform import PlatformStartError
 from memory.keys import encode_key
@@ -108,14 +108,14 @@ def callbacks(fake: FakeDiscord) -> list[dict[str, Any]]:
     return [r.body for r in fake.calls("POST", "/interactions/")]
 
 
-async def test_login_syncs_five_commands_for_dms_guilds_and_user_installs(
+async def test_login_syncs_every_command_for_dms_guilds_and_user_installs(
     discord_fake: FakeDiscord, fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
     original = Route.BASE
     async with running(make_config(discord_fake, fake_llm, workspaces_dir)):
         [sync] = discord_fake.calls("PUT", f"/applications/{discord_fake.app_id}/commands")
         commands = {c["name"]: c for c in sync.body}
-        assert set(commands) == {"memory", "recall", "new", "help", "status"}
+        assert set(commands) == {c.name for c in COMMANDS}  # the registry, nothing dropped
         for command in commands.values():
             assert sorted(command["contexts"]) == [0, 1, 2]  # guild, bot DM, private channels
             assert sorted(command["integration_types"]) == [0, 1]  # guild and user installs
@@ -137,7 +137,7 @@ async def test_sync_to_one_guild_when_configured(
     async with running(config):
         path = f"/applications/{discord_fake.app_id}/guilds/{GUILD}/commands"
         [sync] = discord_fake.calls("PUT", path)
-        assert {c["name"] for c in sync.body} == {"memory", "recall", "new", "help", "status"}
+        assert {c["name"] for c in sync.body} == {c.name for c in COMMANDS}
         assert not discord_fake.calls("PUT", f"/applications/{discord_fake.app_id}/commands")
         assert discord_fake.identify is not None
         assert discord_fake.identify["intents"] & MESSAGE_CONTENT_INTENT

@@ -20,6 +20,7 @@ from adapters.telegram import REFUSAL, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapte
 from adapters.telegram_config import TelegramConfig, create
 from adapters.telegram_format import markdown_to_html
 from bot.agent import Agent
+from bot.commands import COMMANDS
 from bot.config import Config, LLMConfig, MemoryConfig
 from bot.platform import PlatformStartError
 from memory.keys import encode_key
@@ -133,7 +134,7 @@ async def test_dm_turn_answered_and_persisted(
         "role": "assistant",
         "content": "Hello **Ana** & welcome",
     }
-    assert [c["command"] for c in tg.commands] == ["memory", "recall", "new", "help", "status"]
+    assert [c["command"] for c in tg.commands] == [c.name for c in COMMANDS]  # the registry
     assert tg.method_calls("deleteWebhook")[0].get("drop_pending_updates") in (None, "false")
     assert f"@{BOT_NAME}" in caplog.text  # start-up says which bot it is
     assert TOKEN not in caplog.text and TOKEN.split(":")[1] not in caplog.text
