@@ -27,9 +27,11 @@ from bot.commands import (
 from bot.config import Config
 from bot.context import ContextBuilder
 from bot.inbound import Inbound
+from bot.limits import Limits, Refusal
 from bot.llm import LLMClient
 from bot.outbound import Outbound, Reply
 from bot.tools import TOOL_SCHEMAS, AgentTools
+from bot.usage import MeteredLLM, UsageBook, charged_to
 from memory import clock
 from memory.consolidator import MemoryConsolidator
 from memory.llm import ChatLLM, ChatResult, LLMError
@@ -59,12 +61,15 @@ class Agent:
         """writer=False: for a process without the folder lock, which must not write (only
         commands that read, like /recall, are then sent to it)."""
         self.config = config
-        self.llm: ChatLLM = llm or LLMClient.from_config(config.llm)
         self.workspaces = Workspaces(
             config.memory.workspaces_dir,
             keep_memory_versions=config.memory.keep_memory_versions,
             writer=writer,
         )
+        # Every model call, the consolidator's too, is booked to the user it was made for.
+        self.usage = UsageBook(self.workspaces)
+        self.limits = Limits(config.limits, self.usage)
+        self.llm: ChatLLM = MeteredLLM(llm or LLMClient.from_config(config.llm), self.usage)
         self.estimator = TokenEstimator()
         self.window = config.llm.context_window_tokens
         self.consolidator = MemoryConsolidator(self.llm, self.estimator, self.window)
@@ -85,23 +90,38 @@ class Agent:
         turn (see bot.outbound for the order of the calls)."""
         inbound = replace(inbound, text=valid_text(inbound.text))  # lone surrogates → U+FFFD
         command = parse_command(inbound.text)
-        if await self._refused_unsafe(inbound, command, out):
-            return
-        if command is not None:
-            await run_command(command, lambda: self._command_context(inbound), out)
-            return
-        await out.begin(private=False)
-        if inbound.text.strip():
-            try:
-                reply = await self._turn(inbound)
-            except LinkRefusedError as exc:  # a link planted after the workspace was opened
-                log.error("refused a link in the workspace of %s: %s", inbound.user_key, exc)
-                reply = Reply(UNSAFE_WORKSPACE_REPLY)
-        else:
-            reply = Reply("(That message was empty.)")
-        if reply.text:
-            await out.add_text(reply.text)
-        await out.finish()
+        with charged_to(inbound.user_key):  # also the consolidation this message starts
+            if await self._refused_unsafe(inbound, command, out):
+                return
+            if command is not None:
+                await run_command(command, lambda: self._command_context(inbound), out)
+                return
+            await out.begin(private=False)
+            reply = await self._answer(inbound)
+            if reply.text:
+                await out.add_text(reply.text)
+            await out.finish()
+
+    async def _answer(self, inbound: Inbound) -> Reply:
+        """A message that is not a command: refused by a limit, or answered by a turn."""
+        if not inbound.text.strip():
+            return Reply("(That message was empty.)")
+        refusal = self._over_limit(inbound)
+        if refusal is not None:
+            return Reply(refusal.text)
+        try:
+            return await self._turn(inbound)
+        except LinkRefusedError as exc:  # a link planted after the workspace was opened
+            log.error("refused a link in the workspace of %s: %s", inbound.user_key, exc)
+            return Reply(UNSAFE_WORKSPACE_REPLY)
+
+    def _over_limit(self, inbound: Inbound) -> Refusal | None:
+        """[limits]: the refusal of a message (not saved), or None to answer it."""
+        refusal = self.limits.check(inbound.user_key)
+        if refusal is not None:
+            # Metrics: count limit refusals here, by refusal.kind.
+            log.info("limit %s refused a message of %s", refusal.kind, inbound.user_key)
+        return refusal
 
     async def _refused_unsafe(
         self, inbound: Inbound, command: ParsedCommand | None, out: Outbound
@@ -289,6 +309,7 @@ class Agent:
             status=lambda: self.session_status(inbound),
             start_new=lambda: self.start_new_session(inbound),
             memory_in_groups=self.config.agent.memory_in_groups,
+            usage=lambda: self.limits.report(inbound.user_key),
         )
 
     async def start_new_session(self, inbound: Inbound) -> bool:

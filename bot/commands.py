@@ -13,10 +13,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from bot.inbound import Inbound
+from bot.limits import UsageReport
 from bot.outbound import Outbound
 from memory.preferences import MEMORY_IN_GROUPS
 from memory.search import SearchError, SearchResult, search_history
 from memory.session import Session
+from memory.usage import Totals
 from memory.workspace import Workspace
 
 RECALL_PAGE_SIZE = 5
@@ -61,6 +63,7 @@ class CommandContext:
     status: Callable[[], SessionStatus]  # /status figures of this session
     start_new: Callable[[], Awaitable[bool]]  # /new: False when there was nothing to file
     memory_in_groups: bool = False  # the operator's default for /privacy ([agent])
+    usage: Callable[[], UsageReport] | None = None  # /usage figures of this user
 
 
 Handler = Callable[[CommandContext, str], Awaitable[str]]
@@ -200,6 +203,38 @@ async def cmd_privacy(ctx: CommandContext, args: str) -> str:
     return f"{state} ({why}). Private chats always use it.\n{PRIVACY_USAGE}"
 
 
+async def cmd_usage(ctx: CommandContext, args: str) -> str:
+    """The person's own usage, as the provider counted it, and the limits that apply to them."""
+    if ctx.usage is None:
+        return "Usage is not counted here."
+    report = ctx.usage()
+    lines = [
+        f"Today ({report.day}, UTC): {_tokens(report.today)}.",
+        f"This month ({report.month_name}): {_tokens(report.month)}.",
+    ]
+    if report.admin:
+        lines.append("You are an admin of this bot: no limits apply to you.")
+    else:
+        limits = []
+        if report.tokens_per_day:
+            left = max(0, report.tokens_per_day - report.today.tokens)
+            limits.append(
+                f"{report.tokens_per_day:,} tokens a day ({left:,} left; the day resets at "
+                f"midnight UTC, in {report.resets_in})"
+            )
+        if report.messages_per_minute:
+            limits.append(f"{report.messages_per_minute} messages a minute")
+        lines.append("Your limits: " + "; ".join(limits) + "." if limits else "No limits are set.")
+    return "\n".join(lines)
+
+
+def _tokens(totals: Totals) -> str:
+    return (
+        f"{totals.tokens:,} tokens ({totals.prompt_tokens:,} read, "
+        f"{totals.completion_tokens:,} written) in {totals.calls:,} model calls"
+    )
+
+
 async def cmd_help(ctx: CommandContext, args: str) -> str:
     lines = [f"I'm {ctx.bot_name}, and I remember our conversations.", ""]
     lines += [f"/{command.name} — {command.description}" for command in COMMANDS]
@@ -231,6 +266,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("new", "Start a fresh conversation (the old one is filed)", cmd_new),
     Command("help", "What I can do", cmd_help),
     Command("status", "Model, context used, last consolidation", cmd_status),
+    Command("usage", "Your token usage today and this month, and your limits", cmd_usage,
+            private=True),
     Command(
         "privacy",
         "Whether I use your memory in group chats: /privacy groups on|off",

@@ -74,10 +74,23 @@ class AgentConfig(Section):
     memory_in_groups: bool = False
 
 
+@dataclass(repr=False)
+class LimitsConfig(Section):
+    """What one person may cost a public bot (0: no limit). Off by default."""
+
+    messages_per_minute: int = setting(0, rule=NON_NEGATIVE_INT)
+    tokens_per_day: int = setting(0, rule=NON_NEGATIVE_INT)
+    global_tokens_per_day: int = setting(0, rule=NON_NEGATIVE_INT)
+    # User keys ("telegram-42", "discord-8123", "cli-alice"): one key names one person on one
+    # platform, where a bare id could name someone else on another platform.
+    admins: list[str] = setting(default_factory=list)
+
+
 CORE_SECTIONS: dict[str, type[Section]] = {
     "llm": LLMConfig,
     "memory": MemoryConfig,
     "agent": AgentConfig,
+    "limits": LimitsConfig,
 }
 
 
@@ -86,13 +99,15 @@ class Config:
     llm: LLMConfig = field(default_factory=LLMConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     # The `[<name>]` section of each platform plugin, by name (load_config fills in every
     # installed one); an adapter reads its own as config.platforms[name].
     platforms: dict[str, Any] = field(default_factory=dict)
     source: Path | None = None  # the file it was loaded from; None: defaults + environment
 
     def sections(self) -> dict[str, Section]:
-        return {"llm": self.llm, "memory": self.memory, "agent": self.agent, **self.platforms}
+        core = {"llm": self.llm, "memory": self.memory, "agent": self.agent, "limits": self.limits}
+        return {**core, **self.platforms}
 
     def redacted(self) -> dict[str, dict[str, Any]]:
         """Every setting by section, secrets replaced by '***' (or None when unset): safe to log."""

@@ -14,13 +14,14 @@ from memory.preferences import PREFERENCES_FILE, Preferences
 from memory.safefs import is_link, make_private_dir, read_bytes
 from memory.session import SessionStore
 from memory.store import HISTORY_FILE, MEMORY_FILE, VERSIONS_DIR, MemoryStore
+from memory.usage import USAGE_FILE
 
 log = logging.getLogger(__name__)
 
 KEY_FILE = ".key"
 SESSIONS_DIR = "sessions"
 # Every name of a workspace that the bot opens; none of them may be a link.
-FILES = (MEMORY_FILE, HISTORY_FILE, KEY_FILE, PREFERENCES_FILE)
+FILES = (MEMORY_FILE, HISTORY_FILE, KEY_FILE, PREFERENCES_FILE, USAGE_FILE)
 FOLDERS = (SESSIONS_DIR, VERSIONS_DIR)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.agent import Agent
-from bot.config import Config, LLMConfig, MemoryConfig
+from bot.config import Config, LimitsConfig, LLMConfig, MemoryConfig
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.outbound import BufferedOutbound, Reply
@@ -16,10 +16,15 @@ from tests.fakes.openai_server import FakeOpenAI
 
 
 def make_agent(
-    llm: FakeOpenAI | str, workspaces: Path, *, window: int = 50_000, **settings: Any
+    llm: FakeOpenAI | str,
+    workspaces: Path,
+    *,
+    window: int = 50_000,
+    limits: LimitsConfig | None = None,
+    **settings: Any,
 ) -> Agent:
     """An Agent whose real openai client talks to `llm` (a fake server or its base URL).
-    Retries are off unless asked for, so failures show at once."""
+    Retries are off unless asked for, so failures show at once; `settings` are [llm] keys."""
     base_url = llm if isinstance(llm, str) else llm.base_url
     options: dict[str, Any] = {"max_retries": 0, "timeout_s": 5, **settings}
     config = Config(
@@ -31,6 +36,7 @@ def make_agent(
             **options,
         ),
         memory=MemoryConfig(workspaces_dir=workspaces),
+        limits=limits or LimitsConfig(),
     )
     return Agent(config)
 

@@ -1,0 +1,180 @@
+"""[limits]: what one person may cost a public bot, counted from the provider's reported tokens
+and kept on disk, through the real Agent and openai client against the fake provider.
+
+A refused message is not saved and the answer says so and when to send it again; /usage shows a
+person their own figures; consolidation calls are charged to the user whose memory they fold;
+a restart forgets nothing; admins are exempt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.config import ConfigError, LimitsConfig, load_config
+from memory.usage import USAGE_FILE, UsageLog
+from tests.agent_helpers import ask, dm, make_agent, session_records, user_home
+from tests.fakes.openai_server import FakeOpenAI, completion, is_consolidation, save_memory_call
+
+
+def costly(prompt: int, written: int) -> Any:
+    return lambda request: completion("Here you are.", prompt_tokens=prompt,
+                                      completion_tokens=written)
+
+
+def user_texts(workspaces: Path, user: str) -> list[str]:
+    records = session_records(workspaces, user)
+    return [r["content"].split("\n", 1)[1] for r in records if r.get("role") == "user"]
+
+
+async def test_messages_per_minute_refuses_without_saving(
+    fake_llm: FakeOpenAI, workspaces_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir, limits=LimitsConfig(messages_per_minute=2))
+    with caplog.at_level(logging.INFO):
+        replies = [await ask(agent, dm("42", f"message {i}")) for i in range(4)]
+    other = await ask(agent, dm("7", "I'm someone else"))
+    await agent.aclose()
+    assert [r.text for r in replies[:2]] == ["ok", "ok"]
+    for refused in replies[2:]:
+        assert "at most 2 a minute" in refused.text and "didn't save" in refused.text
+        assert "send it again in" in refused.text and "UTC" in refused.text
+    assert other.text == "ok"  # one person's limit is theirs alone
+    assert user_texts(workspaces_dir, "42") == ["message 0", "message 1"]
+    assert len(fake_llm.requests) == 3  # no model call for a refused message
+    assert "limit messages_per_minute refused a message of telegram-42" in caplog.text
+
+
+async def test_tokens_per_day_is_counted_from_the_provider_and_survives_a_restart(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    limits = LimitsConfig(tokens_per_day=1500)
+    fake_llm.default = costly(600, 400)
+    agent = make_agent(fake_llm, workspaces_dir, limits=limits)
+    first = await ask(agent, dm("42", "one"))
+    second = await ask(agent, dm("42", "two"))  # 1000 used: still under, answered
+    third = await ask(agent, dm("42", "three"))
+    await agent.aclose()
+    assert first.text == second.text == "Here you are."
+    assert "1,500 tokens for today" in third.text and "didn't save" in third.text
+    assert "midnight UTC" in third.text and " min)" in third.text
+
+    restarted = make_agent(fake_llm, workspaces_dir, limits=limits)
+    again = await ask(restarted, dm("42", "four"))
+    usage = await ask(restarted, dm("42", "/usage"))
+    someone = await ask(restarted, dm("7", "hello"))
+    await restarted.aclose()
+    assert "tokens for today" in again.text  # the restart did not reset it
+    assert someone.text == "Here you are."
+    assert user_texts(workspaces_dir, "42") == ["one", "two"]
+    assert usage.private
+    assert "2,000 tokens (1,200 read, 800 written) in 2 model calls" in usage.text
+    assert "1,500 tokens a day (0 left" in usage.text
+
+
+async def test_consolidation_is_charged_to_the_user_whose_memory_it_folds(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
+        if is_consolidation(request):
+            body = save_memory_call("[2026-11-29 10:00] Ada talked about Miso.", "- Cat: Miso\n")
+            body["usage"] = {"prompt_tokens": 7000, "completion_tokens": 300,
+                             "total_tokens": 7300}
+            return body
+        return completion("Tell me more! " + "blah " * 40, prompt_tokens=100,
+                          completion_tokens=50)
+
+    fake_llm.default = answer
+    agent = make_agent(fake_llm, workspaces_dir, window=1200)
+    for i in range(8):
+        await ask(agent, dm("42", f"My cat Miso did thing number {i}. " + "meow " * 30))
+    await agent.aclose()
+    consolidations = len(fake_llm.consolidation_requests)
+    turns = len(fake_llm.requests) - consolidations
+    assert consolidations, "consolidation never ran"
+    log = UsageLog(user_home(workspaces_dir, "42") / USAGE_FILE)
+    today = datetime.now(UTC).date()
+    assert log.day(today).prompt_tokens == 7000 * consolidations + 100 * turns
+    assert log.day(today).calls == consolidations + turns
+
+
+async def test_the_global_budget_stops_everyone_but_admins(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    limits = LimitsConfig(global_tokens_per_day=1000, messages_per_minute=1,
+                          admins=["telegram-9"])
+    fake_llm.default = costly(900, 200)
+    agent = make_agent(fake_llm, workspaces_dir, limits=limits)
+    spent = await ask(agent, dm("42", "spend it all"))
+    refused = await ask(agent, dm("7", "my turn"))
+    admin = [await ask(agent, dm("9", f"admin {i}")) for i in range(3)]
+    usage = await ask(agent, dm("9", "/usage"))
+    await agent.aclose()
+    assert spent.text == "Here you are."
+    assert "for everyone" in refused.text and "didn't save" in refused.text
+    assert [r.text for r in admin] == ["Here you are."] * 3  # no budget, no minute limit
+    assert "admin" in usage.text and "no limits apply" in usage.text
+    assert not (user_home(workspaces_dir, "7") / "sessions").exists() or not list(
+        (user_home(workspaces_dir, "7") / "sessions").iterdir()
+    )
+
+
+async def test_usage_with_no_limits_and_no_calls(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    usage = await ask(agent, dm("42", "/usage"))
+    await agent.aclose()
+    assert usage.private
+    assert "Today (" in usage.text and "0 tokens" in usage.text
+    assert "No limits are set." in usage.text
+
+
+# ---- the usage file ---------------------------------------------------------------------------
+
+
+def test_a_torn_last_line_is_skipped_and_the_next_one_starts_fresh(tmp_path: Path) -> None:
+    path = tmp_path / USAGE_FILE
+    when = datetime.now(UTC)
+    UsageLog(path).record(100, 20, when)
+    with path.open("ab") as file:
+        file.write(b'{"at": "2026-')  # a crash mid-write
+    log = UsageLog(path)
+    assert log.day(when.date()).tokens == 120
+    log.record(5, 5, when)
+    assert UsageLog(path).day(when.date()).tokens == 130
+    assert all(json.loads(line) for line in path.read_text().splitlines()[-1:])
+
+
+def test_old_lines_are_folded_into_days_and_the_oldest_dropped(tmp_path: Path) -> None:
+    path = tmp_path / USAGE_FILE
+    now = datetime.now(UTC)
+    ancient = now.replace(year=now.year - 2)
+    log = UsageLog(path)
+    log.record(1000, 0, ancient)
+    log.record(10, 1, now)
+    log.record(10, 1, now)
+    reloaded = UsageLog(path)
+    reloaded.record(10, 1, now)  # the first write after loading folds the file
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[0] == {"day": now.date().isoformat(), "prompt_tokens": 20,
+                        "completion_tokens": 2, "calls": 2}
+    assert len(lines) == 2 and "at" in lines[1]
+    assert UsageLog(path).day(now.date()).tokens == 33
+    assert UsageLog(path).day(ancient.date()).tokens == 0
+    assert UsageLog(path).month(now.year, now.month).calls == 3
+
+
+def test_limits_are_checked_when_the_config_is_loaded(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[limits]\ntokens_per_day = -5\n")
+    with pytest.raises(ConfigError, match=r"\[limits\] tokens_per_day must be an integer of 0"):
+        load_config(config, env={})
+    config.write_text('[limits]\nmessages_per_minute = 10\nadmins = ["telegram-42"]\n')
+    loaded = load_config(config, env={"LIGHTGREP_LIMITS_TOKENS_PER_DAY": "200000"})
+    assert loaded.limits.admins == ["telegram-42"] and loaded.limits.tokens_per_day == 200_000
