@@ -26,6 +26,7 @@ from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.outbound import Reply
 from bot.tools import AgentTools
+from bot.usage import GLOBAL_USAGE_FILE
 from memory.keys import decode_key, encode_key, is_hashed_name
 from memory.session import SessionStore
 from memory.workspace import Workspaces
@@ -339,12 +340,15 @@ platform_id = st.one_of(
 
 
 def check_tree(base: Path, outside: Path) -> None:
-    """Everything lives in base/<one encoded folder>/…; nothing beside base; no links."""
+    """Everything lives in base/<one encoded folder>/… (but the bot's usage file); nothing beside
+    base; no links."""
     assert sorted(p.name for p in outside.iterdir()) == [base.name]
     for path in files_under(base):
         assert not path.is_symlink()
         assert path.resolve().is_relative_to(base.resolve())
         top = path.relative_to(base).parts[0]
+        if top == GLOBAL_USAGE_FILE:  # the bot's own file, a name no key encodes to
+            continue
         assert top not in (".", "..") and (decode_key(top) is not None or is_hashed_name(top))
 
 

@@ -20,6 +20,7 @@ from bot.agent import Agent
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.outbound import Reply
+from bot.usage import GLOBAL_USAGE_FILE
 from tests import agent_helpers as helpers
 from tests.agent_helpers import ask, make_agent
 from tests.fakes.openai_server import (
@@ -149,7 +150,8 @@ async def test_a_never_sees_b_through_any_door(fake_llm: FakeOpenAI, workspaces_
     ]
     assert any("Lisbon" in t for t in tool_results)
     assert snapshot(b_root) == b_before
-    assert folder_names(workspaces_dir) == ["telegram-1", "telegram-2"]
+    # Beside the two workspaces only the bot's usage totals, which name nobody.
+    assert folder_names(workspaces_dir) == [GLOBAL_USAGE_FILE, "telegram-1", "telegram-2"]
     # The doors were real: B's secrets did reach the model for B, and /recall found A's entry.
     assert B_DM in json.dumps(fake_llm.requests[:first_a_request])
     assert any("**trip**" in r.text and "Lisbon" in r.text for r in replies)
