@@ -117,7 +117,9 @@ class Agent:
 
     def _over_limit(self, inbound: Inbound) -> Refusal | None:
         """[limits]: the refusal of a message (not saved), or None to answer it."""
-        refusal = self.limits.check(inbound.user_key)
+        return self._refused(inbound, self.limits.check(inbound.user_key))
+
+    def _refused(self, inbound: Inbound, refusal: Refusal | None) -> Refusal | None:
         if refusal is not None:
             # Metrics: count limit refusals here, by refusal.kind.
             log.info("limit %s refused a message of %s", refusal.kind, inbound.user_key)
@@ -156,6 +158,9 @@ class Agent:
             earlier = self._earlier_copy(session, inbound.message_id)
             if earlier is not None:
                 return await self._redelivered(workspace, session, inbound, earlier)
+            refusal = self._refused(inbound, self.limits.check_tokens(inbound.user_key))
+            if refusal is not None:  # spent by the turns this message waited for
+                return Reply(refusal.text)
             now = clock.now()
             user_message = self.context.user_message(inbound.text, now)
             too_long = self._too_long(user_message)

@@ -1,9 +1,10 @@
 """Per-user limits of a public bot: messages a minute, tokens a day, and the bot's daily budget.
 
-Checked before a turn, never inside one: a turn that has begun finishes, so the limit may be
-passed by one turn's worth. A refused message is not saved (the answer says so, and when to
-send it again), so a flood costs neither model calls nor disk. Admins are exempt from all of it.
-Days are UTC days, like every time the bot stores or shows.
+Checked when a message arrives and, for tokens, again when its turn starts (it may have waited
+for earlier turns of the session), never inside a turn: a turn that has begun finishes, so a
+token limit may be passed by one turn's worth. A refused message is not saved (the answer says
+so, and when to send it again), so a flood costs neither model calls nor disk. Admins are exempt
+from all of it. Days are UTC days, like every time the bot stores or shows.
 """
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ class Limits:
         if refusal is None and self.config.messages_per_minute:
             self._recent.setdefault(user_key, deque()).append(time.monotonic())
         return refusal
+
+    def check_tokens(self, user_key: str) -> Refusal | None:
+        """The token limits again, when a message's turn starts: messages that waited for the
+        turns before them must not all pass on what was spent when they arrived."""
+        if self.is_admin(user_key):
+            return None
+        return self._per_day(user_key) or self._budget()
 
     def report(self, user_key: str) -> UsageReport:
         now = clock.now()

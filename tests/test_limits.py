@@ -8,6 +8,7 @@ a restart forgets nothing; admins are exempt.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from datetime import UTC, datetime
@@ -178,3 +179,18 @@ def test_limits_are_checked_when_the_config_is_loaded(tmp_path: Path) -> None:
     config.write_text('[limits]\nmessages_per_minute = 10\nadmins = ["telegram-42"]\n')
     loaded = load_config(config, env={"LIGHTGREP_LIMITS_TOKENS_PER_DAY": "200000"})
     assert loaded.limits.admins == ["telegram-42"] and loaded.limits.tokens_per_day == 200_000
+
+
+async def test_messages_waiting_for_a_turn_are_checked_again_when_it_starts(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Ten messages arriving at once all pass the arrival check; the tokens are spent by the
+    first turns, so the later ones are refused when their turn comes."""
+    fake_llm.default = costly(800, 200)
+    agent = make_agent(fake_llm, workspaces_dir, limits=LimitsConfig(tokens_per_day=2500))
+    replies = await asyncio.gather(*(ask(agent, dm("42", f"m{i}")) for i in range(10)))
+    await agent.aclose()
+    answered = [r for r in replies if r.text == "Here you are."]
+    assert len(answered) == 3  # 0, 1000, 2000 spent before each: the fourth finds 3000
+    assert all("didn't save" in r.text for r in replies if r not in answered)
+    assert len(user_texts(workspaces_dir, "42")) == 3
