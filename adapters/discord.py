@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -27,7 +28,7 @@ from bot.commands import COMMANDS, Command
 from bot.formatting import split_message
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
-from bot.outbound import BufferedOutbound, Reply
+from bot.outbound import BufferedOutbound, Button, Reply, too_large_notice
 from bot.platform import PlatformStartError
 from bot.repeating import repeating
 
@@ -45,6 +46,7 @@ RESTARTING = "I'm restarting; please try again in a minute."
 FAILURE = "Sorry, something went wrong while answering. Please try again."
 NO_MENTIONS = discord.AllowedMentions.none()
 SHUTDOWN_GRACE_S = 120.0  # longest wait for running turns when stopping
+UPLOAD_LIMIT = 10 * 1024 * 1024  # bytes per attachment without boosts (an interaction says its own)
 
 
 class DiscordAdapter:
@@ -209,29 +211,33 @@ class DiscordAdapter:
             return Reply(FAILURE)
 
     async def _deliver(self, message: discord.Message, reply: Reply, *, in_guild: bool) -> None:
-        chunks = split_message(reply.text, MESSAGE_LIMIT)
         if reply.private and in_guild:
-            chunks = [await self._deliver_privately(message.author, chunks)]
-        for index, chunk in enumerate(chunks):
+            notice = await self._deliver_privately(message.author, reply)
+            reply = Reply(notice)
+        for index, (chunk, extra) in enumerate(_messages(reply, UPLOAD_LIMIT)):
             if in_guild and index == 0:
-                reference = message.to_reference(fail_if_not_exists=False)
-                sending = message.channel.send(
-                    chunk, reference=reference, allowed_mentions=NO_MENTIONS
-                )
-            else:
-                sending = message.channel.send(chunk, allowed_mentions=NO_MENTIONS)
-            await _send(sending)
+                extra["reference"] = message.to_reference(fail_if_not_exists=False)
+            await _send(message.channel.send(chunk, allowed_mentions=NO_MENTIONS, **extra))
 
-    async def _deliver_privately(
-        self, user: discord.User | discord.Member, chunks: list[str]
-    ) -> str:
+    async def _deliver_privately(self, user: discord.User | discord.Member, reply: Reply) -> str:
         """A private answer asked for in a channel goes to the user's DMs; returns the notice."""
         try:
-            for chunk in chunks:
-                await user.send(chunk, allowed_mentions=NO_MENTIONS)
+            for chunk, extra in _messages(reply, UPLOAD_LIMIT):
+                await user.send(chunk, allowed_mentions=NO_MENTIONS, **extra)
         except discord.HTTPException:
             return "That answer is private and I can't DM you; use the slash command instead."
         return "I sent you that in a DM."
+
+    async def on_button(self, interaction: discord.Interaction) -> None:
+        """A pressed button of ours: its command text, as if the presser had typed it."""
+        if interaction.type != discord.InteractionType.component:
+            return
+        data: Any = interaction.data or {}
+        command = data.get("custom_id") if isinstance(data, dict) else None
+        if not isinstance(command, str) or not command.startswith("/"):
+            return  # not one of ours
+        name = command[1:].split(" ", 1)[0]
+        await self.on_command(interaction, name, command)
 
     # ---- slash commands --------------------------------------------------------------------
     def _install_commands(self, tree: app_commands.CommandTree[Any]) -> None:
@@ -302,16 +308,17 @@ class DiscordAdapter:
                 await work
                 return
         reply = await work
-        chunks = split_message(reply.text, MESSAGE_LIMIT) or ["(nothing to show)"]
-        for index, chunk in enumerate(chunks):
+        # An interaction says how big an attachment may be where it was used.
+        limit = getattr(interaction, "filesize_limit", None) or UPLOAD_LIMIT
+        for index, (chunk, extra) in enumerate(_messages(reply, limit)):
             send: Awaitable[Any]
             if index == 0 and not deferred:
                 send = interaction.response.send_message(
-                    chunk, ephemeral=ephemeral, allowed_mentions=NO_MENTIONS
+                    chunk, ephemeral=ephemeral, allowed_mentions=NO_MENTIONS, **extra
                 )
             else:
                 send = interaction.followup.send(
-                    chunk, ephemeral=ephemeral, allowed_mentions=NO_MENTIONS
+                    chunk, ephemeral=ephemeral, allowed_mentions=NO_MENTIONS, **extra
                 )
             await _send(send)
 
@@ -339,8 +346,46 @@ class _Client(discord.Client):
     async def on_message(self, message: discord.Message) -> None:
         await self.adapter.on_message(message)
 
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        await self.adapter.on_button(interaction)
+
 
 # ---- helpers -------------------------------------------------------------------------------
+def _messages(reply: Reply, upload_limit: int) -> list[tuple[str, dict[str, Any]]]:
+    """The messages of an answer: its text split to the limit; the last one carries the files
+    (a file over `upload_limit` is named in the text instead) and the buttons."""
+    files, notices = [], []
+    for file in reply.files:
+        size = file.size()
+        if size > upload_limit:
+            notices.append(too_large_notice(file, size, upload_limit, "Discord"))
+        else:
+            files.append(discord.File(io.BytesIO(file.read()), filename=file.name))
+    text = "\n\n".join(part for part in (reply.text, *notices) if part)
+    chunks = split_message(text, MESSAGE_LIMIT) or ["(nothing to show)"]
+    messages: list[tuple[str, dict[str, Any]]] = [(chunk, {}) for chunk in chunks]
+    last = messages[-1][1]
+    if files:
+        last["files"] = files
+    if reply.buttons:
+        last["view"] = _view(reply.buttons)
+    return messages
+
+
+def _view(buttons: tuple[Button, ...]) -> discord.ui.View:
+    """Buttons whose custom_id is their command. The view is stopped before it is sent, so
+    discord.py does not keep it: a press arrives as an interaction (on_button), which works
+    after a restart too and needs no state in the adapter."""
+    view = discord.ui.View(timeout=None)
+    for number, button in enumerate(buttons):
+        style = discord.ButtonStyle.danger if number == 0 else discord.ButtonStyle.secondary
+        view.add_item(
+            discord.ui.Button(label=button.label[:80], custom_id=button.command, style=style)
+        )
+    view.stop()
+    return view
+
+
 def _valid_commands() -> list[Command]:
     """The core's commands, keeping only names Discord accepts (for the argument too)."""
     valid = []

@@ -21,7 +21,18 @@ import secrets
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from telegram import Bot, BotCommand, Message, MessageEntity, ReplyParameters, Update, User
+from telegram import (
+    Bot,
+    BotCommand,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    InputFile,
+    Message,
+    MessageEntity,
+    ReplyParameters,
+    Update,
+    User,
+)
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
     BadRequest,
@@ -33,6 +44,7 @@ from telegram.error import (
 from telegram.ext import (
     Application,
     ApplicationBuilder,
+    CallbackQueryHandler,
     ContextTypes,
     MessageHandler,
     filters,
@@ -51,7 +63,7 @@ from bot.commands import COMMANDS
 from bot.formatting import split_message
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
-from bot.outbound import BufferedOutbound
+from bot.outbound import BufferedOutbound, Button, OutFile, Reply, too_large_notice
 from bot.platform import PlatformStartError
 from bot.repeating import repeating
 
@@ -71,6 +83,7 @@ REFUSAL = "Sorry, this bot is private and you are not on its allow list."
 TEXT_ONLY = "I can only read text for now."
 FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
 SENT_PRIVATELY = "I've sent you the answer in our private chat."
+UPLOAD_LIMIT = 50 * 1000 * 1000  # bytes a bot may send as a document through the Bot API
 
 
 class TelegramAdapter:
@@ -78,6 +91,7 @@ class TelegramAdapter:
 
     name = PLATFORM
     typing_interval_s = 4.0  # Telegram shows "typing…" for about 5 s per sendChatAction
+    upload_limit = UPLOAD_LIMIT
 
     def __init__(self, config: TelegramConfig, agent: Core) -> None:
         self.ready = asyncio.Event()
@@ -117,6 +131,7 @@ class TelegramAdapter:
             builder = builder.base_url(f"{base}/bot").base_file_url(f"{base}/file/bot")
         app = builder.build()
         app.add_handler(MessageHandler(filters.UpdateType.MESSAGE, self._on_message))
+        app.add_handler(CallbackQueryHandler(self._on_button))
         app.add_error_handler(self._on_error)
         return app
 
@@ -162,7 +177,7 @@ class TelegramAdapter:
         Webhook mode stays PTB's: Telegram redelivers an update whose POST was not answered 200,
         but PTB answers 200 as soon as the update is queued, so a crash there still loses the
         queued updates (the core's dedup would make acknowledging later safe; not done yet)."""
-        allowed = [Update.MESSAGE]
+        allowed = [Update.MESSAGE, Update.CALLBACK_QUERY]  # callback queries: pressed buttons
         if self._config.mode == "polling":
             poller = Poller(app, allowed, self._config.poll_timeout_s)
             await poller.start()
@@ -225,16 +240,46 @@ class TelegramAdapter:
             return
         await self._turn(context.bot, msg, text, private)
 
-    async def _turn(self, bot: Bot, msg: Message, text: str, private: bool) -> None:
-        user = msg.from_user
+    async def _on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A pressed inline button: its command text, as if its presser had typed it in the
+        chat of the button's message (our buttons only come with private answers)."""
+        query = update.callback_query
+        if query is None or self._me is None:
+            return
+        with contextlib.suppress(TelegramError):
+            await query.answer()  # stops the button's spinner
+        msg, user = query.message, query.from_user
+        if not isinstance(msg, Message) or not query.data or not query.data.startswith("/"):
+            return  # too old to be answered in place, or not one of ours
+        if not is_allowed(self._config.allow_from, user.id, user.username):
+            log.info("telegram: refused a button from user %s", user.id)
+            return
+        with contextlib.suppress(TelegramError):
+            await query.edit_message_reply_markup(None)  # a question is answered once
+        private = msg.chat.type == ChatType.PRIVATE
+        await self._turn(context.bot, msg, query.data, private, user=user, event=f"cb:{query.id}")
+
+    async def _turn(
+        self,
+        bot: Bot,
+        msg: Message,
+        text: str,
+        private: bool,
+        *,
+        user: User | None = None,
+        event: str | None = None,
+    ) -> None:
+        """`user` sent `text` (default: the message's sender); `event` names a button press."""
+        user = user or msg.from_user
         assert user is not None
         inbound = Inbound(
             platform=PLATFORM,
-            session_key=self._session_key(msg, private),
+            session_key=self._session_key(msg, private, user),
             user_key=user_key(PLATFORM, user.id),
             text=text,
             is_private=private,
-            message_id=f"{msg.chat.id}:{msg.message_id}",  # unique per chat: spots a redelivery
+            # Unique per chat, so a redelivery is recognised.
+            message_id=event or f"{msg.chat.id}:{msg.message_id}",
         )
         out = BufferedOutbound()
         try:
@@ -245,12 +290,13 @@ class TelegramAdapter:
             await self._send(bot, msg, FAILED, markup=False)
             return
         reply = out.reply
-        if not reply.text:
+        if not reply.text and not reply.files:
             return  # a redelivered message that a later message's answer already covered
         if reply.private and not private:
-            await self._answer_privately(bot, msg, reply.text)
+            await self._answer_privately(bot, msg, reply, user)
         else:
-            await self._send(bot, msg, reply.text)
+            await self._send(bot, msg, reply.text, buttons=reply.buttons)
+            await self._send_files(bot, msg.chat.id, reply.files)
 
     def _addressed_text(self, msg: Message, private: bool) -> str | None:
         """The text for the core if the message is for this bot, else None.
@@ -302,9 +348,7 @@ class TelegramAdapter:
         return original.from_user is not None and original.from_user.id == self._me.id
 
     @staticmethod
-    def _session_key(msg: Message, private: bool) -> str:
-        user = msg.from_user
-        assert user is not None
+    def _session_key(msg: Message, private: bool, user: User) -> str:
         if private:
             return session_key(PLATFORM, "dm", user.id)
         if msg.is_topic_message and msg.message_thread_id is not None:
@@ -319,12 +363,13 @@ class TelegramAdapter:
 
     # ---- outgoing --------------------------------------------------------------------------
 
-    async def _answer_privately(self, bot: Bot, msg: Message, text: str) -> None:
-        """/memory and /recall asked in a group: the answer goes to the private chat only."""
-        user = msg.from_user
-        assert user is not None and self._me is not None
+    async def _answer_privately(self, bot: Bot, msg: Message, reply: Reply, user: User) -> None:
+        """/memory, /recall, /forget… asked in a group: the answer (its buttons and files too)
+        goes to the private chat only."""
+        assert self._me is not None
         try:
-            await self._send_to(bot, user.id, text)
+            await self._send_to(bot, user.id, reply.text, buttons=reply.buttons)
+            await self._send_files(bot, user.id, reply.files)
         except (Forbidden, BadRequest) as exc:
             log.info("telegram: cannot write to user %s privately (%s)", user.id, exc.message)
             link = f"https://t.me/{self._me.username}"
@@ -336,12 +381,39 @@ class TelegramAdapter:
             return
         await self._send(bot, msg, SENT_PRIVATELY, markup=False)
 
-    async def _send(self, bot: Bot, msg: Message, text: str, *, markup: bool = True) -> None:
+    async def _send(
+        self,
+        bot: Bot,
+        msg: Message,
+        text: str,
+        *,
+        markup: bool = True,
+        buttons: tuple[Button, ...] = (),
+    ) -> None:
         """Answer `msg` in its chat (as a reply in groups, in its forum topic)."""
         private = msg.chat.type == ChatType.PRIVATE
         thread = msg.message_thread_id if msg.is_topic_message else None
         reply_to = None if private else msg.message_id
-        await self._send_to(bot, msg.chat.id, text, reply_to=reply_to, thread=thread, markup=markup)
+        await self._send_to(
+            bot,
+            msg.chat.id,
+            text,
+            reply_to=reply_to,
+            thread=thread,
+            markup=markup,
+            buttons=buttons,
+        )
+
+    async def _send_files(self, bot: Bot, chat_id: int, files: tuple[OutFile, ...]) -> None:
+        """Each file as a document; one over the Bot API's upload limit is named instead."""
+        for file in files:
+            size = file.size()
+            if size > self.upload_limit:
+                notice = too_large_notice(file, size, self.upload_limit, "Telegram")
+                await self._send_to(bot, chat_id, notice, markup=False)
+                continue
+            document = InputFile(file.read(), filename=file.name)
+            await flood_safe(lambda d=document: bot.send_document(chat_id, d))
 
     async def _send_to(
         self,
@@ -352,10 +424,17 @@ class TelegramAdapter:
         reply_to: int | None = None,
         thread: int | None = None,
         markup: bool = True,
+        buttons: tuple[Button, ...] = (),
     ) -> None:
-        """Split the plain text, then render and send each chunk; the first one is the reply."""
-        for number, chunk in enumerate(telegram_chunks(text)):
+        """Split the plain text, then render and send each chunk; the first one is the reply,
+        the last one carries the buttons (an inline keyboard whose presses come back as
+        callback queries with the button's command)."""
+        chunks = telegram_chunks(text)
+        for number, chunk in enumerate(chunks):
             extra: dict[str, Any] = {}
+            if buttons and number == len(chunks) - 1:
+                row = [InlineKeyboardButton(b.label, callback_data=b.command) for b in buttons]
+                extra["reply_markup"] = InlineKeyboardMarkup([row])
             if thread is not None:
                 extra["message_thread_id"] = thread
             if number == 0 and reply_to is not None:

@@ -16,11 +16,12 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
-from bot.outbound import OutFile
+from bot.outbound import Button, OutFile
 from bot.platform import PlatformPlugin
 
 if TYPE_CHECKING:
@@ -120,12 +121,14 @@ class TerminalAdapter:
         user: str | None = None,
         stdin_fd: int | None = None,
         stdout: TextIO | None = None,
+        files_dir: Path | None = None,
     ) -> None:
         self.config = config
         self.agent = agent
         self.user = user or login_name()
         self.stdin_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
         self.out = stdout or sys.stdout
+        self.files_dir = files_dir or Path.cwd()  # where a file the bot sends (/export) is saved
         self.interactive = os.isatty(self.stdin_fd)
         self.ready = asyncio.Event()
         self.user_key = user_key("cli", self.user)
@@ -181,7 +184,7 @@ class TerminalAdapter:
             text=text,
             is_private=True,
         )
-        out = PrintedOutbound(self._write)
+        out = PrintedOutbound(self._write, self.files_dir)
         try:
             await self.agent.handle(inbound, out)
         except Exception:
@@ -197,10 +200,12 @@ class TerminalAdapter:
 
 class PrintedOutbound:
     """The terminal's Outbound: text is printed as it comes, a blank line ends the answer. The
-    terminal is a private chat, so a private answer is printed like any other."""
+    terminal is a private chat, so a private answer is printed like any other. A file is saved
+    in `files_dir` and its path printed; buttons are printed as the commands to type."""
 
-    def __init__(self, write: Callable[[str], None]) -> None:
+    def __init__(self, write: Callable[[str], None], files_dir: Path) -> None:
         self._write = write
+        self._files_dir = files_dir
         self.wrote = False
 
     async def begin(self, *, private: bool = False) -> None:
@@ -212,10 +217,36 @@ class PrintedOutbound:
 
     async def attach_file(self, file: OutFile) -> None:
         self.wrote = True
-        self._write(f"\n(I made a file, {file.name}, but the terminal cannot show files.)\n")
+        try:
+            path = save_file(file, self._files_dir)
+        except OSError as exc:
+            self._write(f"\n(I could not save {file.name} in {self._files_dir}: {exc.strerror})\n")
+            return
+        self._write(f"\nSaved {file.name}: {path}\n")
+
+    async def offer(self, buttons: tuple[Button, ...]) -> None:
+        self._write("\n" + "\n".join(f"  {b.command}   ({b.label})" for b in buttons) + "\n")
 
     async def finish(self) -> None:
         self._write("\n\n")
+
+
+def save_file(file: OutFile, folder: Path) -> Path:
+    """Write a file the bot sent into `folder` under its own name (never over an existing file:
+    "name-2.zip" and so on), readable only by its owner: it may hold a person's memory."""
+    stem, dot, suffix = Path(file.name).name.partition(".")
+    data = file.read()
+    for number in range(1, 1000):
+        name = f"{stem}{'' if number == 1 else f'-{number}'}{dot}{suffix}"
+        path = folder / name
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        return path.resolve()
+    raise FileExistsError(f"too many files named {file.name} in {folder}")
 
 
 def create(config: Config, agent: Core, *, user: str | None = None) -> TerminalAdapter:

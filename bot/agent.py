@@ -8,10 +8,11 @@ message is persisted before the LLM is called, so an outage never loses it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -25,6 +26,7 @@ from bot.commands import (
     run_command,
 )
 from bot.config import Config
+from bot.confirm import Confirmations
 from bot.context import ContextBuilder
 from bot.inbound import Inbound
 from bot.limits import Limits, Refusal
@@ -40,6 +42,7 @@ from memory.safefs import LinkRefusedError
 from memory.session import Session
 from memory.text import valid_text
 from memory.tokens import TokenEstimator
+from memory.wipe import delete, hide, sweep_wiped
 from memory.workspace import UnsafeWorkspaceError, Workspace, Workspaces
 
 log = logging.getLogger(__name__)
@@ -79,7 +82,14 @@ class Agent:
         self._message_ids: weakref.WeakKeyDictionary[Session, dict[str, int]] = (
             weakref.WeakKeyDictionary()
         )
-        self._background: set[asyncio.Task[Any]] = set()
+        # Background work (consolidation) by the user key it belongs to: /forget waits for a
+        # user's, /wipe cancels them.
+        self._background: dict[asyncio.Task[Any], str] = {}
+        # Session keys each user has used since start-up (a new one may have no file yet).
+        self._user_sessions: dict[str, set[str]] = {}
+        self.confirmations = Confirmations()
+        if writer:
+            sweep_wiped(self.workspaces.base_dir)  # what a crash mid-/wipe left behind
         # The tool schemas ride on every request, so they count towards the window too.
         self._tools_text = "\n" + json.dumps(TOOL_SCHEMAS)
 
@@ -152,8 +162,10 @@ class Agent:
     # ---- the turn -----------------------------------------------------------------------
 
     async def _turn(self, inbound: Inbound) -> Reply:
-        workspace = self.workspaces.get(inbound.user_key)
+        self._note_session(inbound)
         async with self._lock(inbound.session_key):
+            # Looked up under the lock: a /wipe that held it has replaced the workspace.
+            workspace = self.workspaces.get(inbound.user_key)
             session = workspace.sessions.get(inbound.session_key)
             earlier = self._earlier_copy(session, inbound.message_id)
             if earlier is not None:
@@ -191,7 +203,8 @@ class Agent:
             self._in_background(
                 self.consolidator.maybe_consolidate(
                     workspace, session, self._cost_of_prompt(workspace, inbound)
-                )
+                ),
+                inbound.user_key,
             )
         return Reply(text)
 
@@ -305,6 +318,7 @@ class Agent:
 
     def _command_context(self, inbound: Inbound) -> CommandContext:
         """What a command handler may touch: this user's workspace and session, no more."""
+        self._note_session(inbound)
         workspace = self.workspaces.get(inbound.user_key)
         return CommandContext(
             inbound=inbound,
@@ -315,6 +329,9 @@ class Agent:
             start_new=lambda: self.start_new_session(inbound),
             memory_in_groups=self.config.agent.memory_in_groups,
             usage=lambda: self.limits.report(inbound.user_key),
+            confirmations=self.confirmations,
+            exclusive=lambda: self.user_exclusive(inbound.user_key),
+            erase=lambda: self.erase_user(inbound.user_key),
         )
 
     async def start_new_session(self, inbound: Inbound) -> bool:
@@ -322,10 +339,10 @@ class Agent:
 
         The session lock is taken now and handed to the filing task, so a message sent right
         after /new waits for the old conversation to be filed instead of mixing with it."""
-        workspace = self.workspaces.get(inbound.user_key)
-        session = workspace.sessions.get(inbound.session_key)
         lock = self._lock(inbound.session_key)
         await lock.acquire()
+        workspace = self.workspaces.get(inbound.user_key)  # under the lock, like a turn
+        session = workspace.sessions.get(inbound.session_key)
         if not session.unconsolidated():
             lock.release()
             return False
@@ -336,7 +353,7 @@ class Agent:
             finally:
                 lock.release()
 
-        self._in_background(file_old_messages())
+        self._in_background(file_old_messages(), inbound.user_key)
         return True
 
     def session_status(self, inbound: Inbound) -> SessionStatus:
@@ -355,19 +372,86 @@ class Agent:
             last_consolidation=when,
         )
 
+    # ---- one user's files, held still: /memory undo, /forget, /wipe --------------------------
+
+    @contextlib.asynccontextmanager
+    async def user_exclusive(self, user_key: str, *, cancel: bool = False) -> AsyncIterator[None]:
+        """No turn, consolidation or MEMORY.md write of this user runs inside the block.
+
+        Takes every session lock of the user (known since start-up or with a file), after their
+        background consolidation has finished (cancel=True: been cancelled), then the
+        workspace's memory lock; locks are always taken in that order (as a turn takes them),
+        so this cannot deadlock with one. On the way out, what was derived from the user's files
+        (frozen system prompts, message-id indexes) is dropped, to be rebuilt from the disk."""
+        held: list[asyncio.Lock] = []
+        locked: set[str] = set()
+        try:
+            while True:
+                pending = [t for t, key in self._background.items() if key == user_key]
+                if pending:
+                    for task in pending if cancel else ():
+                        task.cancel()
+                    await asyncio.gather(*pending, return_exceptions=True)
+                    continue
+                todo = sorted(self._sessions_of(user_key) - locked)
+                if not todo:
+                    break
+                for key in todo:
+                    lock = self._lock(key)
+                    await lock.acquire()
+                    held.append(lock)
+                    locked.add(key)
+            async with self.workspaces.get(user_key).memory_lock:
+                yield
+        finally:
+            self._forget_derived(user_key, locked)
+            for lock in held:
+                lock.release()
+
+    async def erase_user(self, user_key: str) -> bool:
+        """/wipe: the user's folder (every session of theirs, groups included) and everything
+        kept about them in memory; pending consolidation is cancelled, running turns finish
+        first. The next message of theirs starts as a stranger's would."""
+        async with self.user_exclusive(user_key, cancel=True):
+            hidden = hide(self.workspaces.root_of(user_key))  # from here on they have nothing
+            self.workspaces.evict(user_key)
+            self.confirmations.drop_user(user_key)
+            for key in self._user_sessions.pop(user_key, set()):
+                self.consolidator.last_consolidated_at.pop(key, None)
+        if hidden is not None:
+            await asyncio.to_thread(delete, hidden)
+        return hidden is not None
+
+    def _note_session(self, inbound: Inbound) -> None:
+        self._user_sessions.setdefault(inbound.user_key, set()).add(inbound.session_key)
+
+    def _sessions_of(self, user_key: str) -> set[str]:
+        keys = set(self._user_sessions.get(user_key, ()))
+        if self.workspaces.exists(user_key):
+            keys.update(self.workspaces.get(user_key).sessions.keys())
+        return keys
+
+    def _forget_derived(self, user_key: str, session_keys: set[str]) -> None:
+        for key in session_keys:
+            self._frozen_prompts.pop(key, None)
+        workspace = self.workspaces.get(user_key) if self.workspaces.exists(user_key) else None
+        if workspace is not None:
+            for key in session_keys:
+                self._message_ids.pop(workspace.sessions.get(key), None)
+
     # ---- plumbing -----------------------------------------------------------------------
 
     def _lock(self, session_key: str) -> asyncio.Lock:
         return self._session_locks.setdefault(session_key, asyncio.Lock())
 
-    def _in_background(self, coro: Any) -> None:
+    def _in_background(self, coro: Any, user_key: str) -> None:
         """Run tracked: aclose() waits for it, and a failure is logged, never lost silently."""
         task = asyncio.create_task(coro)
-        self._background.add(task)
+        self._background[task] = user_key
         task.add_done_callback(self._background_done)
 
     def _background_done(self, task: asyncio.Task[Any]) -> None:
-        self._background.discard(task)
+        self._background.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("background consolidation failed", exc_info=task.exception())
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
+from bot.confirm import Confirmations
+from bot.control import cmd_export, cmd_forget, cmd_wipe, memory_history, memory_undo
 from bot.inbound import Inbound
 from bot.limits import UsageReport
-from bot.outbound import Outbound
+from bot.outbound import Outbound, Reply
 from memory.preferences import MEMORY_IN_GROUPS
 from memory.search import SearchError, SearchResult, search_history
 from memory.session import Session
@@ -62,11 +65,18 @@ class CommandContext:
     bot_name: str
     status: Callable[[], SessionStatus]  # /status figures of this session
     start_new: Callable[[], Awaitable[bool]]  # /new: False when there was nothing to file
+    confirmations: Confirmations  # the questions /forget and /wipe wait on
+    # Inside it no turn, consolidation or memory write of this user runs (pending ones are
+    # waited for); what the core derived from the user's files is rebuilt afterwards.
+    exclusive: Callable[[], AbstractAsyncContextManager[None]]
+    erase: Callable[[], Awaitable[bool]]  # /wipe: everything of this user; False if nothing
     memory_in_groups: bool = False  # the operator's default for /privacy ([agent])
     usage: Callable[[], UsageReport] | None = None  # /usage figures of this user
 
 
-Handler = Callable[[CommandContext, str], Awaitable[str]]
+# A handler answers with text, or with a Reply carrying files or buttons too. The privacy is
+# the command's own (announced before the handler runs), not the Reply's.
+Handler = Callable[[CommandContext, str], Awaitable[str | Reply]]
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,13 @@ class Command:
 
 
 async def cmd_memory(ctx: CommandContext, args: str) -> str:
+    action, _, rest = args.partition(" ")
+    if action.lower() == "undo":
+        return await memory_undo(ctx, rest.strip())
+    if action.lower() == "history":
+        return memory_history(ctx)
+    if action:
+        return "Try /memory, /memory history or /memory undo."
     content = ctx.workspace.memory.read().strip()
     if not content:
         return "I don't remember anything about you yet."
@@ -255,13 +272,36 @@ async def cmd_status(ctx: CommandContext, args: str) -> str:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("memory", "Show what I remember about you", cmd_memory, private=True),
+    Command(
+        "memory",
+        "Show what I remember about you; /memory history, /memory undo",
+        cmd_memory,
+        private=True,
+        argument=Argument("action", "history, undo, or undo N", required=False),
+    ),
     Command(
         "recall",
         "Search our past conversations: /recall <keywords>",
         cmd_recall,
         private=True,
         argument=Argument("keyword", "Words to look for in your history"),
+    ),
+    Command(
+        "forget",
+        "Forget something for good: /forget <words>",
+        cmd_forget,
+        private=True,
+        argument=Argument("words", "The words or phrase to forget"),
+    ),
+    Command(
+        "export", "Send you everything I keep about you, as a zip file", cmd_export, private=True
+    ),
+    Command(
+        "wipe",
+        "Erase everything I know about you (asks first)",
+        cmd_wipe,
+        private=True,
+        argument=Argument("action", "confirm or cancel", required=False),
     ),
     Command("new", "Start a fresh conversation (the old one is filed)", cmd_new),
     Command("help", "What I can do", cmd_help),
@@ -293,8 +333,13 @@ async def run_command(
     await out.begin(private=command is not None and command.private)
     if command is None:
         known = ", ".join(f"/{c.name}" for c in COMMANDS)
-        text = f"I don't know the command /{parsed.name}. Try one of: {known}."
+        reply = Reply(f"I don't know the command /{parsed.name}. Try one of: {known}.")
     else:
-        text = await command.handler(context(), parsed.args)
-    await out.add_text(text)
+        answer = await command.handler(context(), parsed.args)
+        reply = answer if isinstance(answer, Reply) else Reply(answer)
+    await out.add_text(reply.text)
+    for file in reply.files:
+        await out.attach_file(file)
+    if reply.buttons:
+        await out.offer(reply.buttons)
     await out.finish()

@@ -4,6 +4,7 @@ The core calls, for every message it is handed:
 
     begin(private=...)            exactly once, before anything else
     add_text(piece) / attach_file(file)   any number of times, in order
+    offer(buttons)                at most once, before finish: choices under the answer
     finish()                      exactly once, when the answer is complete
 
 The text of an answer is the concatenation of its pieces (a streaming platform may show each
@@ -13,8 +14,14 @@ text at all (a redelivered message already answered together with a later one): 
 nothing to send. If the core raises instead, finish is not called and the adapter says that
 something went wrong.
 
-Every call carries plain data (a bool, a str, an OutFile of bytes or a path), so the same calls
-can be serialised onto a message broker and replayed by another process.
+A Button is a label and the command text it stands for: an adapter shows it as the platform's
+button (Telegram inline keyboard, Discord button component) and, when it is pressed, hands the
+command text to the core like a typed message from the person who pressed it. Where there are no
+buttons (the terminal) the person types the command instead, so the answer's text always says
+what to type.
+
+Every call carries plain data (a bool, a str, an OutFile of bytes or a path, Buttons of str), so
+the same calls can be serialised onto a message broker and replayed by another process.
 """
 
 from __future__ import annotations
@@ -37,6 +44,40 @@ class OutFile:
         if (self.data is None) == (self.path is None):
             raise ValueError("an OutFile has either data or a path")
 
+    def size(self) -> int:
+        """Its length in bytes (an adapter compares it with its platform's upload limit)."""
+        if self.data is not None:
+            return len(self.data)
+        assert self.path is not None
+        return self.path.stat().st_size
+
+    def read(self) -> bytes:
+        if self.data is not None:
+            return self.data
+        assert self.path is not None
+        return self.path.read_bytes()
+
+
+@dataclass(frozen=True)
+class Button:
+    """A choice under an answer; pressing it sends `command` as if the person had typed it."""
+
+    label: str  # e.g. "Yes, forget it"
+    command: str  # e.g. "/forget confirm 3f9a"; at most 64 bytes (Telegram's callback data)
+
+    def __post_init__(self) -> None:
+        if not self.command.startswith("/") or len(self.command.encode("utf-8")) > 64:
+            raise ValueError("a button's command is a /command of at most 64 bytes")
+
+
+def too_large_notice(file: OutFile, size: int, limit: int, platform: str) -> str:
+    """What an adapter says instead of a file its platform will not take."""
+    return (
+        f"{file.name} is {size / 1e6:.1f} MB, more than {platform} lets me send "
+        f"({limit / 1e6:.0f} MB). The operator of this bot can export it for you with "
+        "`lightgrep export USER_KEY`."
+    )
+
 
 class Outbound(Protocol):
     """One answer on its way out; each adapter implements it (see the module docstring)."""
@@ -46,6 +87,8 @@ class Outbound(Protocol):
     async def add_text(self, text: str) -> None: ...
 
     async def attach_file(self, file: OutFile) -> None: ...
+
+    async def offer(self, buttons: tuple[Button, ...]) -> None: ...
 
     async def finish(self) -> None: ...
 
@@ -57,6 +100,7 @@ class Reply:
     text: str
     private: bool = False
     files: tuple[OutFile, ...] = field(default=())
+    buttons: tuple[Button, ...] = field(default=())
 
 
 class BufferedOutbound:
@@ -71,6 +115,7 @@ class BufferedOutbound:
         self._finished: Reply | None = None
         self._parts: list[str] = []
         self._files: list[OutFile] = []
+        self._buttons: tuple[Button, ...] = ()
 
     async def begin(self, *, private: bool = False) -> None:
         self.private = private
@@ -82,8 +127,13 @@ class BufferedOutbound:
     async def attach_file(self, file: OutFile) -> None:
         self._files.append(file)
 
+    async def offer(self, buttons: tuple[Button, ...]) -> None:
+        self._buttons = tuple(buttons)
+
     async def finish(self) -> None:
-        self._finished = Reply("".join(self._parts), self.private, tuple(self._files))
+        self._finished = Reply(
+            "".join(self._parts), self.private, tuple(self._files), self._buttons
+        )
 
     @property
     def reply(self) -> Reply:

@@ -94,6 +94,14 @@ class Workspaces:
             self._cache[user_key] = workspace
         return workspace
 
+    def evict(self, user_key: str) -> None:
+        """Drop the cached Workspace (after a wipe the next get() starts from the disk)."""
+        self._cache.pop(user_key, None)
+
+    def root_of(self, user_key: str) -> Path:
+        """Where the user's workspace is or would be (checked to lie inside the folder)."""
+        return self._root_for(user_key)
+
     def exists(self, user_key: str) -> bool:
         """Whether the user has a workspace already (looking never creates one)."""
         return (self.base_dir / encode_key(user_key)).is_dir()
@@ -103,8 +111,8 @@ class Workspaces:
         if not self.base_dir.is_dir():
             return
         for entry in sorted(self.base_dir.iterdir()):
-            if not entry.is_dir():
-                continue
+            if not entry.is_dir() or entry.name.startswith("."):
+                continue  # hidden: e.g. the remnant of a wipe, never a workspace
             key = decode_key(entry.name)
             if key is None:
                 with contextlib.suppress(OSError):

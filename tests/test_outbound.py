@@ -124,9 +124,9 @@ def test_a_file_has_either_bytes_or_a_path(tmp_path: Path) -> None:
         OutFile("a.txt", "text/plain", data=b"a", path=tmp_path / "a.txt")
 
 
-async def test_the_terminal_prints_text_as_it_comes() -> None:
+async def test_the_terminal_prints_text_as_it_comes(tmp_path: Path) -> None:
     screen = io.StringIO()
-    out = PrintedOutbound(screen.write)
+    out = PrintedOutbound(screen.write, tmp_path)
     await out.begin(private=True)
     await out.add_text("Hel")
     assert screen.getvalue() == "Hel"  # shown before the answer is complete
@@ -134,4 +134,6 @@ async def test_the_terminal_prints_text_as_it_comes() -> None:
     await out.attach_file(OutFile("notes.md", "text/markdown", data=b"x"))
     await out.finish()
     assert screen.getvalue().startswith("Hello.\n")
-    assert "notes.md" in screen.getvalue() and screen.getvalue().endswith("\n\n")
+    # A file is saved where the person can open it, and its path is shown.
+    assert str(tmp_path / "notes.md") in screen.getvalue() and screen.getvalue().endswith("\n\n")
+    assert (tmp_path / "notes.md").read_bytes() == b"x"

@@ -7,7 +7,9 @@ update below `offset` (the bot's acknowledgement, recorded in `acked_offset`), h
 `limit` of the rest, long-polling until one arrives; `redeliver` plays a lost acknowledgement.
 `sendMessage` checks what Telegram checks and the tests care about: the HTML markup (allowed tags,
 nesting, escaping), the 4096-character limit (UTF-16, after parsing), and that a private chat
-exists (the user started the bot).
+exists (the user started the bot). `sendDocument` takes a multipart upload (recorded in
+`documents`) and refuses one over the 50 MB a bot may upload. `press` plays a person pressing an
+inline-keyboard button of a sent message (a `callback_query` update).
 Failures can be scripted per method with `fail_next`.
 """
 
@@ -109,6 +111,16 @@ class Sent:
 
 
 @dataclass
+class Document:
+    """One file the bot sent with sendDocument."""
+
+    chat_id: int
+    filename: str
+    data: bytes
+    params: dict[str, Any]
+
+
+@dataclass
 class Failure:
     status: int
     description: str
@@ -121,6 +133,9 @@ class FakeTelegram:
         self.bot = dict(BOT)
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.sent: list[Sent] = []
+        self.documents: list[Document] = []
+        self.max_upload = 50 * 1000 * 1000
+        self.callback_answers: list[str] = []  # ids of the callback queries answered
         self.commands: list[dict[str, Any]] = []
         self.started_users: set[int] = set()  # users with a private chat with the bot
         self._updates: list[dict[str, Any]] = []  # pending: not acknowledged yet
@@ -140,7 +155,7 @@ class FakeTelegram:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> FakeTelegram:
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._dispatch)
         self._runner, self.port = await serve_locally(app)
         return self
@@ -211,6 +226,40 @@ class FakeTelegram:
         message["edit_date"] = int(time.time())
         self.push("edited_message", message)
         return message["message_id"]
+
+    def press(self, user_id: int, sent: Sent, command: str) -> int:
+        """The user presses the button of `sent` whose callback data is `command`."""
+        markup = json.loads(sent.params.get("reply_markup") or "{}")
+        offered = [b.get("callback_data") for row in markup.get("inline_keyboard", []) for b in row]
+        if command not in offered:
+            raise AssertionError(f"{command!r} is not a button of that message: {offered}")
+        sender: dict[str, Any] = {"id": user_id, "is_bot": False, "first_name": f"User{user_id}"}
+        chat = {"id": sent.chat_id, "type": "private" if sent.chat_id > 0 else "supergroup"}
+        message = {
+            "message_id": sent.message_id,
+            "date": int(time.time()),
+            "chat": chat,
+            "from": self.bot,
+            "text": sent.text,
+        }
+        self._next_message += 1
+        query = {
+            "id": f"cq{self._next_message}",
+            "from": sender,
+            "chat_instance": "1",
+            "message": message,
+            "data": command,
+        }
+        return self.push("callback_query", query)
+
+    def buttons(self, sent: Sent) -> list[tuple[str, str]]:
+        """(label, callback data) of the inline keyboard under a sent message."""
+        markup = json.loads(sent.params.get("reply_markup") or "{}")
+        return [
+            (b["text"], b["callback_data"])
+            for row in markup.get("inline_keyboard", [])
+            for b in row
+        ]
 
     def push(self, kind: str, payload: dict[str, Any]) -> int:
         update_id = self._next_update
@@ -294,7 +343,7 @@ class FakeTelegram:
         if request.match_info["token"] != self.token:
             return _error(401, "Unauthorized")
         method = request.match_info["method"]
-        params = await _params(request)
+        params, files = await _params(request)
         self.calls.append((method, params))
         await self._notify()
         if self._failures[method]:
@@ -303,10 +352,49 @@ class FakeTelegram:
                 {"retry_after": failure.retry_after} if failure.retry_after is not None else None
             )
             return _error(failure.status, failure.description, extra)
+        if method.lower() == "senddocument":
+            return await self._send_document(params, files)
         handler = getattr(self, f"_m_{method.lower()}", None)
         if handler is None:
             return _error(404, "Not Found")
         return await handler(params)
+
+    async def _send_document(
+        self, params: dict[str, Any], files: dict[str, tuple[str, bytes]]
+    ) -> web.Response:
+        chat_id = int(params["chat_id"])
+        if chat_id > 0 and chat_id not in self.started_users:
+            return _error(403, "Forbidden: bot can't initiate conversation with a user")
+        if "document" not in files:
+            return _error(400, "Bad Request: there is no document in the request")
+        filename, data = files["document"]
+        if len(data) > self.max_upload:
+            return _error(413, "Request Entity Too Large")
+        self._next_message += 1
+        self.documents.append(Document(chat_id, filename, data, params))
+        await self._notify()
+        chat = {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"}
+        document = {
+            "file_id": f"doc{self._next_message}",
+            "file_unique_id": "d",
+            "file_name": filename,
+        }
+        return _ok(
+            {
+                "message_id": self._next_message,
+                "date": int(time.time()),
+                "chat": chat,
+                "from": self.bot,
+                "document": document,
+            }
+        )
+
+    async def _m_answercallbackquery(self, params: dict[str, Any]) -> web.Response:
+        self.callback_answers.append(params["callback_query_id"])
+        return _ok(True)
+
+    async def _m_editmessagereplymarkup(self, params: dict[str, Any]) -> web.Response:
+        return _ok(True)
 
     async def _m_getme(self, params: dict[str, Any]) -> web.Response:
         return _ok(self.bot)
@@ -376,12 +464,17 @@ def _entities(text: str) -> list[dict[str, Any]]:
     return entities
 
 
-async def _params(request: web.Request) -> dict[str, Any]:
+async def _params(request: web.Request) -> tuple[dict[str, Any], dict[str, tuple[str, bytes]]]:
+    """(form fields, uploaded files as name → (file name, bytes))."""
     if request.content_type == "application/json":
         body = await request.json()
-        return {k: v if isinstance(v, str) else json.dumps(v) for k, v in body.items()}
+        return {k: v if isinstance(v, str) else json.dumps(v) for k, v in body.items()}, {}
     form = await request.post()
-    return {k: v for k, v in form.items() if isinstance(v, str)}
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    files = {
+        k: (v.filename, v.file.read()) for k, v in form.items() if isinstance(v, web.FileField)
+    }
+    return fields, files
 
 
 def _ok(result: Any) -> web.Response:

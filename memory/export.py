@@ -1,0 +1,65 @@
+"""A user's whole workspace as one zip archive: what /export sends and `lightgrep export` writes.
+
+The archive holds every regular file of the workspace folder (MEMORY.md, HISTORY.md, the
+transcripts, the earlier MEMORY.md versions, media) under one folder named like the workspace,
+so unpacking it gives back the workspace's files. Temp files of an interrupted write are left
+out, and symbolic links are never followed (nothing outside the workspace can be pulled in).
+Reading needs no lock: every file is append-only or replaced atomically, so each one is read
+whole as it was at some instant (a line being appended at that instant may be cut short, which
+the transcript loader skips).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import IO
+
+from memory import clock
+
+ARCHIVE_MIME = "application/zip"
+
+
+@dataclass(frozen=True)
+class ArchiveInfo:
+    files: int
+    size: int  # bytes of the archive
+
+
+def archive_name(folder_name: str, when: datetime | None = None) -> str:
+    """e.g. "lightgrep-telegram-42-20250102T101500Z.zip" (UTC, like every stamp)."""
+    stamp = clock.as_utc(when or clock.now()).strftime("%Y%m%dT%H%M%SZ")
+    return f"lightgrep-{folder_name}-{stamp}.zip"
+
+
+def workspace_files(root: Path) -> Iterator[tuple[Path, str]]:
+    """(path, name inside the archive) for every regular file, in a stable order."""
+    for top, dirs, files in os.walk(root, followlinks=False):
+        dirs.sort()
+        for name in sorted(files):
+            if name.startswith(".") and name.endswith(".tmp"):
+                continue  # an interrupted atomic write
+            path = Path(top) / name
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(path.lstat().st_mode):
+                    yield path, f"{root.name}/{path.relative_to(root).as_posix()}"
+
+
+def write_archive(root: Path, out: IO[bytes]) -> ArchiveInfo:
+    """Write the zip of the workspace at `root` to `out` (a file opened for binary writing)."""
+    count = 0
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as archive:
+        for path, name in workspace_files(root):
+            try:
+                archive.write(path, name)
+            except FileNotFoundError:  # replaced or removed since it was listed
+                continue
+            count += 1
+    out.flush()
+    return ArchiveInfo(count, out.tell())

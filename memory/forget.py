@@ -1,0 +1,283 @@
+"""Forgetting: remove every trace of a phrase from one user's workspace.
+
+What matches, case-insensitively and with any whitespace between its words:
+- MEMORY.md: each line holding the phrase is removed (no version of the old text is kept);
+- earlier MEMORY.md versions (`.memory_versions/`): the same lines are removed from each;
+- HISTORY.md: each entry holding it is removed whole;
+- transcripts (`sessions/*.jsonl`): each message holding it (in its text, its tool calls or its
+  tool result), consolidated or not, is removed whole. Unconsolidated ones too: a message left in
+  the prompt would be seen by the model and learnt again by the next consolidation. The
+  `last_consolidated` cursor is moved back by the consolidated messages removed;
+- stored media (`media/`): each file whose name or text holds it is deleted.
+
+This is the one exception to "transcripts and HISTORY.md are append-only": each file that changes
+is replaced whole and atomically (memory.atomic), so a crash at any instant leaves every file as
+it was or as it should become, and loadable; running the same forget again finishes the work.
+The caller makes sure nothing else writes this workspace meanwhile (the bot holds the user's
+locks; the operator command holds the folder lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memory.atomic import atomic_write_text, remove_stale_temp_files
+from memory.session import METADATA_TYPE
+from memory.store import ENTRY_STAMP
+from memory.workspace import Workspace
+
+MIN_PHRASE_CHARS = 3
+MEDIA_DIR = "media"
+# A HISTORY.md entry starts at the top of the file or after a blank line, with its stamp.
+_ENTRY_START = re.compile(r"\n[ \t]*\n(?=" + ENTRY_STAMP + ")")
+
+
+class ForgetError(ValueError):
+    """A phrase that cannot be forgotten safely; the message is meant for the person."""
+
+
+@dataclass
+class Findings:
+    """What matches a phrase (before) or what was removed (after)."""
+
+    phrase: str
+    memory_lines: list[str] = field(default_factory=list)
+    history_entries: list[str] = field(default_factory=list)
+    version_lines: int = 0
+    versions: int = 0  # version files holding the phrase
+    messages: int = 0
+    sessions: int = 0  # transcripts holding the phrase
+    media: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return (
+            len(self.memory_lines)
+            + len(self.history_entries)
+            + self.version_lines
+            + self.messages
+            + len(self.media)
+        )
+
+    def counts(self) -> list[str]:
+        """One phrase per place, e.g. "2 lines of MEMORY.md"; places without a match left out."""
+        parts = []
+        if self.memory_lines:
+            parts.append(_plural(len(self.memory_lines), "line") + " of MEMORY.md")
+        if self.history_entries:
+            parts.append(_plural(len(self.history_entries), "entry", "entries") + " of HISTORY.md")
+        if self.version_lines:
+            parts.append(
+                f"{_plural(self.version_lines, 'line')} in "
+                f"{_plural(self.versions, 'earlier memory version')}"
+            )
+        if self.messages:
+            parts.append(
+                f"{_plural(self.messages, 'message')} in {_plural(self.sessions, 'conversation')}"
+            )
+        if self.media:
+            parts.append(_plural(len(self.media), "media file"))
+        return parts
+
+
+def _plural(count: int, word: str, plural: str | None = None) -> str:
+    return f"{count} {word if count == 1 else (plural or word + 's')}"
+
+
+def phrase_pattern(words: str) -> re.Pattern[str]:
+    """The phrase, any case, any whitespace between its words; refused when too short to be
+    anything but everywhere."""
+    parts = words.split()
+    if len("".join(parts)) < MIN_PHRASE_CHARS:
+        raise ForgetError(
+            f"Tell me what to forget, at least {MIN_PHRASE_CHARS} characters, "
+            "e.g. `/forget my old address`."
+        )
+    return re.compile(r"\s+".join(re.escape(part) for part in parts), re.IGNORECASE)
+
+
+def find(workspace: Workspace, words: str) -> Findings:
+    """What forgetting `words` would remove; reads only."""
+    return _run(workspace, words, apply=False)
+
+
+def forget(workspace: Workspace, words: str) -> Findings:
+    """Remove every match of `words`; returns what was removed."""
+    return _run(workspace, words, apply=True)
+
+
+def _run(workspace: Workspace, words: str, *, apply: bool) -> Findings:
+    pattern = phrase_pattern(words)
+    found = Findings(" ".join(words.split()))
+    if apply:
+        # A crash mid-replace leaves temp files (old or new text) that nothing else would sweep.
+        for folder in (workspace.root, workspace.sessions_dir, workspace.memory.versions_dir):
+            remove_stale_temp_files(folder)
+    found.memory_lines = _forget_lines(workspace.memory_path, pattern, apply)
+    for path in workspace.memory.versions():
+        removed = _forget_lines(path, pattern, apply)
+        if removed:
+            found.versions += 1
+            found.version_lines += len(removed)
+    found.history_entries = _forget_entries(workspace.history_path, pattern, apply)
+    for key in list(workspace.sessions.keys()):  # a SessionStore, not a dict
+        removed_messages = _forget_messages(workspace, key, pattern, apply)
+        if removed_messages:
+            found.sessions += 1
+            found.messages += removed_messages
+    found.media = _forget_media(workspace.root / MEDIA_DIR, pattern, apply)
+    return found
+
+
+# ---- MEMORY.md and its versions: lines ------------------------------------------------------
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_bytes().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return None
+
+
+def _forget_lines(path: Path, pattern: re.Pattern[str], apply: bool) -> list[str]:
+    text = _read(path)
+    if text is None:
+        return []
+    lines = text.splitlines(keepends=True)
+    removed = [line.rstrip("\r\n") for line in lines if pattern.search(line)]
+    if removed and apply:
+        atomic_write_text(path, "".join(line for line in lines if not pattern.search(line)))
+    return removed
+
+
+# ---- HISTORY.md: entries --------------------------------------------------------------------
+
+
+def history_entries(text: str) -> list[str]:
+    """HISTORY.md cut into its entries (whatever precedes the first stamp counts as one)."""
+    return [entry for entry in _ENTRY_START.split(text) if entry.strip()]
+
+
+def _forget_entries(path: Path, pattern: re.Pattern[str], apply: bool) -> list[str]:
+    text = _read(path)
+    if text is None:
+        return []
+    entries = history_entries(text)
+    removed = [entry.strip() for entry in entries if pattern.search(entry)]
+    if removed and apply:
+        kept = [entry.strip("\n") for entry in entries if not pattern.search(entry)]
+        atomic_write_text(path, "\n\n".join(kept) + "\n" if kept else "")
+    return removed
+
+
+# ---- transcripts: messages ------------------------------------------------------------------
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string inside a record (content parts, tool-call arguments, names…)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _matches(raw: bytes, record: Any, pattern: re.Pattern[str]) -> bool:
+    if pattern.search(raw.decode("utf-8", "replace")):
+        return True
+    return any(pattern.search(text) for text in _strings(record))
+
+
+def _forget_messages(workspace: Workspace, key: str, pattern: re.Pattern[str], apply: bool) -> int:
+    """Remove matching message lines from one transcript; the in-memory session follows."""
+    session = workspace.sessions.get(key)
+    try:
+        raw_lines = session.path.read_bytes().split(b"\n")
+    except FileNotFoundError:
+        return 0
+    kept: list[bytes] = []
+    messages: list[dict[str, Any]] = []
+    removed = removed_before_cursor = index = 0
+    for raw in raw_lines:
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and record.get("_type") == METADATA_TYPE:
+            continue  # replaced by one fresh record at the top
+        is_message = isinstance(record, dict) and isinstance(record.get("role"), str)
+        if _matches(raw, record, pattern):
+            removed += 1
+            if is_message and index < session.last_consolidated:
+                removed_before_cursor += 1
+        else:
+            kept.append(raw)
+            if is_message:
+                messages.append(record)  # type: ignore[arg-type]
+        index += is_message
+    if removed and apply:
+        cursor = max(0, session.last_consolidated - removed_before_cursor)
+        header = {
+            "_type": METADATA_TYPE,
+            "key": session.key,
+            "created_at": session.created_at,
+            "updated_at": session.updated_at,
+            "last_consolidated": min(cursor, len(messages)),
+            "metadata": session.metadata,
+        }
+        body = b"".join(line + b"\n" for line in [_json_line(header), *kept])
+        atomic_write_text(session.path, body)
+        # A new list (not an edit in place): caches keyed on the old list see it changed.
+        session.messages = messages
+        session.last_consolidated = min(cursor, len(messages))
+    return removed
+
+
+def _json_line(record: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(record).encode("ascii")
+
+
+# ---- media ----------------------------------------------------------------------------------
+
+
+def _forget_media(folder: Path, pattern: re.Pattern[str], apply: bool) -> list[str]:
+    removed = []
+    for path in _regular_files(folder):
+        relative = str(path.relative_to(folder))
+        try:
+            text = path.read_bytes().decode("utf-8", "replace")
+        except OSError:
+            continue
+        if pattern.search(relative) or pattern.search(text):
+            removed.append(relative)
+            if apply:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+    return removed
+
+
+def _regular_files(folder: Path) -> Iterator[Path]:
+    """Regular files under `folder`, never following a symbolic link."""
+    for top, dirs, files in os.walk(folder, followlinks=False):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(top) / name
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(path.lstat().st_mode):
+                    yield path

@@ -1,0 +1,116 @@
+"""Earlier MEMORY.md versions as a person sees them: a list with sizes and changes, and undo.
+
+MemoryStore keeps the text each write replaces (in `.memory_versions/`, named by the UTC time it
+was replaced). Undo restores one of them through the same write, so the text it replaces is kept
+as a version in turn: an undo never destroys anything and can itself be undone.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from memory.store import MemoryStore
+
+_NS = re.compile(r"\.(\d{20})\.md$")
+
+
+class NoVersionError(ValueError):
+    """There is no such earlier version; the message is meant for the person."""
+
+
+@dataclass(frozen=True)
+class Version:
+    number: int  # 1 = the newest earlier version; what `/memory undo N` takes
+    kept_at: str  # when this text was replaced, "YYYY-MM-DD HH:MM:SS UTC"
+    size: int  # bytes
+    lines: int
+    added: int  # lines added compared with the version before it
+    removed: int
+
+
+@dataclass(frozen=True)
+class Restored:
+    number: int
+    diff: str  # what changed, as a short unified diff ("" when the text was the same)
+    added: int
+    removed: int
+
+
+def line_changes(old: str, new: str) -> tuple[int, int]:
+    """(lines added, lines removed) going from `old` to `new`."""
+    added = removed = 0
+    matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            removed += i2 - i1
+            added += j2 - j1
+    return added, removed
+
+
+def short_diff(old: str, new: str, max_lines: int = 30) -> str:
+    """The changed lines with one line of context, cut to `max_lines`."""
+    lines = [
+        line
+        for line in difflib.unified_diff(
+            old.splitlines(), new.splitlines(), "before", "after", n=1, lineterm=""
+        )
+        if not line.startswith(("---", "+++"))
+    ]
+    if len(lines) > max_lines:
+        lines = [*lines[:max_lines], f"… ({len(lines) - max_lines} more lines)"]
+    return "\n".join(lines)
+
+
+def _read(path: Path) -> str:
+    return path.read_bytes().decode("utf-8", "replace")
+
+
+def _kept_at(path: Path) -> str:
+    match = _NS.search(path.name)
+    if match is None:
+        return "?"
+    when = datetime.fromtimestamp(int(match.group(1)) / 1e9, UTC)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def list_versions(store: MemoryStore) -> list[Version]:
+    """The earlier versions, newest first, each compared with the one before it."""
+    paths = store.versions()  # oldest first
+    texts = [_read(path) for path in paths]
+    found = []
+    for index, (path, text) in enumerate(zip(paths, texts, strict=True)):
+        before = texts[index - 1] if index else ""
+        added, removed = line_changes(before, text)
+        found.append(
+            Version(
+                number=len(paths) - index,
+                kept_at=_kept_at(path),
+                size=len(text.encode("utf-8")),
+                lines=len(text.splitlines()),
+                added=added,
+                removed=removed,
+            )
+        )
+    return found[::-1]
+
+
+def restore(store: MemoryStore, number: int = 1) -> Restored:
+    """Make version `number` (1 = newest) the current MEMORY.md; the current text is kept.
+
+    The caller holds the workspace's memory lock, so no consolidation writes in between."""
+    paths = store.versions()
+    if not paths:
+        raise NoVersionError("There is no earlier version of your memory to go back to.")
+    if not 1 <= number <= len(paths):
+        raise NoVersionError(f"There is no version {number}: I keep {len(paths)} (1 is newest).")
+    content = _read(paths[-number])
+    current = store.read()
+    if content == current:
+        return Restored(number, "", 0, 0)
+    store.write(content)
+    added, removed = line_changes(current, content)
+    return Restored(number, short_diff(current, content), added, removed)
