@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
-from bot import logsafe
+from bot import cli_control, logsafe
 from bot.config import Config, ConfigError, load_config
 from bot.inbound import Inbound
 from bot.keys import session_key
@@ -418,6 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", parents=[common], help="check config, endpoint, tokenizer")
     doctor.set_defaults(func=cmd_doctor)
+
+    cli_control.add_commands(sub, common)  # forget, export, wipe
     return parser
 
 

@@ -8,7 +8,8 @@ What matches, case-insensitively and with any whitespace between its words:
   tool result), consolidated or not, is removed whole. Unconsolidated ones too: a message left in
   the prompt would be seen by the model and learnt again by the next consolidation. The
   `last_consolidated` cursor is moved back by the consolidated messages removed;
-- stored media (`media/`): each file whose name or text holds it is deleted.
+- stored media (`media/`): each file whose name (words may be joined by "-", "_" or ".") or
+  text holds it is deleted.
 
 This is the one exception to "transcripts and HISTORY.md are append-only": each file that changes
 is replaced whole and atomically (memory.atomic), so a crash at any instant leaves every file as
@@ -264,7 +265,8 @@ def _forget_media(folder: Path, pattern: re.Pattern[str], apply: bool) -> list[s
             text = path.read_bytes().decode("utf-8", "replace")
         except OSError:
             continue
-        if pattern.search(relative) or pattern.search(text):
+        # In a file name, words are as often joined by "-" or "_" as by spaces.
+        if pattern.search(re.sub(r"[-_.]+", " ", relative)) or pattern.search(text):
             removed.append(relative)
             if apply:
                 with contextlib.suppress(FileNotFoundError):

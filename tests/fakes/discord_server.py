@@ -2,8 +2,10 @@
 
 It speaks just enough of Discord for the real discord.py client: login (`/users/@me`,
 `/oauth2/applications/@me`), command sync, messages, typing, DM channels, interaction callbacks
-and follow-ups, and a gateway (HELLO, heartbeat ACK, IDENTIFY → READY + GUILD_CREATE). Tests push
-events with `dispatch(...)` and read what the bot did from the recorded requests.
+and follow-ups (JSON, or multipart with `payload_json` and attached files, which are recorded in
+`uploads`), and a gateway (HELLO, heartbeat ACK, IDENTIFY → READY + GUILD_CREATE). Tests push
+events with `dispatch(...)` (`slash` and `press` build interactions: a command, a pressed button)
+and read what the bot did from the recorded requests.
 See /work/shared/TESTING.md (Discord) for the facts this relies on.
 """
 
@@ -13,7 +15,7 @@ import asyncio
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,6 +33,7 @@ class Recorded:
     path: str
     query: dict[str, str]
     body: Any
+    files: dict[str, bytes] = field(default_factory=dict)  # attachment file name → bytes
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -84,7 +87,7 @@ class FakeDiscord:
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> FakeDiscord:
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/gateway", self._gateway)
         app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
         self._runner, self.port = await serve_locally(app)
@@ -157,25 +160,57 @@ class FakeDiscord:
         *,
         channel_id: int,
         guild_id: int | None = None,
+        attachment_size_limit: int = 8 * 1024 * 1024,
     ) -> dict[str, Any]:
         """An INTERACTION_CREATE payload for a chat-input command."""
+        command = {
+            "id": str(next(self._ids)),
+            "name": name,
+            "type": 1,
+            "options": [{"name": k, "type": 3, "value": v} for k, v in (options or {}).items()],
+        }
+        return self._interaction(user, 2, command, channel_id, guild_id, attachment_size_limit)
+
+    def press(
+        self,
+        user: dict[str, Any],
+        custom_id: str,
+        *,
+        channel_id: int,
+        guild_id: int | None = None,
+    ) -> dict[str, Any]:
+        """An INTERACTION_CREATE payload for a pressed button (a message component)."""
+        component = {"custom_id": custom_id, "component_type": 2}
+        data = self._interaction(user, 3, component, channel_id, guild_id, 8 * 1024 * 1024)
+        data["message"] = {**self._message(self.bot, "a question", channel_id, []), "flags": 64}
+        return data
+
+    def buttons(self, body: dict[str, Any]) -> list[tuple[str, str]]:
+        """(label, custom_id) of the buttons in a message body the bot sent."""
+        rows = body.get("components") or []
+        return [(c["label"], c["custom_id"]) for row in rows for c in row.get("components", [])]
+
+    def _interaction(
+        self,
+        user: dict[str, Any],
+        kind: int,
+        payload: dict[str, Any],
+        channel_id: int,
+        guild_id: int | None,
+        attachment_size_limit: int,
+    ) -> dict[str, Any]:
         data: dict[str, Any] = {
             "id": str(next(self._ids)),
             "application_id": str(self.app_id),
-            "type": 2,
+            "type": kind,
             "token": f"itoken-{next(self._ids)}",
             "version": 1,
-            "attachment_size_limit": 8 * 1024 * 1024,
+            "attachment_size_limit": attachment_size_limit,
             "locale": "en-US",
             "app_permissions": "0",
             "entitlements": [],
             "authorizing_integration_owners": {"0" if guild_id else "1": str(user["id"])},
-            "data": {
-                "id": str(next(self._ids)),
-                "name": name,
-                "type": 1,
-                "options": [{"name": k, "type": 3, "value": v} for k, v in (options or {}).items()],
-            },
+            "data": payload,
         }
         if guild_id is None:
             data["user"] = user
@@ -200,14 +235,26 @@ class FakeDiscord:
     async def _rest(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["tail"]
         body: Any = None
-        if request.can_read_body:
+        files: dict[str, bytes] = {}
+        if request.content_type.startswith("multipart/"):
+            form = await request.post()
+            for name, value in form.items():
+                if isinstance(value, web.FileField):
+                    files[value.filename] = value.file.read()
+                elif name == "payload_json":
+                    body = json.loads(value)
+        elif request.can_read_body:
             raw = await request.read()
             try:
                 body = json.loads(raw) if raw else None
             except ValueError:
                 body = raw.decode(errors="replace")
-        self.requests.append(Recorded(request.method, path, dict(request.query), body))
+        self.requests.append(Recorded(request.method, path, dict(request.query), body, files))
         return self._answer(request, path, body)
+
+    def uploads(self) -> list[Recorded]:
+        """Requests that carried files."""
+        return [r for r in self.requests if r.files]
 
     def _answer(self, request: web.Request, path: str, body: Any) -> web.StreamResponse:
         parts = path.strip("/").split("/")

@@ -1,0 +1,393 @@
+"""Memory control in the core: /memory undo and history, /forget, /export, /wipe, answered by the
+real Agent (real files, the real openai client against the fake provider) through the reply port.
+The platforms' side (buttons, documents, privacy in groups) is in test_memory_control_platforms."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from bot.agent import Agent
+from bot.confirm import Confirmations
+from memory.export import write_archive
+from memory.forget import forget
+from memory.session import SessionStore
+from memory.workspace import Workspace, Workspaces
+from tests.agent_helpers import ask, dm, group, make_agent, user_home
+from tests.fakes.openai_server import (
+    Delay,
+    FakeOpenAI,
+    completion,
+    is_consolidation,
+    save_memory_call,
+)
+
+SECRET = "Elm Street"
+MEMORY_WITH_SECRET = (
+    "## User Information\n\n- Name: Ana\n- Lives at 12 elm street, Springfield\n\n"
+    "## Preferences\n\n- Likes green tea\n"
+)
+
+
+def all_bytes(root: Path) -> dict[str, bytes]:
+    """Every file under `root` (relative name → bytes)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def files_holding(root: Path, phrase: str) -> list[str]:
+    needle = phrase.lower().encode()
+    return [name for name, data in all_bytes(root).items() if needle in data.lower()]
+
+
+def fill(workspace: Workspace) -> None:
+    """A workspace that knows the secret everywhere it can: memory, versions, history, a
+    consolidated and an unconsolidated message of two sessions, a media file."""
+    memory = workspace.memory
+    memory.write("## User Information\n\n- Name: Ana\n- Moved to Elm Street last week\n")
+    memory.write(MEMORY_WITH_SECRET + "- Old note\n")
+    memory.write(MEMORY_WITH_SECRET)
+    memory.append_history("[2026-01-01 10:00] Ana said she moved to Elm  Street, Springfield.")
+    memory.append_history("[2026-01-02 11:00] Ana asked about green tea in Kyoto.")
+    memory.append_history("[2026-01-03 12:00] [RAW] 2 messages\n[2026-01-03T12:00] USER: elm street?")
+    dm_session = workspace.sessions.get("telegram:dm:42")
+    for role, text in [
+        ("user", "I live on Elm Street now"),
+        ("assistant", "Noted, Elm Street!"),
+        ("user", "What tea should I try?"),
+        ("assistant", "Sencha."),
+        ("user", "my friend also lives on ELM STREET"),
+        ("assistant", "Nice."),
+    ]:
+        workspace.sessions.append(dm_session, {"role": role, "content": text})
+    workspace.sessions.set_last_consolidated(dm_session, 4)
+    group_session = workspace.sessions.get("telegram:group:-100:42")
+    workspace.sessions.append(group_session, {"role": "user", "content": "hello group"})
+    media = workspace.root / "media"
+    media.mkdir()
+    (media / "note-elm-street.txt").write_text("a photo caption")
+    (media / "caption.txt").write_text("Elm Street at night")
+    (media / "tea.txt").write_text("green tea")
+
+
+# ---- the memory layer ----------------------------------------------------------------------
+
+
+def test_forget_leaves_no_file_holding_the_phrase_and_keeps_the_rest(tmp_path: Path) -> None:
+    workspace = Workspaces(tmp_path).get("telegram-42")
+    fill(workspace)
+    assert len(files_holding(workspace.root, SECRET)) >= 6
+
+    removed = forget(workspace, "elm street")
+
+    assert files_holding(workspace.root, SECRET) == []
+    assert removed.memory_lines == ["- Lives at 12 elm street, Springfield"]
+    assert len(removed.history_entries) == 2 and removed.versions == 2
+    assert (removed.messages, removed.sessions) == (3, 1)
+    assert removed.media == ["caption.txt", "note-elm-street.txt"]
+    # What does not match stays, word for word.
+    assert workspace.memory.read() == MEMORY_WITH_SECRET.replace(
+        "- Lives at 12 elm street, Springfield\n", ""
+    )
+    assert "green tea in Kyoto" in workspace.history_path.read_text()
+    assert (workspace.root / "media" / "tea.txt").exists()
+    # The transcript reloads from disk as the session in memory now is; the cursor moved back by
+    # the two consolidated messages removed.
+    session = workspace.sessions.get("telegram:dm:42")
+    reloaded = SessionStore(workspace.sessions_dir).get("telegram:dm:42")
+    contents = [m["content"] for m in reloaded.messages]
+    assert contents == ["What tea should I try?", "Sencha.", "Nice."]
+    assert [m["content"] for m in session.messages] == contents
+    assert reloaded.last_consolidated == session.last_consolidated == 2
+    assert [m["content"] for m in reloaded.unconsolidated()] == ["Nice."]
+    # Forgetting again finds nothing and changes nothing.
+    before = all_bytes(workspace.root)
+    assert forget(workspace, SECRET).total == 0
+    assert all_bytes(workspace.root) == before
+
+
+def test_forget_refuses_a_phrase_too_short_to_mean_anything(tmp_path: Path) -> None:
+    from memory.forget import ForgetError
+
+    workspace = Workspaces(tmp_path).get("telegram-42")
+    fill(workspace)
+    with pytest.raises(ForgetError):
+        forget(workspace, " e  ")
+
+
+def test_the_archive_unpacks_to_the_workspace_files(tmp_path: Path) -> None:
+    workspace = Workspaces(tmp_path).get("telegram-42")
+    fill(workspace)
+    (workspace.root / ".MEMORY.md.abc.tmp").write_text("an interrupted write")
+    buffer = io.BytesIO()
+    info = write_archive(workspace.root, buffer)
+    unpacked = tmp_path / "unpacked"
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as archive:
+        archive.extractall(unpacked)
+    expected = all_bytes(workspace.root)
+    del expected[".MEMORY.md.abc.tmp"]
+    assert all_bytes(unpacked / workspace.root.name) == expected
+    assert info.files == len(expected) and "HISTORY.md" in expected
+    assert any(name.startswith(".memory_versions/") for name in expected)
+
+
+# ---- /memory history and /memory undo ------------------------------------------------------
+
+
+async def test_undo_restores_exactly_the_previous_file_and_can_itself_be_undone(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    memory = agent.workspaces.get("telegram-42").memory
+    first = "## Preferences\n\n- Likes green tea\n- Café ☕ every morning\n"
+    second = "## Preferences\n\n- Likes coffee\n"
+    memory.write(first)
+    memory.write(second)
+
+    listed = await ask(agent, dm("42", "/memory history"))
+    assert listed.private
+    assert "1. replaced" in listed.text and "UTC" in listed.text
+    assert f"{len(first.encode()):,} bytes" in listed.text and "(+4 −0)" in listed.text
+
+    undone = await ask(agent, dm("42", "/memory undo"))
+    assert memory.memory_path.read_bytes() == first.encode()
+    assert "-- Likes coffee" in undone.text
+    assert "+- Likes green tea" in undone.text
+
+    again = await ask(agent, dm("42", "/memory undo"))  # the undone text was kept: redo
+    assert memory.memory_path.read_bytes() == second.encode()
+    assert "Brought back version 1" in again.text
+    assert "no version 9" in (await ask(agent, dm("42", "/memory undo 9"))).text
+    await agent.aclose()
+
+
+async def test_undo_with_no_versions_says_so(fake_llm: FakeOpenAI, workspaces_dir: Path) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    assert "no earlier version" in (await ask(agent, dm("42", "/memory undo"))).text
+    assert "no earlier versions" in (await ask(agent, dm("42", "/memory history"))).text
+    await agent.aclose()
+
+
+async def test_after_undo_the_model_sees_the_restored_memory(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    memory = agent.workspaces.get("telegram-42").memory
+    memory.write("## Preferences\n\n- Likes green tea\n")
+    await ask(agent, dm("42", "hello"))  # the system prompt is now frozen with green tea
+    memory.write("## Preferences\n\n- Hates tea\n")  # (a consolidation elsewhere)
+    await ask(agent, dm("42", "/memory undo"))
+    await ask(agent, dm("42", "and now?"))
+    system = fake_llm.chat_requests[-1]["messages"][0]["content"]
+    assert "Likes green tea" in system and "Hates tea" not in system
+    await agent.aclose()
+
+
+# ---- /forget -------------------------------------------------------------------------------
+
+
+async def test_forget_asks_first_then_removes_on_confirmation(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    workspace = agent.workspaces.get("telegram-42")
+    fill(workspace)
+    before = all_bytes(workspace.root)
+
+    asked = await ask(agent, dm("42", "/forget Elm Street"))
+    assert asked.private
+    assert "Lives at 12 elm street" in asked.text and "moved to Elm Street, Springfield" in asked.text
+    assert "3 messages in 1 conversation" in asked.text
+    assert "/forget confirm" in asked.text  # what to type where there are no buttons
+    assert [b.label for b in asked.buttons] == ["Forget it", "Keep it"]
+    assert all_bytes(workspace.root) == before  # nothing removed yet
+
+    done = await ask(agent, dm("42", "/forget confirm"))
+    assert "Removed 1 line of MEMORY.md; 2 entries of HISTORY.md" in done.text
+    assert "3 messages in 1 conversation; 2 media files" in done.text
+    assert files_holding(workspace.root, SECRET) == []
+    again = await ask(agent, dm("42", "/forget confirm"))
+    assert "nothing waiting" in again.text
+
+    # The next prompt carries neither the forgotten line nor the forgotten messages.
+    await ask(agent, dm("42", "what do you know?"))
+    request = json.dumps(fake_llm.chat_requests[-1]).lower()
+    assert "elm street" not in request and "green tea" in request
+    await agent.aclose()
+
+
+async def test_forget_cancel_and_nothing_found(fake_llm: FakeOpenAI, workspaces_dir: Path) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    workspace = agent.workspaces.get("telegram-42")
+    fill(workspace)
+    before = all_bytes(workspace.root)
+    assert "nothing matching" in (await ask(agent, dm("42", "/forget submarine"))).text
+    await ask(agent, dm("42", "/forget Elm Street"))
+    assert "Cancelled" in (await ask(agent, dm("42", "/forget cancel"))).text
+    assert "nothing waiting" in (await ask(agent, dm("42", "/forget confirm"))).text
+    assert "at least 3 characters" in (await ask(agent, dm("42", "/forget a"))).text
+    assert all_bytes(workspace.root) == before
+    await agent.aclose()
+
+
+async def test_a_confirmation_expires_and_belongs_to_its_user(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    agent.confirmations = Confirmations(ttl_s=0.2)
+    alice, bob = agent.workspaces.get("telegram-42"), agent.workspaces.get("telegram-7")
+    fill(alice)
+    fill(bob)
+    before_alice, before_bob = all_bytes(alice.root), all_bytes(bob.root)
+
+    asked = await ask(agent, dm("42", "/forget Elm Street"))
+    token = asked.buttons[0].command.split()[-1]
+    # Bob cannot confirm Alice's question, not even with her button's token.
+    assert "nothing waiting" in (await ask(agent, dm("7", f"/forget confirm {token}"))).text
+    await asyncio.sleep(0.3)
+    late = await ask(agent, dm("42", f"/forget confirm {token}"))
+    assert "expired" in late.text
+    assert all_bytes(alice.root) == before_alice and all_bytes(bob.root) == before_bob
+
+    # An older question's button cannot confirm a newer one.
+    agent.confirmations = Confirmations()
+    old = (await ask(agent, dm("42", "/forget Springfield"))).buttons[0].command
+    await ask(agent, dm("42", "/forget green tea"))
+    assert "older question" in (await ask(agent, dm("42", old))).text
+    await agent.aclose()
+
+
+async def test_one_users_commands_never_touch_anothers_files(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    bob = agent.workspaces.get("telegram-7")
+    fill(agent.workspaces.get("telegram-42"))
+    fill(bob)
+    bobs = all_bytes(bob.root)
+    for text in ("/forget Elm Street", "/forget confirm", "/memory undo", "/export", "/wipe"):
+        reply = await ask(agent, dm("42", text))
+        for file in reply.files:
+            with zipfile.ZipFile(io.BytesIO(file.read())) as archive:
+                assert all(n.startswith("telegram-42/") for n in archive.namelist())
+    await ask(agent, dm("42", "/wipe confirm"))
+    assert not user_home(workspaces_dir, "42").exists()
+    assert all_bytes(bob.root) == bobs
+    await agent.aclose()
+
+
+# ---- /export -------------------------------------------------------------------------------
+
+
+async def test_export_answers_with_the_archive(fake_llm: FakeOpenAI, workspaces_dir: Path) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    workspace = agent.workspaces.get("telegram-42")
+    fill(workspace)
+    reply = await ask(agent, group("-100", "42", "/export"))
+    assert reply.private  # asked in a group, answered privately
+    [file] = reply.files
+    assert file.name.startswith("lightgrep-telegram-42-") and file.name.endswith("Z.zip")
+    with zipfile.ZipFile(io.BytesIO(file.read())) as archive:
+        names = set(archive.namelist())
+        assert archive.read("telegram-42/MEMORY.md") == workspace.memory_path.read_bytes()
+    assert {f"telegram-42/{n}" for n in all_bytes(workspace.root)} == names
+    await agent.aclose()
+
+
+# ---- /wipe ---------------------------------------------------------------------------------
+
+
+async def test_wipe_names_what_goes_then_erases_every_session_and_the_next_message_is_new(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    workspace = agent.workspaces.get("telegram-42")
+    fill(workspace)
+    await ask(agent, dm("42", "remember me"))  # a turn: prompts and indexes cached
+    asked = await ask(agent, group("-100", "42", "/wipe"))
+    assert asked.private
+    assert "MEMORY.md (5 lines)" in asked.text and "HISTORY.md (3 entries)" in asked.text
+    assert "2 conversations (1 in groups) with 9 messages" in asked.text
+    assert "2 earlier memory versions" in asked.text and "3 media files" in asked.text
+    assert workspace.root.exists()
+
+    done = await ask(agent, dm("42", "/wipe confirm"))
+    assert "erased everything" in done.text
+    assert not workspace.root.exists()
+    assert [p.name for p in workspaces_dir.iterdir() if p.name != ".lightgrep.lock"] == []
+
+    await ask(agent, dm("42", "hello again"))
+    request = fake_llm.chat_requests[-1]
+    assert [m["role"] for m in request["messages"]] == ["system", "user"]
+    assert "Ana" not in json.dumps(request) and "green tea" not in json.dumps(request)
+    assert (await ask(agent, dm("42", "/memory"))).text.startswith("I don't remember anything")
+    await agent.aclose()
+
+
+async def test_wipe_during_a_running_turn_waits_for_it_and_cancels_consolidation(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir, window=400)
+    workspace = agent.workspaces.get("telegram-42")
+    fill(workspace)
+    started = asyncio.Event()
+
+    def slow(request: dict) -> object:
+        started.set()
+        if is_consolidation(request):
+            return Delay(30, save_memory_call("[2026-01-04 10:00] x", "## Notes\n- x\n"))
+        return Delay(0.5, completion("a long answer " * 30))
+
+    fake_llm.default = slow
+    await ask(agent, dm("42", "/wipe"))
+    turn = asyncio.create_task(ask(agent, dm("42", "tell me something " * 20)))
+    await started.wait()
+    wiped = await asyncio.wait_for(ask(agent, dm("42", "/wipe confirm")), 10)
+    assert "erased everything" in wiped.text
+    assert turn.done()  # the running turn finished first (its answer was delivered)
+    assert "a long answer" in turn.result().text
+    assert not workspace.root.exists()
+    assert not agent._background  # the consolidation that turn scheduled was cancelled
+    await asyncio.sleep(0.1)
+    assert not workspace.root.exists()  # and nothing recreated the folder
+    await agent.aclose()
+
+
+async def test_a_message_waiting_behind_a_wipe_starts_as_a_strangers(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    fill(agent.workspaces.get("telegram-42"))
+    fake_llm.default = lambda request: Delay(0.3, completion("ok"))
+    await ask(agent, dm("42", "/wipe"))
+    first = asyncio.create_task(ask(agent, dm("42", "first")))
+    await asyncio.sleep(0.1)
+    wipe = asyncio.create_task(ask(agent, dm("42", "/wipe confirm")))
+    await asyncio.sleep(0.05)
+    second = asyncio.create_task(ask(agent, dm("42", "second")))
+    await asyncio.gather(first, wipe, second)
+    last = fake_llm.chat_requests[-1]["messages"]
+    assert [m["role"] for m in last] == ["system", "user"] and "second" in last[1]["content"]
+    assert "Ana" not in last[0]["content"]
+    fresh = Workspaces(workspaces_dir).get("telegram-42")
+    roles = [m["role"] for m in fresh.sessions.get("telegram:dm:42").messages]
+    assert roles == ["user", "assistant"] and not fresh.history_path.exists()
+    await agent.aclose()
+
+
+async def test_a_crash_mid_wipe_leaves_a_hidden_remnant_the_next_bot_removes(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    from memory.wipe import hide
+
+    fill(Workspaces(workspaces_dir).get("telegram-42"))
+    hidden = hide(workspaces_dir / "telegram-42")  # the rename happened, the deletion did not
+    assert hidden is not None and hidden.exists()
+    assert list(Workspaces(workspaces_dir).user_keys()) == []
+    agent: Agent = make_agent(fake_llm, workspaces_dir)
+    assert not hidden.exists()
+    await agent.aclose()
