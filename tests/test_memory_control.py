@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def fill(workspace: Workspace) -> None:
     memory.write(MEMORY_WITH_SECRET)
     memory.append_history("[2026-01-01 10:00] Ana said she moved to Elm  Street, Springfield.")
     memory.append_history("[2026-01-02 11:00] Ana asked about green tea in Kyoto.")
-    memory.append_history("[2026-01-03 12:00] [RAW] 2 messages\n[2026-01-03T12:00] USER: elm street?")
+    memory.append_history("[2026-01-03 12:00] [RAW] 1 messages\n[2026-01-03T12:00] USER: elm street")
     dm_session = workspace.sessions.get("telegram:dm:42")
     for role, text in [
         ("user", "I live on Elm Street now"),
@@ -200,7 +201,8 @@ async def test_forget_asks_first_then_removes_on_confirmation(
 
     asked = await ask(agent, dm("42", "/forget Elm Street"))
     assert asked.private
-    assert "Lives at 12 elm street" in asked.text and "moved to Elm Street, Springfield" in asked.text
+    assert "Lives at 12 elm street" in asked.text
+    assert "moved to Elm Street, Springfield" in asked.text
     assert "3 messages in 1 conversation" in asked.text
     assert "/forget confirm" in asked.text  # what to type where there are no buttons
     assert [b.label for b in asked.buttons] == ["Forget it", "Keep it"]
@@ -318,7 +320,7 @@ async def test_wipe_names_what_goes_then_erases_every_session_and_the_next_messa
     done = await ask(agent, dm("42", "/wipe confirm"))
     assert "erased everything" in done.text
     assert not workspace.root.exists()
-    assert [p.name for p in workspaces_dir.iterdir() if p.name != ".lightgrep.lock"] == []
+    assert sorted(os.listdir(workspaces_dir)) == []  # no remnant either
 
     await ask(agent, dm("42", "hello again"))
     request = fake_llm.chat_requests[-1]
