@@ -54,7 +54,7 @@ def fill(workspace: Workspace) -> None:
     memory.write(MEMORY_WITH_SECRET)
     memory.append_history("[2026-01-01 10:00] Ana said she moved to Elm  Street, Springfield.")
     memory.append_history("[2026-01-02 11:00] Ana asked about green tea in Kyoto.")
-    memory.append_history("[2026-01-03 12:00] [RAW] 1 messages\n[2026-01-03T12:00] USER: elm street")
+    memory.append_history("[2026-01-03 12:00][RAW] 1 messages\n[2026-01-03T12:00] USER: ELM street")
     dm_session = workspace.sessions.get("telegram:dm:42")
     for role, text in [
         ("user", "I live on Elm Street now"),
