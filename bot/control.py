@@ -211,9 +211,9 @@ async def cmd_wipe(ctx: CommandContext, args: str) -> str | Reply:
         return "There was nothing to cancel."
     if first:
         return "Try /wipe, then /wipe confirm."
-    if not ctx.workspace.root.is_dir():
-        return "I don't keep anything about you, so there is nothing to erase."
     held = await asyncio.to_thread(contents, ctx.workspace)
+    if held.empty and not held.media:
+        return "I don't keep anything about you, so there is nothing to erase."
     question = ctx.confirmations.ask(user, "wipe")
     text = (
         "This erases everything I keep about you, in every conversation including groups: "

@@ -35,6 +35,10 @@ class Contents:
     versions: int
     media: int
 
+    @property
+    def empty(self) -> bool:
+        return not (self.memory_lines or self.history_entries or self.messages or self.versions)
+
     def describe(self) -> str:
         parts = [
             f"MEMORY.md ({self.memory_lines} lines)",

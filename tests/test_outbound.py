@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from adapters.terminal import PrintedOutbound
-from bot.outbound import BufferedOutbound, OutFile
+from bot.outbound import BufferedOutbound, Button, OutFile
 from tests.agent_helpers import dm, make_agent
 from tests.fakes.openai_server import FakeOpenAI, completion
 
@@ -33,6 +33,9 @@ class RecordingOutbound:
         data = None if file.data is None else file.data.hex()
         path = None if file.path is None else str(file.path)
         self.calls.append(json.dumps(["file", file.name, file.mime, data, path]))
+
+    async def offer(self, buttons: tuple[Button, ...]) -> None:
+        self.calls.append(json.dumps(["buttons", [[b.label, b.command] for b in buttons]]))
 
     async def finish(self) -> None:
         self.calls.append(json.dumps(["finish"]))
@@ -68,6 +71,21 @@ async def test_every_answer_is_begin_then_text_then_finish_with_privacy_first(
     middle = calls[1:-1]
     assert middle and all(call[0] == "text" for call in middle)
     assert "".join(call[1] for call in middle).strip()
+
+
+async def test_a_question_offers_its_buttons_after_the_text_as_plain_data(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    agent.workspaces.get("telegram-42").memory.write("## Notes\n- a fact\n")
+    out = RecordingOutbound()
+    await agent.handle(dm("42", "/wipe"), out)
+    await agent.aclose()
+    calls = out.decoded()
+    assert [call[0] for call in calls] == ["begin", "text", "buttons", "finish"]
+    assert calls[0] == ["begin", True] and "/wipe confirm" in calls[1][1]
+    [erase, keep] = calls[2][1]
+    assert erase[1].startswith("/wipe confirm ") and keep == ["Keep it", "/wipe cancel"]
 
 
 async def test_nothing_to_send_is_still_begun_and_finished(
