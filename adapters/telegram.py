@@ -412,8 +412,11 @@ class TelegramAdapter:
                 notice = too_large_notice(file, size, self.upload_limit, "Telegram")
                 await self._send_to(bot, chat_id, notice, markup=False)
                 continue
-            document = InputFile(file.read(), filename=file.name)
-            await flood_safe(lambda d=document: bot.send_document(chat_id, d))
+            await self._send_document(bot, chat_id, InputFile(file.read(), filename=file.name))
+
+    @staticmethod
+    async def _send_document(bot: Bot, chat_id: int, document: InputFile) -> None:
+        await flood_safe(lambda: bot.send_document(chat_id, document))
 
     async def _send_to(
         self,

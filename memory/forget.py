@@ -227,7 +227,7 @@ def _forget_messages(workspace: Workspace, key: str, pattern: re.Pattern[str], a
         else:
             kept.append(raw)
             if is_message:
-                messages.append(record)  # type: ignore[arg-type]
+                messages.append(record)
         index += is_message
     if removed and apply:
         cursor = max(0, session.last_consolidated - removed_before_cursor)
