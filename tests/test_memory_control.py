@@ -15,6 +15,7 @@ import pytest
 
 from bot.agent import Agent
 from bot.confirm import Confirmations
+from bot.usage import GLOBAL_USAGE_FILE
 from memory.export import write_archive
 from memory.forget import forget
 from memory.session import SessionStore
@@ -320,7 +321,8 @@ async def test_wipe_names_what_goes_then_erases_every_session_and_the_next_messa
     done = await ask(agent, dm("42", "/wipe confirm"))
     assert "erased everything" in done.text
     assert not workspace.root.exists()
-    assert sorted(os.listdir(workspaces_dir)) == []  # no remnant either
+    # No remnant either; the bot-wide usage counts (no user key in them) stay.
+    assert sorted(os.listdir(workspaces_dir)) == [GLOBAL_USAGE_FILE]
 
     await ask(agent, dm("42", "hello again"))
     request = fake_llm.chat_requests[-1]
