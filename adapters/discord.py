@@ -3,7 +3,9 @@
 The adapter only translates: it checks the allow list, derives keys with bot.keys, hands an
 Inbound to the core and sends the collected answer back (split with bot.formatting, mentions
 disabled). It never touches a workspace file. Reconnects are discord.py's; login problems become
-one PlatformStartError line.
+one PlatformStartError line. A gateway event discord.py cannot parse (a malformed `channel_id`)
+is logged and dropped, so one bad event never ends the connection (it used to end the process);
+when the connection ends for good anyway, `run` raises and the CLI restarts the platform.
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ class DiscordAdapter:
         # The bot never speaks in voice channels: skip discord.py's warnings about voice libraries.
         discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
         client = _Client(self, intents=intents, guild_ready_timeout=self.guild_ready_timeout)
+        _drop_unparsable_events(client)
         self._install_commands(client.tree)
         return client
 
@@ -343,6 +346,12 @@ class _Client(discord.Client):
     async def on_ready(self) -> None:
         self.adapter._on_ready()
 
+    async def on_resumed(self) -> None:
+        self.adapter.ready.set()
+
+    async def on_disconnect(self) -> None:
+        self.adapter.ready.clear()  # connected or not is what /healthz reports
+
     async def on_message(self, message: discord.Message) -> None:
         await self.adapter.on_message(message)
 
@@ -396,6 +405,32 @@ def _valid_commands() -> list[Command]:
         else:
             log.warning("discord: skipping command %r (not a valid slash command)", command.name)
     return valid
+
+
+def _drop_unparsable_events(client: discord.Client) -> None:
+    """Wrap discord.py's gateway event parsers so that one that raises drops its event with a
+    log line instead of ending the connection (the gateway loop does not catch a parser's error).
+
+    The parsers live in the client's connection state (`_connection.parsers`, read by the
+    gateway for every dispatch): a private attribute, so if it is missing we say so and go on
+    with discord.py's own behaviour."""
+    parsers = getattr(getattr(client, "_connection", None), "parsers", None)
+    if not isinstance(parsers, dict):
+        log.warning("discord: cannot guard the gateway event parsers (discord.py changed?)")
+        return
+    for event, parse in list(parsers.items()):
+        parsers[event] = _guarded(event, parse)
+
+
+def _guarded(event: str, parse: Callable[[Any], None]) -> Callable[[Any], None]:
+    def guarded(data: Any) -> None:
+        try:
+            parse(data)
+        except Exception as exc:  # platform data is untrusted: one bad event, not a dead bot
+            log.error("discord: dropped a %s event that does not parse (%s)", event, _reason(exc))
+            log.debug("discord: the %s event that failed", event, exc_info=exc)
+
+    return guarded
 
 
 def _raise_connect_failure(connect: asyncio.Task[None]) -> None:

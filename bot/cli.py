@@ -39,6 +39,9 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 SLOW_SHUTDOWN_NOTICE_S = 0.5
+RESTART_FIRST_S = 1.0  # back-off before restarting a platform that failed while running…
+RESTART_MAX_S = 60.0  # …doubling up to this…
+STABLE_S = 60.0  # …and starting afresh once a restarted platform has served this long
 
 
 class UserError(Exception):
@@ -145,34 +148,80 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _serve(adapters: list[PlatformAdapter], stop: asyncio.Event) -> None:
-    """Run every adapter until `stop`; the first one that fails stops the others, then re-raises
-    (a supervisor restarting the process beats a bot silently missing a platform)."""
-    tasks = {asyncio.create_task(a.run(stop), name=a.name): a for a in adapters}
+    """Run every adapter until `stop`, each under its own supervisor (`_supervise`).
+
+    A platform that cannot start stops the others and its error is re-raised: a bad token is
+    one line and a non-zero exit, not a retry loop. Once a platform has served, its failure is
+    logged and it alone is restarted with a back-off while the others keep serving."""
     for adapter in adapters:
         log.info("starting %s", adapter.name)
-    watchers = [asyncio.create_task(_announce_ready(a)) for a in adapters]
-    failure: BaseException | None = None
-    pending = set(tasks)
-    try:
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                error = None if task.cancelled() else task.exception()
-                if error is not None and failure is None:
-                    failure = error
-                    stop.set()
-                elif error is None and not stop.is_set():
-                    log.warning("%s stopped on its own; the others keep running", task.get_name())
-    finally:
-        for watcher in watchers:
+    tasks = [asyncio.create_task(_supervise(a, stop), name=a.name) for a in adapters]
+    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    failed = [t for t in done if not t.cancelled() and t.exception() is not None]
+    if failed:
+        stop.set()
+        await asyncio.wait(tasks)
+        raise failed[0].exception()  # type: ignore[misc]
+
+
+async def _supervise(adapter: PlatformAdapter, stop: asyncio.Event) -> None:
+    """One platform: run it; restart it after a failure, once it has served at least once."""
+    loop = asyncio.get_running_loop()
+    backoff = RESTART_FIRST_S
+    served = False
+    while True:
+        watcher = asyncio.create_task(_announce_ready(adapter))
+        error: Exception | None = None
+        try:
+            await adapter.run(stop)
+        except Exception as exc:  # any failure of one platform is that platform's alone
+            error = exc
+        finally:
             watcher.cancel()
-    if failure is not None:
-        raise failure
+        ready_at = watcher.result() if watcher.done() and not watcher.cancelled() else None
+        if ready_at is not None:
+            served = True
+            if loop.time() - ready_at >= STABLE_S:
+                backoff = RESTART_FIRST_S  # it ran well for a while: start the back-off afresh
+        if stop.is_set():
+            if error is not None:
+                log.warning("%s failed while stopping: %s", adapter.name, _describe(error))
+            return
+        if error is None:
+            log.warning("%s stopped on its own; the others keep running", adapter.name)
+            return
+        if not served:
+            raise error
+        log.error(
+            "%s failed while running: %s; restarting %s in %.0f s (the other platforms keep "
+            "serving)",
+            adapter.name,
+            _describe(error),
+            adapter.name,
+            backoff,
+            exc_info=None if isinstance(error, PlatformStartError) else error,
+        )
+        await _wait_or_stop(stop, backoff)
+        backoff = min(RESTART_MAX_S, backoff * 2)
 
 
-async def _announce_ready(adapter: PlatformAdapter) -> None:
+def _describe(error: Exception) -> str:
+    if isinstance(error, PlatformStartError):
+        return str(error)
+    first = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {first[0]}" if first else type(error).__name__
+
+
+async def _wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def _announce_ready(adapter: PlatformAdapter) -> float:
+    """When the adapter became ready (loop time), having said so."""
     await adapter.ready.wait()
     log.info("%s is ready", adapter.name)
+    return asyncio.get_running_loop().time()
 
 
 @contextlib.contextmanager

@@ -66,6 +66,7 @@ class FakeDiscord:
         self.guilds: dict[int, list[int]] = {}  # guild id → text channel ids
         self.requests: list[Recorded] = []
         self.identify: dict[str, Any] | None = None
+        self.identifies = 0  # IDENTIFYs received: one per (re)connection that starts a session
         self.port = 0
         self._ids = itertools.count(10_000)
         self._seq = itertools.count(1)
@@ -122,6 +123,12 @@ class FakeDiscord:
             return result
 
     # ---- events the tests send -------------------------------------------------------------
+    async def close_gateway(self, code: int) -> None:
+        """Close the gateway connection with a close code, as Discord does (4004: the token
+        is no longer valid)."""
+        if self._ws is not None:
+            await self._ws.close(code=code)
+
     async def dispatch(self, event: str, data: dict[str, Any]) -> None:
         if self._ws is None:
             raise RuntimeError("no gateway connection")
@@ -342,6 +349,7 @@ class FakeDiscord:
 
     async def _identify(self, ws: web.WebSocketResponse, data: dict[str, Any]) -> None:
         self.identify = data
+        self.identifies += 1
         if self.reject_privileged and data.get("intents", 0) & PRIVILEGED_INTENTS:
             await ws.close(code=4014, message=b"Disallowed intent(s).")
             return
