@@ -5,10 +5,13 @@ The adapter decides who is talking (allow list), whether the bot is addressed (p
 Everything it sends goes through one path: split the plain text (bot.formatting), render each chunk
 as Telegram HTML, fall back to plain text if Telegram rejects the markup, wait out flood limits.
 
-Polling is our own loop (`Poller`), not PTB's Updater: the Updater acknowledges a batch as soon as
-it has queued it, so a crash lost every queued message. We acknowledge an update only once its
-turn has finished and its answer was sent (or failed); after a crash Telegram redelivers the rest,
-and the core recognises a message it has already persisted by `Inbound.message_id`.
+Polling is our own loop (`Poller`), and so is the webhook server (`WebhookServer`), not PTB's
+Updater: the Updater acknowledges an update as soon as it has queued it in memory, so a crash lost
+every queued message. We acknowledge an update only once its turn has finished, or once it is on
+disk (the spool); after a crash Telegram redelivers the rest, and the core recognises a message it
+has already persisted by `Inbound.message_id`. One user's flood waits in that user's own backlog
+(adapters/telegram_polling.py, `Intake`); strangers get at most one refusal per chat per
+REFUSAL_INTERVAL_S, sent once, never waiting out a flood limit.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import re
-import secrets
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -53,10 +56,14 @@ from telegram.ext import (
 from adapters.telegram_config import PLATFORM, TelegramConfig
 from adapters.telegram_format import markdown_to_html
 from adapters.telegram_polling import (
+    Intake,
+    PerChatInterval,
     PerUserOrder,
     Poller,
     flood_safe,
 )
+from adapters.telegram_spool import Spool
+from adapters.telegram_webhook import WebhookServer
 from bot import logsafe
 from bot.access import is_allowed
 from bot.commands import COMMANDS
@@ -84,6 +91,7 @@ TEXT_ONLY = "I can only read text for now."
 FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
 SENT_PRIVATELY = "I've sent you the answer in our private chat."
 UPLOAD_LIMIT = 50 * 1000 * 1000  # bytes a bot may send as a document through the Bot API
+REFUSAL_INTERVAL_S = 600.0  # at most one refusal per stranger's chat this often
 
 
 class TelegramAdapter:
@@ -93,12 +101,17 @@ class TelegramAdapter:
     typing_interval_s = 4.0  # Telegram shows "typing…" for about 5 s per sendChatAction
     upload_limit = UPLOAD_LIMIT
 
-    def __init__(self, config: TelegramConfig, agent: Core) -> None:
+    def __init__(self, config: TelegramConfig, agent: Core, state_dir: Path) -> None:
+        """`state_dir` holds the spool (the workspaces folder: its lock makes us its only
+        writer)."""
         self.ready = asyncio.Event()
         self._config = config
         self._agent = agent
+        self._state_dir = state_dir
         self._me: User | None = None
         self._commands = {command.name for command in COMMANDS}
+        self._refusals = PerChatInterval(REFUSAL_INTERVAL_S)
+        self.intake: Intake | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -124,8 +137,7 @@ class TelegramAdapter:
             .connection_pool_size(CONNECTION_POOL_SIZE)
             .pool_timeout(POOL_TIMEOUT_S)
         )
-        if self._config.mode == "polling":
-            builder = builder.updater(None)  # our own loop: see Poller
+        builder = builder.updater(None)  # our own loop or server: see Poller, WebhookServer
         if self._config.api_base:
             base = self._config.api_base.rstrip("/")
             builder = builder.base_url(f"{base}/bot").base_file_url(f"{base}/file/bot")
@@ -148,7 +160,10 @@ class TelegramAdapter:
     async def _serve(self, app: Application, stop: asyncio.Event) -> None:
         await self._set_commands(app.bot)
         await app.start()
-        poller = await self._start_updates(app)
+        assert self._me is not None
+        spool = Spool(self._state_dir / f".telegram-{self._me.id}.spool")
+        intake = self.intake = Intake(app, spool, self._is_stranger)
+        poller = await self._start_updates(app, intake)
         me = app.bot.bot
         allow = (
             "everyone"
@@ -165,39 +180,34 @@ class TelegramAdapter:
             self._config.mode,
         )
         self.ready.set()
-        if poller is not None:
+        if isinstance(poller, Poller):
             await poller.run(stop)  # returns once stopped, running turns finished, acknowledged
             return
         await stop.wait()
+        await poller.stop()
         log.info("telegram: stopping; finishing running turns")
+        await intake.drain()
 
-    async def _start_updates(self, app: Application) -> Poller | None:
-        """Long polling (our loop, returned), or a webhook; pending updates are kept either way.
-
-        Webhook mode stays PTB's: Telegram redelivers an update whose POST was not answered 200,
-        but PTB answers 200 as soon as the update is queued, so a crash there still loses the
-        queued updates (the core's dedup would make acknowledging later safe; not done yet)."""
+    async def _start_updates(self, app: Application, intake: Intake) -> Poller | WebhookServer:
+        """Long polling or a webhook, both our own (see the module docstring); pending updates
+        are kept either way, and what the last run spooled is handled first."""
         allowed = [Update.MESSAGE, Update.CALLBACK_QUERY]  # callback queries: pressed buttons
         if self._config.mode == "polling":
-            poller = Poller(app, allowed, self._config.poll_timeout_s)
+            poller = Poller(app, allowed, self._config.poll_timeout_s, intake)
             await poller.start()
             return poller
-        updater = app.updater
-        assert updater is not None
         url = self._config.webhook_url or ""
-        try:
-            await updater.start_webhook(
-                listen=self._config.webhook_listen,
-                port=self._config.webhook_port,
-                url_path=urlsplit(url).path.lstrip("/"),
-                webhook_url=url,
-                secret_token=secrets.token_urlsafe(32),
-                drop_pending_updates=False,
-                allowed_updates=allowed,
-            )
-        except RuntimeError as exc:
-            raise PlatformStartError(f"telegram webhook mode could not start: {exc}") from None
-        return None
+        intake.restore()
+        server = WebhookServer(
+            app.bot,
+            intake,
+            url=url,
+            path=urlsplit(url).path,
+            listen=self._config.webhook_listen,
+            port=self._config.webhook_port,
+        )
+        await server.start(allowed)
+        return server
 
     async def _set_commands(self, bot: Bot) -> None:
         """The command menu shown by Telegram clients; a failure is worth a warning, not a stop."""
@@ -231,14 +241,32 @@ class TelegramAdapter:
             return  # a group message that is not for us
         user = msg.from_user
         if not is_allowed(self._config.allow_from, user.id, user.username):
-            log.info("telegram: refused user %s", user.id)
-            if private:
-                await self._send(context.bot, msg, REFUSAL, markup=False)
+            if private and self._refusals.allow(msg.chat.id):
+                log.info("telegram: refused user %s", user.id)
+                await self._refuse(context.bot, msg.chat.id)
             return
         if msg.text is None:
             await self._send(context.bot, msg, TEXT_ONLY, markup=False)
             return
         await self._turn(context.bot, msg, text, private)
+
+    def _is_stranger(self, raw: dict[str, Any]) -> bool:
+        """A raw update from a sender not on the allow list: refused without a turn, so the
+        intake neither caps nor spools it."""
+        message = raw.get("message")
+        sender = message.get("from") if isinstance(message, dict) else None
+        if not isinstance(sender, dict) or type(sender.get("id")) is not int:
+            return False
+        username = sender.get("username")
+        username = username if isinstance(username, str) else None
+        return not is_allowed(self._config.allow_from, sender["id"], username)
+
+    async def _refuse(self, bot: Bot, chat_id: int) -> None:
+        """One try: a refusal is not worth waiting out a flood limit for, nor retrying."""
+        try:
+            await bot.send_message(chat_id, REFUSAL)
+        except TelegramError as exc:
+            log.info("telegram: refusal to chat %s not sent (%s)", chat_id, type(exc).__name__)
 
     async def _on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """A pressed inline button: its command text, as if its presser had typed it in the

@@ -55,7 +55,7 @@ def check(settings: TelegramConfig) -> None:
 def create(config: Config, agent: Core) -> TelegramAdapter:
     from adapters.telegram import TelegramAdapter
 
-    return TelegramAdapter(config.platforms[PLATFORM], agent)
+    return TelegramAdapter(config.platforms[PLATFORM], agent, config.memory.workspaces_dir)
 
 
 PLUGIN = PlatformPlugin(name=PLATFORM, create=create, settings=TelegramConfig, check=check)

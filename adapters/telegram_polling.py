@@ -1,15 +1,35 @@
-"""Receiving from the Bot API without losing anything, and calling it within its flood limits.
+"""Receiving from the Bot API without losing anything, fairly, and calling it within its limits.
 
 `Poller` is our getUpdates loop. PTB's Updater acknowledges a batch as soon as it has queued it,
-so a crash lost every queued message; we acknowledge an update only once it has been handled.
+so a crash lost every queued message. We acknowledge an update only once it has been handled, or
+once it is on disk (the spool, adapters/telegram_spool.py): Telegram's acknowledgement is one
+offset, "every update below this one", so an update still running holds back the acknowledgement
+of every later one, and getUpdates returns at most 100 updates from that offset on.
+
+Fairness comes from `Intake`, which both polling and the webhook hand updates to:
+- At most PER_USER_IN_FLIGHT updates of one user are handed to the application at a time (one
+  user's turns run one after the other anyway). The others wait in that user's backlog, which is
+  on disk first: they no longer hold the offset back, so a person sending 250 messages cannot
+  fill the window of 100 and make everyone else wait for their turns.
+- When a getUpdates answer is full (there may be more behind it), the updates still running are
+  written to the spool too and the offset moves past them at once.
+- Updates the adapter refuses without a turn (senders not on the allow list) are never capped or
+  spooled: they take no time, and their refusals never wait on a flood limit (telegram.py).
+
+After a crash: what was spooled and not marked done is handled at the next start; what was only
+running is still with Telegram and redelivered. A message whose turn had persisted it but not
+answered it is recognised by the core (`Inbound.message_id`): it is answered then, or left to the
+turn of a later message of the same session, which answers both.
 `PerUserOrder` runs different users' updates at once and one user's in arrival order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
+import time
 import warnings
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -27,6 +47,8 @@ from telegram.error import (
 from telegram.ext import Application, BaseUpdateProcessor
 from telegram.warnings import PTBDeprecationWarning, PTBUserWarning
 
+from adapters.telegram_spool import Spool
+
 log = logging.getLogger(__name__)
 
 FLOOD_RETRIES = 5
@@ -35,6 +57,7 @@ BUSY_POLL_S = 0.5  # while turns run, look for new updates at least this often�
 MIN_POLL_GAP_S = 0.01  # …and, when a turn finishes, no sooner than this after the last poll
 MAX_BACKOFF_S = 30.0
 GET_UPDATES_READ_S = 10.0  # read timeout of a getUpdates on top of its long-poll timeout
+PER_USER_IN_FLIGHT = 2  # one user's updates handed to the application at once (see Intake)
 
 T = TypeVar("T")
 
@@ -88,44 +111,235 @@ class PerUserOrder(BaseUpdateProcessor):
     async def shutdown(self) -> None:
         """Nothing to free."""
 
+class Intake:
+    """Hands raw updates to the application, at most PER_USER_IN_FLIGHT per user at a time.
 
-class Poller:
-    """Long polling that acknowledges an update only once it has been handled.
-
-    Telegram forgets every update below the `offset` of a getUpdates call. We send the lowest
-    update id still being handled, or one past the highest handled when none is; so a crash (or a
-    stop that could not finish) leaves every unfinished update with Telegram, to be redelivered.
-    Until then getUpdates keeps returning the updates in flight: each is dispatched once per
-    process, and while any runs we poll without waiting, as soon as one finishes or every
-    BUSY_POLL_S, never closer together than MIN_POLL_GAP_S.
+    An update is *held* (running, only in memory: polling must not acknowledge it) or *durable*
+    (in the spool: running or waiting in its user's backlog; it may be acknowledged). See the
+    module docstring for why.
     """
 
-    def __init__(self, app: Application, allowed: list[str], timeout_s: int) -> None:
+    def __init__(
+        self, app: Application, spool: Spool, cheap: Callable[[dict[str, Any]], bool]
+    ) -> None:
+        self._app = app
+        self._spool = spool
+        self._cheap = cheap
+        self.held: dict[int, dict[str, Any]] = {}  # update id → raw update, running, not on disk
+        self._running: dict[int, int] = {}  # user id → its updates handed to the application
+        self._backlog: dict[int, list[dict[str, Any]]] = {}  # user id → durable, waiting
+        self._known: set[int] = set()  # ids running or waiting (a redelivery is skipped)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
+        self.finished = asyncio.Event()  # an update finished (polling may poll again)
+
+    def restore(self) -> list[int]:
+        """Queue what the last run accepted and did not finish; their ids."""
+        pending = self._spool.load()
+        for raw in pending:
+            self._queue(raw)
+        self._pump_all()
+        return [raw["update_id"] for raw in pending]
+
+    def take(self, updates: list[dict[str, Any]]) -> None:
+        """Polling: run each update now if its user is under the cap, else spool it."""
+        spill = []
+        for raw in updates:
+            if raw["update_id"] in self._known:
+                continue
+            user = _sender(raw)
+            if user is None or self._cheap(raw) or self._may_run(user):
+                self._start(raw, durable=False)
+            else:
+                spill.append(raw)
+        if not spill:
+            return
+        try:
+            self._spool.add(spill)
+        except OSError as exc:  # keep them in memory, holding the offset: nothing is lost
+            log.warning("telegram: cannot spool %d update(s) (%s); running them", len(spill), exc)
+            for raw in spill:
+                self._start(raw, durable=False)
+            return
+        for raw in spill:
+            self._queue(raw)
+        self._pump_all()
+
+    def accept(self, raw: dict[str, Any]) -> None:
+        """Webhook: on disk first (raises OSError, and then it must not be acknowledged)."""
+        if raw["update_id"] in self._known:
+            return  # Telegram sent it again: our 200 did not reach it
+        user = _sender(raw)
+        if user is None or self._cheap(raw):
+            self._start(raw, durable=False)  # nothing worth keeping: a refusal at most
+            return
+        self._spool.add([raw])
+        self._queue(raw)
+        self._pump(user)
+
+    def spool_held(self) -> None:
+        """Put every held update on disk, so that polling may acknowledge past them."""
+        raws = [raw for uid, raw in self.held.items() if _sender(raw) is not None]
+        if not raws:
+            return
+        try:
+            self._spool.add(raws)
+        except OSError as exc:
+            log.warning("telegram: cannot spool the running updates (%s)", exc)
+            return
+        for raw in raws:
+            self.held.pop(raw["update_id"], None)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._tasks)
+
+    def in_flight(self) -> int:
+        """Updates accepted and not yet handled (running or waiting), for the metrics."""
+        return len(self._known)
+
+    async def drain(self) -> None:
+        """Let running updates finish; what waits in the backlogs stays spooled for next time."""
+        self._stopping = True
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _may_run(self, user: int) -> bool:
+        return self._running.get(user, 0) < PER_USER_IN_FLIGHT and not self._backlog.get(user)
+
+    def _queue(self, raw: dict[str, Any]) -> None:
+        user = _sender(raw)
+        assert user is not None
+        self._known.add(raw["update_id"])
+        bisect.insort(self._backlog.setdefault(user, []), raw, key=lambda u: u["update_id"])
+
+    def _pump_all(self) -> None:
+        for user in list(self._backlog):
+            self._pump(user)
+
+    def _pump(self, user: int) -> None:
+        backlog = self._backlog.get(user)
+        while backlog and not self._stopping and self._running.get(user, 0) < PER_USER_IN_FLIGHT:
+            self._start(backlog.pop(0), durable=True)
+        if not backlog:
+            self._backlog.pop(user, None)
+
+    def _start(self, raw: dict[str, Any], *, durable: bool) -> None:
+        uid = raw["update_id"]
+        try:
+            update = Update.de_json(raw, self._app.bot)
+        except Exception as exc:  # never retried: it would fail the same way forever
+            log.error("telegram: skipping update %s that does not parse (%r)", uid, exc)
+            self._spool.done(uid)
+            return
+        user = _sender(raw)
+        if not durable:
+            self.held[uid] = raw
+        self._known.add(uid)
+        if user is not None:
+            self._running[user] = self._running.get(user, 0) + 1
+        task = asyncio.create_task(self._handle(update, user), name=f"telegram update {uid}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, update: Update, user: int | None) -> None:
+        """Process like PTB would (its processor: concurrency, one user's updates in order); the
+        update counts as handled once its turn is over, answered or not. A cancelled one (the
+        process is going down hard) is not: it stays spooled, or with Telegram."""
+        app = self._app
+        uid = update.update_id
+        over = False
+        try:
+            await app.update_processor.process_update(update, app.process_update(update))
+            over = True
+        except Exception:
+            over = True  # an error of our own would happen again: not retried
+            log.exception("telegram: update %s could not be processed", uid)
+        finally:
+            self.held.pop(uid, None)
+            self._known.discard(uid)
+            if over:
+                self._spool.done(uid)
+            if user is not None:
+                self._running[user] -= 1
+                if not self._running[user]:
+                    del self._running[user]
+                if over:
+                    self._pump(user)
+            self.finished.set()
+
+
+def _sender(raw: dict[str, Any]) -> int | None:
+    """The sending user's id of a raw update, if it has a well-formed one."""
+    for value in raw.values():
+        if isinstance(value, dict):
+            sender = value.get("from")
+            if isinstance(sender, dict) and type(sender.get("id")) is int:
+                return sender["id"]
+    return None
+
+
+class PerChatInterval:
+    """At most one event per chat per interval (a refusal to a stranger): the first passes."""
+
+    def __init__(self, interval_s: float, max_chats: int = 10_000) -> None:
+        self.interval_s = interval_s
+        self._max = max_chats
+        self._last: dict[int, float] = {}
+
+    def allow(self, chat_id: int) -> bool:
+        now = time.monotonic()
+        last = self._last.get(chat_id)
+        if last is not None and now - last < self.interval_s:
+            return False
+        if len(self._last) >= self._max:  # bounded: forget the chats whose interval is over
+            self._last = {c: t for c, t in self._last.items() if now - t < self.interval_s}
+            if len(self._last) >= self._max:
+                return False  # a swarm of strangers: refuse silently until it passes
+        self._last[chat_id] = now
+        return True
+
+
+class Poller:
+    """Long polling that acknowledges an update only once it has been handled or spooled.
+
+    Telegram forgets every update below the `offset` of a getUpdates call. We send the lowest
+    update id still held (running, not on disk), or one past the highest seen when none is; so a
+    crash (or a stop that could not finish) leaves every unfinished update either with Telegram,
+    to be redelivered, or in the spool. Until then getUpdates keeps returning the held updates:
+    each is dispatched once per process, and while any runs we poll without waiting, as soon as
+    one finishes or every BUSY_POLL_S, never closer together than MIN_POLL_GAP_S; right away
+    after a full answer (more may be waiting behind it).
+    """
+
+    def __init__(
+        self, app: Application, allowed: list[str], timeout_s: int, intake: Intake
+    ) -> None:
         self._app = app
         self._allowed = allowed
         self._timeout_s = timeout_s
-        self._in_flight: set[int] = set()  # update ids being handled
-        self._dispatched: set[int] = set()  # ids handed to the application, not yet forgotten
-        self._highest: int | None = None  # highest id dispatched
+        self._intake = intake
+        self._dispatched: set[int] = set()  # ids handed to the intake, not yet forgotten
+        self._highest: int | None = None  # highest id a getUpdates returned
         self._acknowledged = 0  # the offset of the last getUpdates Telegram answered
-        self._finished = asyncio.Event()  # an update finished since the last poll
-        self._tasks: set[asyncio.Task[None]] = set()
         self._last_poll = float("-inf")
         self._got_new = True  # the last poll brought a new update
+        self._full = False  # the last poll brought as many updates as it asked for
         # do_api_request warns that Bot.get_updates exists; we call the raw method on purpose.
         warnings.filterwarnings(
             "ignore", message=r"Please use 'Bot\.getUpdates'", category=PTBUserWarning
         )
 
     def offset(self) -> int | None:
-        """What to acknowledge: every update below this id has been handled."""
-        if self._in_flight:
-            return min(self._in_flight)
+        """What to acknowledge: every update below this id has been handled or spooled."""
+        if self._intake.held:
+            return min(self._intake.held)
         return None if self._highest is None else self._highest + 1
 
     async def start(self) -> None:
-        """Drop a webhook left from webhook mode (keeping its pending updates): getUpdates
-        answers 409 while one is set."""
+        """Queue what the last run spooled; drop a webhook left from webhook mode (keeping its
+        pending updates): getUpdates answers 409 while one is set."""
+        self._dispatched.update(self._intake.restore())
         try:
             await flood_safe(lambda: self._app.bot.delete_webhook(drop_pending_updates=False))
         except TelegramError as exc:
@@ -150,19 +364,19 @@ class Poller:
                 log.info("telegram: getUpdates works again")
             failures = 0
             self._dispatch(updates)
-        log.info("telegram: stopping; finishing %d running turn(s)", len(self._in_flight))
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        log.info("telegram: stopping; finishing %d running turn(s)", len(self._intake.held))
+        await self._intake.drain()
         await self._acknowledge_handled()
 
     # ---- one poll ---------------------------------------------------------------------------
 
     async def _pause(self, stop: asyncio.Event) -> None:
-        """Don't spin: getUpdates answers at once while updates are in flight (still pending)."""
+        """Don't spin: getUpdates answers at once while updates are held (still pending)."""
         loop = asyncio.get_running_loop()
-        if self._in_flight:
+        if self._intake.held and not self._full:
             deadline = self._last_poll + BUSY_POLL_S
-            await _wait_any([self._finished, stop], deadline - loop.time())
+            await _wait_any([self._intake.finished, stop], deadline - loop.time())
+        if self._intake.held or self._full:
             gap = self._last_poll + MIN_POLL_GAP_S - loop.time()
             if gap > 0:
                 await _sleep_unless(stop, gap)
@@ -172,8 +386,8 @@ class Poller:
     async def _poll(self, stop: asyncio.Event) -> list[dict[str, Any]] | None:
         """One getUpdates (raw updates), or None if `stop` came first (the call is abandoned)."""
         offset = self.offset()
-        timeout = 0 if self._in_flight else self._timeout_s
-        self._finished.clear()
+        timeout = 0 if self._intake.held else self._timeout_s
+        self._intake.finished.clear()
         self._last_poll = asyncio.get_running_loop().time()
         call = asyncio.ensure_future(self._get_updates(offset, timeout))
         stopping = asyncio.ensure_future(stop.wait())
@@ -214,36 +428,21 @@ class Poller:
         return [u for u in result if isinstance(u, dict) and isinstance(u.get("update_id"), int)]
 
     def _dispatch(self, updates: list[dict[str, Any]]) -> None:
-        """Hand each update not yet handed over to the application, in id order."""
-        self._got_new = False
+        """Hand each update not yet handed over to the intake, in id order."""
+        fresh = []
         for raw in sorted(updates, key=lambda u: u["update_id"]):
             uid = raw["update_id"]
+            # Every id seen is running, spooled or handled: the next offset may pass it.
+            self._highest = uid if self._highest is None else max(self._highest, uid)
             if uid in self._dispatched or uid < self._acknowledged:
                 continue  # still running, or handled and awaiting acknowledgement
-            self._got_new = True
             self._dispatched.add(uid)
-            self._highest = uid if self._highest is None else max(self._highest, uid)
-            try:
-                update = Update.de_json(raw, self._app.bot)
-            except Exception as exc:  # never retried: it would fail the same way forever
-                log.error("telegram: skipping update %s that does not parse (%r)", uid, exc)
-                continue
-            self._in_flight.add(uid)
-            task = asyncio.create_task(self._handle(update), name=f"telegram update {uid}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _handle(self, update: Update) -> None:
-        """Process like PTB would (its processor: concurrency, one user's updates in order); the
-        update counts as handled once its turn is over, answered or not."""
-        app = self._app
-        try:
-            await app.update_processor.process_update(update, app.process_update(update))
-        except Exception:
-            log.exception("telegram: update %s could not be processed", update.update_id)
-        finally:
-            self._in_flight.discard(update.update_id)
-            self._finished.set()
+            fresh.append(raw)
+        self._got_new = bool(fresh)
+        self._intake.take(fresh)
+        self._full = len(updates) >= POLL_LIMIT
+        if self._full:
+            self._intake.spool_held()  # the window is full: let the offset move past them
 
     async def _acknowledge_handled(self) -> None:
         """The last getUpdates: tell Telegram what was handled since the last poll."""

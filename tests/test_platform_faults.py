@@ -4,10 +4,11 @@ Telegram and the fake Discord, while the Discord side misbehaves."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 
 from tests.fakes.discord_server import FakeDiscord, user_payload
-from tests.fakes.openai_server import FakeOpenAI, completion
+from tests.fakes.openai_server import Delay, FakeOpenAI, completion
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.test_cli import (  # noqa: F401  (fixtures)
     STEP_TIMEOUT,
@@ -107,3 +108,48 @@ async def test_a_platform_that_fails_while_running_is_restarted_and_the_others_k
         await discord.stop()
     assert proc.returncode == 0, log
     assert "discord failed while running" in failed
+
+
+async def test_a_webhook_update_acknowledged_then_killed_is_answered_after_the_restart(
+    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]  # noqa: F811
+) -> None:
+    """Webhook mode, SIGKILL while the model is thinking about a message Telegram was told we
+    have: the next start answers it (Telegram never sends it again), and it is kept once."""
+    port = free_port()
+    config = telegram_config(tmp_path, fake_llm, fake_telegram, TOKEN)
+    with config.open("a") as extra:
+        extra.write(
+            f'mode = "webhook"\nwebhook_url = "http://127.0.0.1:{port}/hook"\n'
+            f"webhook_port = {port}\n"
+        )
+    fake_llm.queue(Delay(30, completion("too late")))
+    fake_llm.default = lambda request: completion("answered after the restart")
+    first = await start_run(config, child_env)
+    try:
+        assert first.stderr is not None
+        await read_until(first.stderr, "telegram is ready")
+        fake_telegram.dm(42, "remember the green door")
+        assert await fake_telegram.deliver(fake_telegram.last_update_id) == [200]
+        await fake_telegram.wait_until(lambda: bool(fake_llm.requests), STEP_TIMEOUT)
+    finally:
+        first.kill()
+        await first.wait()
+    second = await start_run(config, child_env)
+    try:
+        [sent] = await fake_telegram.wait_sent(42, wait_s=STEP_TIMEOUT)
+        log = await stop(second)
+    finally:
+        if second.returncode is None:
+            second.kill()
+            await second.wait()
+    assert sent.text == "answered after the restart", log
+    assert fake_telegram.webhook_answers == [200]
+    lines = (tmp_path / "workspaces").rglob("*.jsonl")
+    users = [line for path in lines for line in path.read_text().splitlines() if '"user"' in line]
+    assert len(users) == 1 and "green door" in users[0]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -10,7 +10,9 @@ nesting, escaping), the 4096-character limit (UTF-16, after parsing), and that a
 exists (the user started the bot). `sendDocument` takes a multipart upload (recorded in
 `documents`) and refuses one over the 50 MB a bot may upload. `press` plays a person pressing an
 inline-keyboard button of a sent message (a `callback_query` update).
-Failures can be scripted per method with `fail_next`.
+Failures can be scripted per method with `fail_next`. In webhook mode `setWebhook` records the
+URL and secret token, and `deliver` POSTs a pushed update there the way Telegram does: again
+after an answer other than 200.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
 from tests.fakes.local_server import serve_locally
 
@@ -148,6 +150,8 @@ class FakeTelegram:
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self.webhook: dict[str, Any] | None = None  # setWebhook's parameters
+        self.webhook_answers: list[int] = []  # status of every webhook POST (0: no answer)
 
     @property
     def api_base(self) -> str:
@@ -316,6 +320,36 @@ class FakeTelegram:
         async with self._changed:
             self._changed.notify_all()
 
+    async def deliver(
+        self,
+        update_id: int,
+        *,
+        attempts: int = 5,
+        retry_s: float = 0.2,
+        secret: str | None = None,
+    ) -> list[int]:
+        """POST a pushed update to the webhook until it is answered 200 (as Telegram retries);
+        the status of each attempt (0: the connection failed). `secret` overrides the token."""
+        assert self.webhook is not None, "no webhook is set"
+        token = self.webhook.get("secret_token", "") if secret is None else secret
+        statuses: list[int] = []
+        async with ClientSession(timeout=ClientTimeout(total=10)) as http:
+            for _ in range(attempts):
+                try:
+                    async with http.post(
+                        self.webhook["url"],
+                        json=self._pushed[update_id],
+                        headers={"X-Telegram-Bot-Api-Secret-Token": token},
+                    ) as response:
+                        statuses.append(response.status)
+                except ClientError:
+                    statuses.append(0)
+                self.webhook_answers.append(statuses[-1])
+                if statuses[-1] == 200:
+                    break
+                await asyncio.sleep(retry_s)
+        return statuses
+
     # ---- queries for tests -----------------------------------------------------------------
 
     def sent_to(self, chat_id: int) -> list[Sent]:
@@ -400,6 +434,11 @@ class FakeTelegram:
         return _ok(self.bot)
 
     async def _m_deletewebhook(self, params: dict[str, Any]) -> web.Response:
+        self.webhook = None
+        return _ok(True)
+
+    async def _m_setwebhook(self, params: dict[str, Any]) -> web.Response:
+        self.webhook = params
         return _ok(True)
 
     async def _m_setmycommands(self, params: dict[str, Any]) -> web.Response:

@@ -1,0 +1,156 @@
+"""How Telegram updates come in under pressure: one user's flood, strangers, webhook mode.
+
+Real python-telegram-bot against the fake Bot API, the real Agent against the fake model."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from adapters.telegram import REFUSAL
+from tests.fakes.openai_server import Delay, FakeOpenAI, completion
+from tests.fakes.telegram_server import FakeTelegram
+from tests.test_telegram import (
+    by_prompt,
+    eventually,
+    last_user_text,
+    make_config,
+    running,
+    session_lines,
+)
+
+FLOODER, OTHER, STRANGER = 1, 2, 666
+
+
+@pytest.fixture
+def tg(fake_telegram: FakeTelegram) -> FakeTelegram:
+    return fake_telegram
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def webhook_config(tg: FakeTelegram, llm: FakeOpenAI, workspaces_dir: Path):
+    config = make_config(tg, llm, workspaces_dir)
+    section = config.platforms["telegram"]
+    section.mode = "webhook"
+    section.webhook_port = free_port()
+    section.webhook_url = f"http://127.0.0.1:{section.webhook_port}/tg/hook"
+    return config
+
+
+async def test_one_users_flood_does_not_delay_another_user(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """120 messages of one person (more than a getUpdates window of 100) once made the next
+    person wait for ~20 of the flood's turns; the flood is now spooled and acknowledged past."""
+    fake_llm.default = by_prompt(
+        {"flood": Delay(0.2, completion("flood answer")), "other": completion("your answer")}
+    )
+    async with running(make_config(tg, fake_llm, workspaces_dir)):
+        for n in range(120):
+            tg.dm(FLOODER, f"flood {n}")
+        await eventually(lambda: fake_llm.chat_requests)
+        asked = time.monotonic()
+        tg.dm(OTHER, "the other user")
+        other = tg.last_update_id
+        [answer] = await tg.wait_sent(OTHER, wait_s=10)
+        await eventually(lambda: tg.acked(other))
+        waited = answer.at - asked
+
+    assert answer.text == "your answer"
+    assert waited < 1.5, f"the other user waited {waited:.1f} s behind the flood"
+    assert len(tg.sent_to(FLOODER)) < 120  # the flood was still being answered…
+    assert tg.acked(tg.last_update_id)  # …and Telegram had been told it is safe with us
+    spool = workspaces_dir / ".telegram-999.spool"
+    assert spool.stat().st_size > 0  # the rest waits on disk for the next start
+
+
+async def test_a_spooled_flood_is_answered_after_a_restart_each_message_once(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    config = make_config(tg, fake_llm, workspaces_dir)
+    fake_llm.default = lambda request: Delay(0.2, completion(f"re {last_user_text(request)}"))
+    async with running(config):
+        for n in range(110):
+            tg.dm(FLOODER, f"flood {n}")
+        await eventually(lambda: tg.acked(tg.last_update_id))
+    answered_before = len(tg.sent_to(FLOODER))
+    assert answered_before < 110
+    fake_llm.default = lambda request: completion(f"re {last_user_text(request)}")
+    async with running(config):
+        await tg.wait_until(lambda: len(tg.sent_to(FLOODER)) >= 110, wait_s=30)
+        await asyncio.sleep(0.2)
+
+    lines = session_lines(workspaces_dir, f"telegram-{FLOODER}", f"telegram:dm:{FLOODER}")
+    users = [m for m in lines if m.get("role") == "user"]
+    assert len(users) == 110 and len({m["message_id"] for m in users}) == 110
+    for n in range(110):  # every message answered, in order, none twice
+        assert sum(f"flood {n}\n" in s.text + "\n" for s in tg.sent_to(FLOODER)) == 1, n
+    assert (workspaces_dir / ".telegram-999.spool").stat().st_size == 0
+
+
+async def test_a_strangers_flood_costs_the_allowed_user_nothing(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """130 DMs from someone not on the allow list, while Telegram rate-limits the bot: at most
+    one refusal is attempted, never waited out, and the allowed user is answered at once."""
+    config = make_config(tg, fake_llm, workspaces_dir, allow=[str(OTHER)])
+    fake_llm.default = lambda request: completion("hello friend")
+    tg.fail_next("sendMessage", 429, "Too Many Requests: retry after 30", retry_after=30)
+    async with running(config):
+        for n in range(130):
+            tg.dm(STRANGER, f"let me in {n}")
+        asked = time.monotonic()
+        tg.dm(OTHER, "hi")
+        [answer] = await tg.wait_sent(OTHER, wait_s=10)
+        await eventually(lambda: tg.acked(tg.last_update_id))
+
+    assert answer.at - asked < 2.0
+    to_stranger = [c for c in tg.method_calls("sendMessage") if c["chat_id"] == str(STRANGER)]
+    assert len(to_stranger) == 1 and to_stranger[0]["text"] == REFUSAL
+    assert len(fake_llm.chat_requests) == 1
+    assert not (workspaces_dir / ".telegram-999.spool").exists() or not (
+        workspaces_dir / ".telegram-999.spool"
+    ).read_bytes()  # a stranger's words are never kept
+
+
+async def test_webhook_answers_200_only_once_the_update_is_kept(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """PTB's server answered 200 before the update was safe; ours answers 500 while it cannot
+    keep it, so Telegram sends it again, and it is answered once."""
+    fake_llm.default = lambda request: completion("got it")
+    config = webhook_config(tg, fake_llm, workspaces_dir)
+    async with running(config):
+        assert tg.webhook is not None
+        assert tg.webhook["url"] == config.platforms["telegram"].webhook_url
+        tg.dm(42, "first")
+        assert await tg.deliver(tg.last_update_id, attempts=1, secret="guess") == [403]
+        assert await tg.deliver(tg.last_update_id) == [200]
+        [first] = await tg.wait_sent(42)
+
+        blocker = workspaces_dir / ".telegram-999.spool"
+        blocker.unlink(missing_ok=True)
+        blocker.mkdir()  # the spool cannot be written (as on a full or broken disk)
+        tg.dm(42, "second")
+        second = tg.last_update_id
+        failing = asyncio.create_task(tg.deliver(second, attempts=10, retry_s=0.2))
+        await eventually(lambda: 500 in tg.webhook_answers)
+        blocker.rmdir()  # the disk is back: Telegram's next attempt gets through
+        statuses = await failing
+        await tg.wait_sent(42, 2)
+        await asyncio.sleep(0.2)
+
+    assert first.text == "got it"
+    assert statuses[0] == 500 and statuses[-1] == 200
+    assert [s.text for s in tg.sent_to(42)] == ["got it", "got it"]
+    assert len(fake_llm.chat_requests) == 2
+    assert not tg.method_calls("getUpdates")  # webhook mode never polls
