@@ -30,6 +30,7 @@ from bot.commands import COMMANDS, Command
 from bot.formatting import split_message
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
+from bot.metrics import watch_in_flight
 from bot.outbound import BufferedOutbound, Button, Reply, too_large_notice
 from bot.platform import PlatformStartError
 from bot.repeating import repeating
@@ -73,6 +74,7 @@ class DiscordAdapter:
         self._client: discord.Client | None = None
         self._accepting = False
         self._inflight: set[asyncio.Task[Any]] = set()
+        watch_in_flight(PLATFORM, lambda: len(self._inflight))
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:

@@ -70,6 +70,7 @@ from bot.commands import COMMANDS
 from bot.formatting import split_message
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
+from bot.metrics import watch_in_flight
 from bot.outbound import BufferedOutbound, Button, OutFile, Reply, too_large_notice
 from bot.platform import PlatformStartError
 from bot.repeating import repeating
@@ -163,6 +164,7 @@ class TelegramAdapter:
         assert self._me is not None
         spool = Spool(self._state_dir / f".telegram-{self._me.id}.spool")
         intake = self.intake = Intake(app, spool, self._is_stranger)
+        watch_in_flight(PLATFORM, intake.in_flight)
         poller = await self._start_updates(app, intake)
         me = app.bot.bot
         allow = (

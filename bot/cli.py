@@ -134,13 +134,22 @@ async def cmd_run(args: argparse.Namespace) -> int:
     factories = {name: _factory(name) for name in names}
     log.info("connecting to %s; memory in %s", describe_endpoint(config), _workspaces(config))
     with _only_writer(config):
-        agent = _new_agent(config)
+        agent = _new_agent(config, metered=True)
         stop = asyncio.Event()
+        observe = None
         try:
-            adapters = [factories[name](config, agent) for name in names]
+            core = _metered_core(agent)
+            adapters = [factories[name](config, core) for name in names]
+            if config.metrics.listen:
+                from bot.observe import ObserveServer
+
+                observe = ObserveServer(config.metrics.listen, adapters, config.llm)
+                await observe.start()
             with _signals_set(stop):
                 await _serve(adapters, stop)
         finally:
+            if observe is not None:
+                await observe.stop()
             log.info("stopping: finishing pending memory work")
             await _close_agent(agent)
     log.info("stopped")
@@ -177,6 +186,8 @@ async def _supervise(adapter: PlatformAdapter, stop: asyncio.Event) -> None:
         except Exception as exc:  # any failure of one platform is that platform's alone
             error = exc
         finally:
+            if adapter.ready.is_set() and not watcher.done():
+                await asyncio.sleep(0)  # ready just before returning: let the watcher say so
             watcher.cancel()
         ready_at = watcher.result() if watcher.done() and not watcher.cancelled() else None
         if ready_at is not None:
@@ -420,11 +431,26 @@ def _only_writer(config: Config) -> Iterator[None]:
         lock.release()
 
 
-def _new_agent(config: Config, *, writer: bool = True) -> Any:
-    """The bot's core; writer=True only under _only_writer (the folder lock)."""
+def _new_agent(config: Config, *, writer: bool = True, metered: bool = False) -> Any:
+    """The bot's core; writer=True only under _only_writer (the folder lock). metered: its model
+    calls and consolidations counted for /metrics (bot.metrics)."""
     from bot.agent import Agent  # heavy imports only for the commands that need them
 
-    return Agent(config, writer=writer)
+    if not metered:
+        return Agent(config, writer=writer)
+    from bot.llm import LLMClient
+    from bot.metrics import MeteredLLM, count_consolidation
+
+    agent = Agent(config, MeteredLLM(LLMClient.from_config(config.llm)), writer=writer)
+    agent.consolidator.on_outcome = count_consolidation
+    return agent
+
+
+def _metered_core(agent: Any) -> Any:
+    """What the adapters are handed: the agent, every message counted."""
+    from bot.metrics import MeteredCore
+
+    return MeteredCore(agent)
 
 
 async def _close_agent(agent: Any) -> None:

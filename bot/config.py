@@ -86,11 +86,26 @@ class LimitsConfig(Section):
     admins: list[str] = setting(default_factory=list)
 
 
+def is_host_port(value: str) -> bool:
+    """"host:port" (an IPv6 host in brackets), port 1-65535."""
+    host, _, port = value.rpartition(":")
+    return bool(host.strip("[]")) and port.isdigit() and 0 < int(port) < 65536
+
+
+@dataclass(repr=False)
+class MetricsConfig(Section):
+    # Where /metrics (Prometheus) and /healthz listen, e.g. "127.0.0.1:9464"; unset: off.
+    listen: str | None = setting(
+        None, rule=Rule('host:port, e.g. "127.0.0.1:9464"', is_host_port)
+    )
+
+
 CORE_SECTIONS: dict[str, type[Section]] = {
     "llm": LLMConfig,
     "memory": MemoryConfig,
     "agent": AgentConfig,
     "limits": LimitsConfig,
+    "metrics": MetricsConfig,
 }
 
 
@@ -100,14 +115,15 @@ class Config:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     # The `[<name>]` section of each platform plugin, by name (load_config fills in every
     # installed one); an adapter reads its own as config.platforms[name].
     platforms: dict[str, Any] = field(default_factory=dict)
     source: Path | None = None  # the file it was loaded from; None: defaults + environment
 
     def sections(self) -> dict[str, Section]:
-        core = {"llm": self.llm, "memory": self.memory, "agent": self.agent, "limits": self.limits}
-        return {**core, **self.platforms}
+        core = {"llm": self.llm, "memory": self.memory, "agent": self.agent}
+        return {**core, "limits": self.limits, "metrics": self.metrics, **self.platforms}
 
     def redacted(self) -> dict[str, dict[str, Any]]:
         """Every setting by section, secrets replaced by '***' (or None when unset): safe to log."""

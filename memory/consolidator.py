@@ -185,6 +185,8 @@ class MemoryConsolidator:
         # Keyed by (user key, session key): two users never share a lock or a failure count.
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._failures: dict[tuple[str, str], int] = {}
+        # Told "consolidated" or "raw_archive" after each chunk (the bot counts them).
+        self.on_outcome: Callable[[str], None] = lambda outcome: None
 
     def _id(self, workspace: Workspace, session: Session) -> tuple[str, str]:
         return (workspace.user_key, session.key)
@@ -281,6 +283,7 @@ class MemoryConsolidator:
         workspace.sessions.set_last_consolidated(session, end)
         self._failures.pop(self._id(workspace, session), None)
         self.last_consolidated_at[session.key] = clock.iso()
+        self.on_outcome("consolidated")
 
     def _raw_archive(
         self, workspace: Workspace, session: Session, chunk: list[dict[str, Any]], end: int
@@ -291,6 +294,7 @@ class MemoryConsolidator:
         workspace.sessions.set_last_consolidated(session, end)
         self._failures.pop(self._id(workspace, session), None)
         log.warning("consolidation kept failing: %d messages archived raw", len(chunk))
+        self.on_outcome("raw_archive")
 
     async def _save(self, workspace: Workspace, chunk: list[dict[str, Any]]) -> bool:
         """One consolidation attempt (forced tool choice, then "auto"); True if applied.

@@ -1,0 +1,184 @@
+"""Every metric LightGrep exports, defined once, and the small functions that count them.
+
+Prometheus names and labels live here only. The core is counted from the outside: `MeteredCore`
+wraps what adapters call (`handle`), `MeteredLLM` wraps the model client (every call of the agent
+and of the consolidator goes through it), and the consolidator reports its outcomes through a
+plain callback (`count_consolidation`), so memory/ imports nothing of this. Anyone else counts with
+the functions below (e.g. `count_limit_refusal` for a limit that refuses a message).
+
+The registry is our own, not prometheus_client's global one: nothing else in the process adds
+metrics to what /metrics shows. Counters only grow for the process's lifetime; rates are the
+scraper's job.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from bot.commands import parse_command
+from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMError
+
+if TYPE_CHECKING:
+    from bot.inbound import Inbound
+    from bot.outbound import Outbound
+    from bot.platform import Core
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+TURNS = Counter(
+    "lightgrep_turns",
+    "Messages handed to the core, by platform, kind (turn or command) and outcome.",
+    ["platform", "kind", "outcome"],
+    registry=REGISTRY,
+)
+ANSWER_SECONDS = Histogram(
+    "lightgrep_answer_seconds",
+    "Time from a message reaching the core to its whole answer, by platform and kind.",
+    ["platform", "kind"],
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120),
+    registry=REGISTRY,
+)
+LLM_CALLS = Counter(
+    "lightgrep_llm_calls",
+    "Calls to the model, by purpose (chat or consolidation) and outcome (ok or an error kind).",
+    ["purpose", "outcome"],
+    registry=REGISTRY,
+)
+LLM_SECONDS = Histogram(
+    "lightgrep_llm_call_seconds",
+    "Duration of one model call, by purpose.",
+    ["purpose"],
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120),
+    registry=REGISTRY,
+)
+TOKENS = Counter(
+    "lightgrep_llm_tokens",
+    "Tokens the provider reported, by purpose and kind (prompt or completion).",
+    ["purpose", "kind"],
+    registry=REGISTRY,
+)
+CONSOLIDATIONS = Counter(
+    "lightgrep_consolidations",
+    "Chunks of a session moved into MEMORY.md/HISTORY.md, by outcome (consolidated, or "
+    "raw_archive after repeated failures).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+LIMIT_REFUSALS = Counter(
+    "lightgrep_limit_refusals",
+    "Messages refused because a usage limit was reached, by limit.",
+    ["limit"],
+    registry=REGISTRY,
+)
+IN_FLIGHT = Gauge(
+    "lightgrep_updates_in_flight",
+    "Platform updates accepted and not yet handled (running or waiting), by platform.",
+    ["platform"],
+    registry=REGISTRY,
+)
+
+CONSOLIDATION_TOOL = "save_memory"
+
+
+def count_consolidation(outcome: str) -> None:
+    """"consolidated" or "raw_archive": the consolidator's callback."""
+    CONSOLIDATIONS.labels(outcome).inc()
+
+
+def count_limit_refusal(limit: str) -> None:
+    """A message refused by a usage limit (e.g. "messages_per_minute", "tokens_per_day")."""
+    LIMIT_REFUSALS.labels(limit).inc()
+
+
+def watch_in_flight(platform: str, count: Callable[[], int]) -> None:
+    """Read `count()` at every scrape as the platform's updates in flight."""
+    IN_FLIGHT.labels(platform).set_function(count)
+
+
+class ModelHealth:
+    """Whether the model answered lately: the outcome of the newest call, when it was."""
+
+    def __init__(self) -> None:
+        self.ok: bool | None = None  # None: no call yet
+        self.at = 0.0  # time.monotonic() of that call
+        self.error = ""
+
+    def record(self, ok: bool, error: str = "") -> None:
+        self.ok, self.at, self.error = ok, time.monotonic(), error
+
+
+MODEL = ModelHealth()
+
+
+class MeteredLLM:
+    """The model client, counted: calls, errors by kind, duration, reported tokens."""
+
+    def __init__(self, llm: ChatLLM) -> None:
+        self._llm = llm
+
+    def __getattr__(self, name: str) -> Any:  # model, aclose, …: the client's own
+        return getattr(self._llm, name)
+
+    async def chat(
+        self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+        **options: Any,
+    ) -> ChatResult:  # fmt: skip
+        purpose = "consolidation" if _offers(tools, CONSOLIDATION_TOOL) else "chat"
+        started = time.monotonic()
+        try:
+            result = await self._llm.chat(messages, tools=tools, **options)
+        except LLMError as exc:
+            kind = llm_error_kind(exc)
+            LLM_CALLS.labels(purpose, kind).inc()
+            MODEL.record(kind == "bad_request", str(exc))  # a 400 came from a working server
+            raise
+        finally:
+            LLM_SECONDS.labels(purpose).observe(time.monotonic() - started)
+        LLM_CALLS.labels(purpose, "ok").inc()
+        MODEL.record(True)
+        if result.prompt_tokens:
+            TOKENS.labels(purpose, "prompt").inc(result.prompt_tokens)
+        if result.completion_tokens:
+            TOKENS.labels(purpose, "completion").inc(result.completion_tokens)
+        return result
+
+
+def llm_error_kind(exc: LLMError) -> str:
+    """bad_request, timeout, connection, http_<status>, or other."""
+    if isinstance(exc, LLMBadRequest):
+        return "bad_request"
+    status = getattr(exc.__cause__, "status_code", None)
+    if isinstance(status, int):
+        return f"http_{status}"
+    text = str(exc)
+    if "timed out" in text:
+        return "timeout"
+    if "could not be reached" in text:
+        return "connection"
+    return "other"
+
+
+class MeteredCore:
+    """The core as adapters see it, counted: every message, its kind, outcome and answer time."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+
+    async def handle(self, inbound: Inbound, out: Outbound) -> None:
+        kind = "command" if parse_command(inbound.text) is not None else "turn"
+        started = time.monotonic()
+        try:
+            await self._core.handle(inbound, out)
+        except BaseException:
+            TURNS.labels(inbound.platform, kind, "error").inc()
+            raise
+        TURNS.labels(inbound.platform, kind, "ok").inc()
+        ANSWER_SECONDS.labels(inbound.platform, kind).observe(time.monotonic() - started)
+
+
+def _offers(tools: list[dict[str, Any]] | None, name: str) -> bool:
+    return any((t.get("function") or {}).get("name") == name for t in tools or [])
