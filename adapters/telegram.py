@@ -200,6 +200,7 @@ class TelegramAdapter:
             return poller
         url = self._config.webhook_url or ""
         intake.restore()
+        intake.release()  # Telegram redelivers by POST, whenever it likes: nothing to wait for
         server = WebhookServer(
             app.bot,
             intake,

@@ -111,6 +111,7 @@ class PerUserOrder(BaseUpdateProcessor):
     async def shutdown(self) -> None:
         """Nothing to free."""
 
+
 class Intake:
     """Hands raw updates to the application, at most PER_USER_IN_FLIGHT per user at a time.
 
@@ -131,15 +132,23 @@ class Intake:
         self._known: set[int] = set()  # ids running or waiting (a redelivery is skipped)
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
+        self._holding = False  # restored updates wait for release()
         self.finished = asyncio.Event()  # an update finished (polling may poll again)
 
     def restore(self) -> list[int]:
-        """Queue what the last run accepted and did not finish; their ids."""
+        """Queue what the last run accepted and did not finish; their ids. They wait for
+        `release`: polling first takes back what Telegram still holds (the updates that were
+        running), so that each user's updates run in id order across both."""
+        self._holding = True
         pending = self._spool.load()
         for raw in pending:
             self._queue(raw)
-        self._pump_all()
         return [raw["update_id"] for raw in pending]
+
+    def release(self) -> None:
+        """Start running the restored updates."""
+        self._holding = False
+        self._pump_all()
 
     def take(self, updates: list[dict[str, Any]]) -> None:
         """Polling: run each update now if its user is under the cap, else spool it."""
@@ -219,7 +228,11 @@ class Intake:
 
     def _pump(self, user: int) -> None:
         backlog = self._backlog.get(user)
-        while backlog and not self._stopping and self._running.get(user, 0) < PER_USER_IN_FLIGHT:
+        while (
+            backlog
+            and not (self._stopping or self._holding)
+            and self._running.get(user, 0) < PER_USER_IN_FLIGHT
+        ):
             self._start(backlog.pop(0), durable=True)
         if not backlog:
             self._backlog.pop(user, None)
@@ -325,6 +338,7 @@ class Poller:
         self._last_poll = float("-inf")
         self._got_new = True  # the last poll brought a new update
         self._full = False  # the last poll brought as many updates as it asked for
+        self._first = True  # no getUpdates answered yet (the spooled updates wait for one)
         # do_api_request warns that Bot.get_updates exists; we call the raw method on purpose.
         warnings.filterwarnings(
             "ignore", message=r"Please use 'Bot\.getUpdates'", category=PTBUserWarning
@@ -386,7 +400,7 @@ class Poller:
     async def _poll(self, stop: asyncio.Event) -> list[dict[str, Any]] | None:
         """One getUpdates (raw updates), or None if `stop` came first (the call is abandoned)."""
         offset = self.offset()
-        timeout = 0 if self._intake.held else self._timeout_s
+        timeout = 0 if self._intake.held or self._first else self._timeout_s
         self._intake.finished.clear()
         self._last_poll = asyncio.get_running_loop().time()
         call = asyncio.ensure_future(self._get_updates(offset, timeout))
@@ -440,6 +454,9 @@ class Poller:
             fresh.append(raw)
         self._got_new = bool(fresh)
         self._intake.take(fresh)
+        if self._first:
+            self._first = False
+            self._intake.release()
         self._full = len(updates) >= POLL_LIMIT
         if self._full:
             self._intake.spool_held()  # the window is full: let the offset move past them
@@ -509,5 +526,3 @@ async def _wait_any(events: list[asyncio.Event], timeout_s: float) -> None:
 
 async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
     await _wait_any([stop], seconds)
-
-

@@ -124,4 +124,3 @@ class Spool:
 
 def _line(record: dict[str, Any]) -> bytes:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-

@@ -85,7 +85,7 @@ CONSOLIDATION_TOOL = "save_memory"
 
 
 def count_consolidation(outcome: str) -> None:
-    """"consolidated" or "raw_archive": the consolidator's callback."""
+    """ "consolidated" or "raw_archive": the consolidator's callback."""
     CONSOLIDATIONS.labels(outcome).inc()
 
 

@@ -70,7 +70,10 @@ async def stopped(proc: asyncio.subprocess.Process) -> None:
 
 
 async def test_metrics_and_health_after_a_turn(
-    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]  # noqa: F811
+    fake_llm: FakeOpenAI,
+    fake_telegram: FakeTelegram,
+    tmp_path: Path,
+    child_env: dict[str, str],  # noqa: F811
 ) -> None:
     port = free_port()
     fake_llm.queue(completion("Hello.", prompt_tokens=120, completion_tokens=7))
@@ -103,7 +106,9 @@ async def test_metrics_and_health_after_a_turn(
 
 
 async def test_health_is_503_while_the_model_is_unreachable(
-    fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]  # noqa: F811
+    fake_telegram: FakeTelegram,
+    tmp_path: Path,
+    child_env: dict[str, str],  # noqa: F811
 ) -> None:
     port = free_port()
     config = observed_config(tmp_path, closed_port_url(), fake_telegram, port)

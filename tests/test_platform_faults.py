@@ -59,7 +59,10 @@ async def stop(proc: asyncio.subprocess.Process) -> str:
 
 
 async def test_a_malformed_discord_event_stops_neither_platform(
-    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]  # noqa: F811
+    fake_llm: FakeOpenAI,
+    fake_telegram: FakeTelegram,
+    tmp_path: Path,
+    child_env: dict[str, str],  # noqa: F811
 ) -> None:
     """A MESSAGE_CREATE whose channel_id is no snowflake once ended the whole process."""
     discord = await FakeDiscord().start()
@@ -83,7 +86,10 @@ async def test_a_malformed_discord_event_stops_neither_platform(
 
 
 async def test_a_platform_that_fails_while_running_is_restarted_and_the_others_keep_serving(
-    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]  # noqa: F811
+    fake_llm: FakeOpenAI,
+    fake_telegram: FakeTelegram,
+    tmp_path: Path,
+    child_env: dict[str, str],  # noqa: F811
 ) -> None:
     """The gateway closes for good (4004) after the bot has been serving: Discord is logged,
     restarted with a back-off and serves again; Telegram answers meanwhile."""
@@ -111,7 +117,10 @@ async def test_a_platform_that_fails_while_running_is_restarted_and_the_others_k
 
 
 async def test_a_webhook_update_acknowledged_then_killed_is_answered_after_the_restart(
-    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]  # noqa: F811
+    fake_llm: FakeOpenAI,
+    fake_telegram: FakeTelegram,
+    tmp_path: Path,
+    child_env: dict[str, str],  # noqa: F811
 ) -> None:
     """Webhook mode, SIGKILL while the model is thinking about a message Telegram was told we
     have: the next start answers it (Telegram never sends it again), and it is kept once."""

@@ -117,9 +117,10 @@ async def test_a_strangers_flood_costs_the_allowed_user_nothing(
     to_stranger = [c for c in tg.method_calls("sendMessage") if c["chat_id"] == str(STRANGER)]
     assert len(to_stranger) == 1 and to_stranger[0]["text"] == REFUSAL
     assert len(fake_llm.chat_requests) == 1
-    assert not (workspaces_dir / ".telegram-999.spool").exists() or not (
-        workspaces_dir / ".telegram-999.spool"
-    ).read_bytes()  # a stranger's words are never kept
+    assert (
+        not (workspaces_dir / ".telegram-999.spool").exists()
+        or not (workspaces_dir / ".telegram-999.spool").read_bytes()
+    )  # a stranger's words are never kept
 
 
 async def test_webhook_answers_200_only_once_the_update_is_kept(
