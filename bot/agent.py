@@ -31,9 +31,10 @@ from bot.context import ContextBuilder
 from bot.inbound import Inbound
 from bot.limits import Limits, Refusal
 from bot.llm import LLMClient
+from bot.metrics import count_limit_refusal
 from bot.outbound import Outbound, Reply
 from bot.tools import TOOL_SCHEMAS, AgentTools
-from bot.usage import MeteredLLM, UsageBook, charged_to
+from bot.usage import ChargedLLM, UsageBook, charged_to
 from memory import clock
 from memory.consolidator import MemoryConsolidator
 from memory.llm import ChatLLM, ChatResult, LLMError
@@ -72,7 +73,7 @@ class Agent:
         # Every model call, the consolidator's too, is booked to the user it was made for.
         self.usage = UsageBook(self.workspaces)
         self.limits = Limits(config.limits, self.usage)
-        self.llm: ChatLLM = MeteredLLM(llm or LLMClient.from_config(config.llm), self.usage)
+        self.llm: ChatLLM = ChargedLLM(llm or LLMClient.from_config(config.llm), self.usage)
         self.estimator = TokenEstimator()
         self.window = config.llm.context_window_tokens
         self.consolidator = MemoryConsolidator(self.llm, self.estimator, self.window)
@@ -131,7 +132,7 @@ class Agent:
 
     def _refused(self, inbound: Inbound, refusal: Refusal | None) -> Refusal | None:
         if refusal is not None:
-            # Metrics: count limit refusals here, by refusal.kind.
+            count_limit_refusal(refusal.kind)
             log.info("limit %s refused a message of %s", refusal.kind, inbound.user_key)
         return refusal
 

@@ -1,7 +1,7 @@
 """Who spent which tokens: every model call is charged to the person it was made for.
 
 The agent's calls and the consolidator's (which folds a person's conversation into their own
-memory) go through one `MeteredLLM`, which books the provider's reported tokens to the user whose
+memory) go through one `ChargedLLM`, which books the provider's reported tokens to the user whose
 turn is running: `charged_to(user_key)` marks it for the current task and every task it starts
 (asyncio copies the context), so a consolidation in the background is charged to its owner too.
 """
@@ -64,7 +64,7 @@ class UsageBook:
                 log.error("could not record token usage in %s: %s", usage.path, exc)
 
 
-class MeteredLLM:
+class ChargedLLM:
     """A ChatLLM that books every call's tokens to the user it is charged to."""
 
     def __init__(self, inner: ChatLLM, book: UsageBook) -> None:

@@ -127,3 +127,28 @@ async def test_health_is_503_while_the_model_is_unreachable(
     assert health["model"]["reachable"] is False and "GET /models" in health["model"]["detail"]
     failed = (("outcome", "connection"), ("purpose", "chat"))
     assert samples(text)[("lightgrep_llm_calls_total", failed)] == 1
+
+
+async def test_limit_refusals_are_counted(
+    fake_llm: FakeOpenAI,
+    fake_telegram: FakeTelegram,
+    tmp_path: Path,
+    child_env: dict[str, str],  # noqa: F811
+) -> None:
+    port = free_port()
+    fake_llm.queue(completion("Hello."))
+    config = observed_config(tmp_path, fake_llm, fake_telegram, port)
+    config.write_text(config.read_text() + "[limits]\nmessages_per_minute = 1\n")
+    proc = await serving(config, child_env)
+    try:
+        fake_telegram.dm(42, "hi")
+        await fake_telegram.wait_sent(42, 1, wait_s=STEP_TIMEOUT)
+        fake_telegram.dm(42, "and again")
+        await fake_telegram.wait_sent(42, 2, wait_s=STEP_TIMEOUT)
+        _, text = await get(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        await stopped(proc)
+
+    seen = samples(text)
+    assert seen[("lightgrep_limit_refusals_total", (("limit", "messages_per_minute"),))] == 1
+    assert seen[("lightgrep_llm_calls_total", (("outcome", "ok"), ("purpose", "chat")))] == 1
