@@ -1,8 +1,15 @@
-"""The terminal: a REPL on stdin/stdout, for `lightgrep chat` (one local user, a private chat).
+"""The terminal: a REPL for `lightgrep chat` (one local user, a private chat).
 
-Stdin is read without blocking the event loop, so background consolidation keeps running while
-the person types. It works for a terminal and for a pipe: the prompt is shown only when stdin
-is a terminal, and replies go to stdout so a script can read them.
+In a terminal (stdin and stdout both TTYs) it is a line editor (prompt_toolkit): a paste of any
+size is one message (bracketed paste), history across runs (a file per user in the data folder),
+Esc then Enter for a new line; answers show a spinner until text arrives and are rendered as
+Markdown (rich). Ctrl-C cancels the answer under way (the message stays saved, the unfinished
+answer is not kept); at an empty prompt Ctrl-C or Ctrl-D leaves.
+
+Anything else (a pipe, a file, a script) gets the plain line reader and plain text, exactly as
+written: one line is one message, replies go to stdout, the prompt only when stdin is a terminal.
+Either way input is read without blocking the event loop, so background consolidation keeps
+running while the person types.
 """
 
 from __future__ import annotations
@@ -13,16 +20,21 @@ import contextlib
 import getpass
 import logging
 import os
+import signal
 import sys
 import threading
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from adapters.terminal_screen import Screen
+from bot.config import ConfigError, data_home
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
-from bot.outbound import Button, OutFile
+from bot.outbound import CONSOLIDATING, Button, Notice, OutFile
 from bot.platform import PlatformPlugin
+from memory.keys import encode_key
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -31,7 +43,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PROMPT = "you> "
+CONTINUATION = "...  "
 QUIT_WORDS = frozenset({"/quit", "/exit"})
+HISTORY_FOLDER = "terminal-history"
+CANCELLED = "(Stopped. Your message is saved; the unfinished answer was not kept.)"
+NOTICES: dict[str, str] = {CONSOLIDATING: "(filing older messages into your memory…)"}
 
 
 def login_name() -> str:
@@ -122,28 +138,46 @@ class TerminalAdapter:
         stdin_fd: int | None = None,
         stdout: TextIO | None = None,
         files_dir: Path | None = None,
+        log_file: Path | None = None,
     ) -> None:
         self.config = config
         self.agent = agent
-        self.user = user or login_name()
+        # One spelling per name: "José" typed in NFD (macOS) is the same person as in NFC.
+        self.user = unicodedata.normalize("NFC", user or login_name())
         self.stdin_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
         self.out = stdout or sys.stdout
         self.files_dir = files_dir or Path.cwd()  # where a file the bot sends (/export) is saved
         self.interactive = os.isatty(self.stdin_fd)
+        self.editor = self.interactive and _is_tty(self.out)
+        self.log_file = log_file
         self.ready = asyncio.Event()
         self.user_key = user_key("cli", self.user)
         self.session_key = session_key("cli", "local", self.user)
+        self._answering: asyncio.Task[None] | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
+        log.info("chatting as %s (session %s)", self.user_key, self.session_key)
+        with self._interrupts(stop):
+            if self.editor:
+                await self._run_editor(stop)
+            else:
+                await self._run_lines(stop)
+
+    def banner(self) -> str:
+        keys = "Esc then Enter (or Alt+Enter) starts a new line; " if self.editor else ""
+        return (
+            f"{self.config.agent.bot_name} — you are {self.user_key}. /help lists commands; "
+            f"{keys}/quit, Ctrl-D or Ctrl-C at an empty prompt leaves.\n"
+        )
+
+    # ---- the plain line reader (pipes, files, a terminal on one side only) ---------------
+
+    async def _run_lines(self, stop: asyncio.Event) -> None:
         reader = LineReader(self.stdin_fd)
         reader.start()
         self.ready.set()
-        log.info("chatting as %s (session %s)", self.user_key, self.session_key)
         if self.interactive:
-            self._write(
-                f"{self.config.agent.bot_name} — you are {self.user_key}. "
-                "/help lists commands; /quit or Ctrl-D leaves.\n"
-            )
+            self._write(self.banner())
         try:
             while not stop.is_set():
                 line = await self._next_line(reader, stop)
@@ -154,7 +188,7 @@ class TerminalAdapter:
                     continue
                 if text.lower() in QUIT_WORDS:
                     break
-                await self._answer(text)
+                await self._answer_cancellably(text)
         finally:
             reader.close()
             if self.interactive:
@@ -164,17 +198,97 @@ class TerminalAdapter:
         """The next line, or None at EOF or when asked to stop."""
         if self.interactive and reader.lines.empty():
             self._write(PROMPT)
-        get = asyncio.ensure_future(reader.lines.get())
-        stopped = asyncio.ensure_future(stop.wait())
+        return await _first_or_none(reader.lines.get(), stop)
+
+    # ---- the line editor (a terminal on both sides) ----------------------------------------
+
+    async def _run_editor(self, stop: asyncio.Event) -> None:
+        session = self._prompt_session()
+        self.ready.set()
+        self._write(self.banner())
+        while not stop.is_set():
+            text = await self._prompt(session, stop)
+            if text is None:
+                break
+            text = text.strip()
+            if not text:
+                continue
+            if text.lower() in QUIT_WORDS:
+                break
+            await self._answer_cancellably(text)
+        self._write("\n")
+
+    def _prompt_session(self) -> Any:
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import InMemoryHistory
+        from prompt_toolkit.key_binding import KeyBindings
+
+        bindings = KeyBindings()
+
+        @bindings.add("enter")
+        def _send(event: Any) -> None:
+            event.current_buffer.validate_and_handle()
+
+        @bindings.add("escape", "enter")  # Alt+Enter sends the same keys in most terminals
+        def _new_line(event: Any) -> None:
+            event.current_buffer.insert_text("\n")
+
+        @bindings.add("c-c")
+        def _interrupt(event: Any) -> None:
+            """Like a shell: Ctrl-C drops what is typed; at an empty prompt it leaves."""
+            if event.current_buffer.text:
+                event.current_buffer.reset()
+            else:
+                event.app.exit(result=None)
+
+        history = self._history() or InMemoryHistory()
+        return PromptSession(
+            PROMPT,
+            multiline=False,  # Enter sends; a pasted or an Esc-Enter newline stays in
+            reserve_space_for_menu=0,  # nothing to complete: don't push the screen up
+            prompt_continuation=CONTINUATION,
+            key_bindings=bindings,
+            history=history,
+            enable_open_in_editor=False,
+        )
+
+    def _history(self) -> Any:
+        """The user's input history, a private file in the data folder; None if it cannot be."""
+        from prompt_toolkit.history import FileHistory
+
         try:
-            await asyncio.wait({get, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopped.cancel()
-            if not get.done():
-                get.cancel()
-        if not get.done() or get.cancelled():
+            folder = data_home() / HISTORY_FOLDER
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path = folder / f"{encode_key(self.user_key)}.txt"
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        except (OSError, ConfigError) as exc:
+            log.warning("no input history across runs: %s", exc)
             return None
-        return get.result()
+        return FileHistory(str(path))
+
+    async def _prompt(self, session: Any, stop: asyncio.Event) -> str | None:
+        """What the person sends; None when they leave (Ctrl-D, Ctrl-C) or on stop."""
+        try:
+            # handle_sigint=False: the prompt's own Ctrl-C key binding decides, and a SIGINT
+            # from outside reaches _interrupts (which stops the chat).
+            prompt = session.prompt_async(handle_sigint=False)
+            return await _first_or_none(prompt, stop)
+        except EOFError:
+            return None
+
+    # ---- one answer ----------------------------------------------------------------------
+
+    async def _answer_cancellably(self, text: str) -> None:
+        """Answer `text`; a Ctrl-C meanwhile (see _interrupts) cancels just this answer."""
+        self._answering = asyncio.ensure_future(self._answer(text))
+        try:
+            await asyncio.shield(self._answering)
+        except asyncio.CancelledError:
+            if not self._answering.cancelled():
+                raise  # the chat itself is being cancelled
+            self._say_cancelled()
+        finally:
+            self._answering = None
 
     async def _answer(self, text: str) -> None:
         inbound = Inbound(
@@ -184,13 +298,48 @@ class TerminalAdapter:
             text=text,
             is_private=True,
         )
-        out = PrintedOutbound(self._write, self.files_dir)
+        out = PrintedOutbound(
+            self._write, self.files_dir, Screen(self.out) if self.editor else None
+        )
         try:
             await self.agent.handle(inbound, out)
         except Exception:
             log.exception("the agent failed on a message")
-            self._write("\n" if out.wrote else "")
-            self._write("(Something went wrong on my side; the details are in the log.)\n\n")
+            out.close()
+            self._write("\n" if out.wrote and not self.editor else "")
+            where = f"in {self.log_file}" if self.log_file else "in the log"
+            self._write(f"(Something went wrong on my side; the details are {where}.)\n\n")
+        except asyncio.CancelledError:
+            out.close()
+            raise
+
+    def _say_cancelled(self) -> None:
+        self._write(f"\n{CANCELLED}\n\n")
+
+    @contextlib.contextmanager
+    def _interrupts(self, stop: asyncio.Event) -> Any:
+        """In a terminal, Ctrl-C (SIGINT) cancels the answer under way, and only that; with no
+        answer under way it stops the chat. Piped, SIGINT stays the CLI's: stop."""
+        loop = asyncio.get_running_loop()
+        if not self.interactive:
+            yield
+            return
+
+        def interrupted() -> None:
+            if self._answering is not None and not self._answering.done():
+                self._answering.cancel()
+            else:
+                stop.set()
+
+        try:
+            loop.add_signal_handler(signal.SIGINT, interrupted)
+        except (NotImplementedError, RuntimeError, ValueError):
+            yield
+            return
+        try:
+            yield
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
 
     def _write(self, text: str) -> None:
         with contextlib.suppress(BrokenPipeError):
@@ -201,34 +350,73 @@ class TerminalAdapter:
 class PrintedOutbound:
     """The terminal's Outbound: text is printed as it comes, a blank line ends the answer. The
     terminal is a private chat, so a private answer is printed like any other. A file is saved
-    in `files_dir` and its path printed; buttons are printed as the commands to type."""
+    in `files_dir` and its path printed; buttons are printed as the commands to type.
 
-    def __init__(self, write: Callable[[str], None], files_dir: Path) -> None:
+    With a `screen` (a real terminal) a spinner runs until text arrives and the text is rendered
+    as Markdown; without one, the text is written exactly as the core gave it."""
+
+    def __init__(
+        self, write: Callable[[str], None], files_dir: Path, screen: Screen | None = None
+    ) -> None:
         self._write = write
         self._files_dir = files_dir
+        self._screen = screen
         self.wrote = False
+        self._notes: dict[str, None] = {}  # in order, each once
 
     async def begin(self, *, private: bool = False) -> None:
-        pass
+        if self._screen is not None:
+            self._screen.spin()
+
+    async def notice(self, what: Notice) -> None:
+        """Before any text it labels the spinner (the wait may be the consolidation's); either
+        way it is said once more under the answer, where it is not gone in a flash."""
+        text = NOTICES.get(what)
+        if self._screen is not None and text:
+            if not self.wrote:
+                self._screen.spin(text.strip("()"))
+            self._notes[text] = None
 
     async def add_text(self, text: str) -> None:
         self.wrote = self.wrote or bool(text)
-        self._write(text)
+        if self._screen is not None:
+            self._screen.add_markdown(text)
+        else:
+            self._write(text)
 
     async def attach_file(self, file: OutFile) -> None:
         self.wrote = True
         try:
             path = save_file(file, self._files_dir)
         except OSError as exc:
-            self._write(f"\n(I could not save {file.name} in {self._files_dir}: {exc.strerror})\n")
+            self._say(f"(I could not save {file.name} in {self._files_dir}: {exc.strerror})")
             return
-        self._write(f"\nSaved {file.name}: {path}\n")
+        self._say(f"Saved {file.name}: {path}")
 
     async def offer(self, buttons: tuple[Button, ...]) -> None:
-        self._write("\n" + "\n".join(f"  {b.command}   ({b.label})" for b in buttons) + "\n")
+        self._say("\n".join(f"  {b.command}   ({b.label})" for b in buttons))
+
+    def _say(self, note: str) -> None:
+        """A line of its own after the answer's text so far."""
+        if self._screen is not None:
+            self._screen.end_markdown()
+            self._screen.note(note)
+        else:
+            self._write(f"\n{note}\n")
 
     async def finish(self) -> None:
-        self._write("\n\n")
+        if self._screen is not None:
+            self._screen.end_markdown()
+            for note in self._notes:
+                self._screen.note(note)
+            self._write("\n")
+        else:
+            self._write("\n\n")
+
+    def close(self) -> None:
+        """The answer ended without finish (cancelled, failed): stop the spinner."""
+        if self._screen is not None:
+            self._screen.stop_spinning()
 
 
 def save_file(file: OutFile, folder: Path) -> Path:
@@ -249,9 +437,35 @@ def save_file(file: OutFile, folder: Path) -> Path:
     raise FileExistsError(f"too many files named {file.name} in {folder}")
 
 
-def create(config: Config, agent: Core, *, user: str | None = None) -> TerminalAdapter:
+async def _first_or_none(awaitable: Any, stop: asyncio.Event) -> Any:
+    """The awaitable's result, or None if `stop` is set first (the awaitable is then cancelled)."""
+    task = asyncio.ensure_future(awaitable)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, EOFError):
+                await task
+    if not task.done() or task.cancelled():
+        return None
+    return task.result()
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return os.isatty(stream.fileno())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def create(
+    config: Config, agent: Core, *, user: str | None = None, log_file: Path | None = None
+) -> TerminalAdapter:
     """Entry point `lightgrep.platforms: terminal`."""
-    return TerminalAdapter(config, agent, user=user)
+    return TerminalAdapter(config, agent, user=user, log_file=log_file)
 
 
 # Entry point `lightgrep.platforms: terminal`; no settings section (`lightgrep chat` starts it).

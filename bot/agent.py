@@ -3,12 +3,17 @@
 Every platform hands it an Inbound and an Outbound (bot.outbound) to answer through. Two messages
 of one session run in order (a lock per session); different sessions run at once. The user's
 message is persisted before the LLM is called, so an outage never loses it.
+
+A file that cannot be written (disk full, read-only, no permission) is answered here, for every
+platform alike: one sentence saying whether the message was saved, the details in the log, and
+the next message tries again. A consolidation that cannot be written never holds up an answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import weakref
@@ -32,7 +37,7 @@ from bot.inbound import Inbound
 from bot.limits import Limits, Refusal
 from bot.llm import LLMClient
 from bot.metrics import count_limit_refusal
-from bot.outbound import Outbound, Reply
+from bot.outbound import CONSOLIDATING, Outbound, Reply
 from bot.tools import TOOL_SCHEMAS, AgentTools
 from bot.usage import ChargedLLM, UsageBook, charged_to
 from memory import clock
@@ -58,6 +63,39 @@ UNSAFE_WORKSPACE_REPLY = (
     "I can't open your memory safely: a file in it is a symbolic link, which I never follow. "
     "Your message was not saved; the bot's operator can see the details in the log."
 )
+
+NOT_SAVED = (
+    "I couldn't save your message ({reason}), so I haven't answered it and nothing of it was "
+    "kept. Please send it again once that is fixed."
+)
+ANSWER_NOT_SAVED = "(Your message is saved, but this answer is not: {reason}.)"
+STOPPED_NOT_SAVED = (
+    "Your message is saved, but I had to stop before answering it: I couldn't save my work "
+    "({reason}). Please ask again once that is fixed."
+)
+CONVERSATION_START = "conversation_start"  # session metadata: where /new began the conversation
+_DISK_REASONS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EFBIG: "a file has reached its size limit",
+    errno.EROFS: "the disk is read-only",
+    errno.EACCES: "I'm not allowed to write my files",
+    errno.EPERM: "I'm not allowed to write my files",
+}
+
+
+class _NotSaved(Exception):
+    """A message of the turn could not be appended; `answer` is the text that was not kept."""
+
+    def __init__(self, error: OSError, answer: str | None = None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.answer = answer
+
+
+def disk_reason(error: OSError) -> str:
+    """Why a write failed, in words for the person whose message it was (no paths)."""
+    return _DISK_REASONS.get(error.errno or 0, "my files could not be written")
 
 
 class Agent:
@@ -108,12 +146,12 @@ class Agent:
                 await run_command(command, lambda: self._command_context(inbound), out)
                 return
             await out.begin(private=False)
-            reply = await self._answer(inbound)
+            reply = await self._answer(inbound, out)
             if reply.text:
                 await out.add_text(reply.text)
             await out.finish()
 
-    async def _answer(self, inbound: Inbound) -> Reply:
+    async def _answer(self, inbound: Inbound, out: Outbound) -> Reply:
         """A message that is not a command: refused by a limit, or answered by a turn."""
         if not inbound.text.strip():
             return Reply("(That message was empty.)")
@@ -121,7 +159,7 @@ class Agent:
         if refusal is not None:
             return Reply(refusal.text)
         try:
-            return await self._turn(inbound)
+            return await self._turn(inbound, out)
         except LinkRefusedError as exc:  # a link planted after the workspace was opened
             log.error("refused a link in the workspace of %s: %s", inbound.user_key, exc)
             return Reply(UNSAFE_WORKSPACE_REPLY)
@@ -162,7 +200,7 @@ class Agent:
 
     # ---- the turn -----------------------------------------------------------------------
 
-    async def _turn(self, inbound: Inbound) -> Reply:
+    async def _turn(self, inbound: Inbound, out: Outbound) -> Reply:
         self._note_session(inbound)
         async with self._lock(inbound.session_key):
             # Looked up under the lock: a /wipe that held it has replaced the workspace.
@@ -170,7 +208,7 @@ class Agent:
             session = workspace.sessions.get(inbound.session_key)
             earlier = self._earlier_copy(session, inbound.message_id)
             if earlier is not None:
-                return await self._redelivered(workspace, session, inbound, earlier)
+                return await self._redelivered(workspace, session, inbound, earlier, out)
             refusal = self._refused(inbound, self.limits.check_tokens(inbound.user_key))
             if refusal is not None:  # spent by the turns this message waited for
                 return Reply(refusal.text)
@@ -182,25 +220,40 @@ class Agent:
             user_message["timestamp"] = clock.iso(now)  # the instant the model is told
             if inbound.message_id is not None:
                 user_message["message_id"] = inbound.message_id
-                self._ids_of(session)[inbound.message_id] = len(session.messages)
-            workspace.sessions.append(session, user_message)
-            return await self._respond(workspace, session, inbound)
+            try:
+                workspace.sessions.append(session, user_message)
+            except LinkRefusedError:
+                raise  # not the disk: a planted link (see _answer)
+            except OSError as exc:
+                log.error("could not save a message of %s: %s", inbound.session_key, exc)
+                return Reply(NOT_SAVED.format(reason=disk_reason(exc)))
+            if inbound.message_id is not None:
+                self._ids_of(session)[inbound.message_id] = len(session.messages) - 1
+            return await self._respond(workspace, session, inbound, out)
 
-    async def _respond(self, workspace: Workspace, session: Session, inbound: Inbound) -> Reply:
+    async def _respond(
+        self, workspace: Workspace, session: Session, inbound: Inbound, out: Outbound
+    ) -> Reply:
         """Answer the session's newest messages (the caller holds the session lock)."""
         system = self._system_prompt(workspace, session, inbound)
         if self._estimate(system, session) > self.window:
             # The prompt cannot fit at all: make room before calling the model.
-            await self.consolidator.maybe_consolidate(
-                workspace, session, self._cost_of_prompt(workspace, inbound)
-            )
+            await out.notice(CONSOLIDATING)
+            await self._consolidate_first(workspace, session, inbound)
             system = self._system_prompt(workspace, session, inbound)
         try:
             public = not self._memory_shown(workspace, inbound)
             text = await self._run_model(workspace, session, system, public=public)
+        except _NotSaved as failure:
+            log.error("could not save the answer of %s: %s", inbound.session_key, failure.error)
+            reason = disk_reason(failure.error)
+            if failure.answer is None:
+                return Reply(STOPPED_NOT_SAVED.format(reason=reason))
+            return Reply(f"{failure.answer}\n\n{ANSWER_NOT_SAVED.format(reason=reason)}")
         except LLMError as exc:
             return Reply(_llm_failed(inbound, exc))
         if self._estimate(system, session) > self.window:
+            await out.notice(CONSOLIDATING)
             self._in_background(
                 self.consolidator.maybe_consolidate(
                     workspace, session, self._cost_of_prompt(workspace, inbound)
@@ -208,6 +261,20 @@ class Agent:
                 inbound.user_key,
             )
         return Reply(text)
+
+    async def _consolidate_first(
+        self, workspace: Workspace, session: Session, inbound: Inbound
+    ) -> None:
+        """Consolidate before answering; a failure to write it never holds up the answer (the
+        model gets what fits, and the next turn tries again)."""
+        try:
+            await self.consolidator.maybe_consolidate(
+                workspace, session, self._cost_of_prompt(workspace, inbound)
+            )
+        except LinkRefusedError:
+            raise
+        except OSError as exc:
+            log.error("could not write the consolidation of %s: %s", inbound.session_key, exc)
 
     # ---- a message delivered twice (the platform resends what a crash left unacknowledged) --
 
@@ -227,7 +294,7 @@ class Agent:
         return None if message_id is None else self._ids_of(session).get(message_id)
 
     async def _redelivered(
-        self, workspace: Workspace, session: Session, inbound: Inbound, index: int
+        self, workspace: Workspace, session: Session, inbound: Inbound, index: int, out: Outbound
     ) -> Reply:
         """Never persist a message twice. Send its answer again if it has one; if a later
         message follows, that one's turn answers both; if it is the newest, answer it now."""
@@ -237,7 +304,7 @@ class Agent:
             if message.get("role") == "assistant" and not message.get("tool_calls"):
                 return Reply(str(message.get("content") or EMPTY_REPLY))
         log.info("answering a redelivered message of %s", inbound.session_key)
-        return await self._respond(workspace, session, inbound)
+        return await self._respond(workspace, session, inbound, out)
 
     async def _run_model(
         self, workspace: Workspace, session: Session, system: str, *, public: bool = False
@@ -253,16 +320,17 @@ class Agent:
                 self.estimator.observe_usage(estimated, result.prompt_tokens)
             if not result.tool_calls:
                 text = (result.content or "").strip() or EMPTY_REPLY
-                workspace.sessions.append(session, {"role": "assistant", "content": text})
+                _append(workspace, session, {"role": "assistant", "content": text}, answer=text)
                 return text
-            workspace.sessions.append(session, _assistant_with_calls(result))
+            _append(workspace, session, _assistant_with_calls(result))
             for call in result.tool_calls:
                 output = await tools.execute(call.name, call.arguments)
-                workspace.sessions.append(
+                _append(
+                    workspace,
                     session,
                     {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output},
                 )
-        workspace.sessions.append(session, {"role": "assistant", "content": STUCK_REPLY})
+        _append(workspace, session, {"role": "assistant", "content": STUCK_REPLY}, STUCK_REPLY)
         return STUCK_REPLY
 
     def _too_long(self, user_message: dict[str, Any]) -> str | None:
@@ -347,6 +415,8 @@ class Agent:
         if not session.unconsolidated():
             lock.release()
             return False
+        # Where the new conversation begins, for /status; saved with the cursor once filed.
+        session.metadata[CONVERSATION_START] = len(session.messages)
 
         async def file_old_messages() -> None:
             try:
@@ -364,12 +434,13 @@ class Agent:
         when = self.consolidator.last_consolidated_at.get(session.key)
         if when is None:
             when = "earlier (before this start-up)" if session.last_consolidated else "never"
+        start = _conversation_start(session)
         return SessionStatus(
             model=getattr(self.llm, "model", "unknown"),
             context_tokens=self._estimate(system, session),
             window_tokens=self.window,
-            messages=len(session.messages),
-            unconsolidated=len(session.messages) - session.last_consolidated,
+            messages=len(session.messages) - start,
+            unconsolidated=len(session.messages) - max(start, session.last_consolidated),
             last_consolidation=when,
         )
 
@@ -463,6 +534,26 @@ def _llm_failed(inbound: Inbound, exc: LLMError) -> str:
     masked, and the person gets one sentence that holds nothing of it."""
     log.warning("LLM call failed for %s: %s", inbound.session_key, logsafe.mask(str(exc)))
     return LLM_FAILED_REPLY
+
+
+def _conversation_start(session: Session) -> int:
+    """Index of the first message after the last /new (0 if there was none)."""
+    start = session.metadata.get(CONVERSATION_START, 0)
+    if not isinstance(start, int) or isinstance(start, bool):
+        return 0
+    return min(max(0, start), len(session.messages))
+
+
+def _append(
+    workspace: Workspace, session: Session, message: dict[str, Any], answer: str | None = None
+) -> None:
+    """Persist one message of the turn; a failed write becomes _NotSaved (see _respond)."""
+    try:
+        workspace.sessions.append(session, message)
+    except LinkRefusedError:
+        raise
+    except OSError as exc:
+        raise _NotSaved(exc, answer) from exc
 
 
 def _assistant_with_calls(result: ChatResult) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """The `lightgrep` command: chat in the terminal, run the platforms, look at memory, check setup.
 
-Mistakes a person can make (a bad config, no platform enabled, a bad token) end with one line on
-stderr and a non-zero exit code, never a traceback. Logs go to stderr through `logging`; every
-configured secret is masked there by bot.logsafe.
+Mistakes a person can make (a bad config, no platform enabled, a bad token, a bad regex) end with
+one line on stderr and a non-zero exit code, never a traceback. Logs go to stderr through
+`logging` (in a terminal chat, to a file in the data folder instead, unless -v); every configured
+secret is masked there by bot.logsafe. `memory` and `recall` only read files: they import neither
+the agent nor any client library, so they start at once and can be piped (`| head` ends quietly).
 """
 
 from __future__ import annotations
@@ -11,19 +13,18 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 import tempfile
 import time
+import unicodedata
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
 from bot import cli_control, logsafe
-from bot.config import Config, ConfigError, load_config
-from bot.inbound import Inbound
-from bot.keys import session_key
-from bot.outbound import BufferedOutbound
+from bot.config import Config, ConfigError, data_home, load_config
 from bot.platform import (
     AdapterFactory,
     PlatformAdapter,
@@ -38,6 +39,7 @@ log = logging.getLogger("lightgrep")
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE, what a shell reports for a tool its reader left
 SLOW_SHUTDOWN_NOTICE_S = 0.5
 RESTART_FIRST_S = 1.0  # back-off before restarting a platform that failed while running…
 RESTART_MAX_S = 60.0  # …doubling up to this…
@@ -56,12 +58,24 @@ class UserError(Exception):
 
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+CHAT_LOG = "chat.log"
+CHAT_LOG_BYTES = 1_000_000  # then rotated, keeping CHAT_LOG_KEPT older files
+CHAT_LOG_KEPT = 2
 
 
-def setup_logging(verbose: bool, quiet: bool) -> None:
-    """stderr; ours at INFO (WARNING in a chat, so logs don't garble the conversation), libraries
-    at WARNING; --verbose: everything at DEBUG."""
-    handler = logging.StreamHandler(sys.stderr)
+def setup_logging(verbose: bool, quiet: bool, log_file: Path | None = None) -> Path | None:
+    """Ours at INFO (WARNING when `quiet`), libraries at WARNING; --verbose: everything at DEBUG.
+
+    On stderr, or appended to `log_file` (a chat: log lines must not land in the conversation);
+    returns the file actually used, None for stderr (also when the file cannot be opened)."""
+    handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    used = None
+    if log_file is not None:
+        try:
+            handler = _file_handler(log_file)
+            used = log_file
+        except OSError:
+            quiet = True  # no file to keep them in: only the warnings, on stderr
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -70,6 +84,17 @@ def setup_logging(verbose: bool, quiet: bool) -> None:
         for name in ("bot", "adapters", "memory"):
             logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.INFO)
         log.setLevel(logging.INFO)
+    return used
+
+
+def _file_handler(path: Path) -> logging.Handler:
+    from logging.handlers import RotatingFileHandler
+
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # private: user text
+    return RotatingFileHandler(
+        path, maxBytes=CHAT_LOG_BYTES, backupCount=CHAT_LOG_KEPT, encoding="utf-8"
+    )
 
 
 def load(path: Path | None, *, writer: bool = True) -> Config:
@@ -104,12 +129,15 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     config = load(args.config)
     require_credentials(config)
     factory = _factory("terminal")
-    log.info("connecting to %s; memory in %s", describe_endpoint(config), _workspaces(config))
+    where = _workspaces(config)
+    log.info("connecting to %s; memory in %s", describe_endpoint(config), where)
+    logs = f"; log in {args.log_file}" if args.log_file else ""
+    print(f"{describe_endpoint(config)}; memory in {where}{logs}", file=sys.stderr, flush=True)
     with _only_writer(config):
         agent = _new_agent(config)
         stop = asyncio.Event()
         try:
-            adapter = factory(config, agent, user=args.user)
+            adapter = factory(config, agent, user=args.user, log_file=args.log_file)
             with _signals_set(stop):
                 await adapter.run(stop)
         finally:
@@ -263,11 +291,7 @@ def _signals_set(stop: asyncio.Event) -> Iterator[None]:
 
 async def cmd_memory(args: argparse.Namespace) -> int:
     """MEMORY.md as stored (the same read as /memory), so it can be piped or diffed."""
-    from memory.workspace import Workspaces
-
-    config = load(args.config, writer=False)
-    _require_workspace(config, args.user_key)
-    workspaces = Workspaces(_workspaces(config), writer=False)  # a live bot may be writing
+    workspaces = _reader(args)
     content = workspaces.get(args.user_key).memory.read()
     if content.strip():
         print(content.rstrip("\n"))
@@ -277,31 +301,30 @@ async def cmd_memory(args: argparse.Namespace) -> int:
 
 
 async def cmd_recall(args: argparse.Namespace) -> int:
-    config = load(args.config, writer=False)
-    _require_workspace(config, args.user_key)
-    options = (["--regex"] if args.regex else []) + ["--page", str(args.page)]
-    reply = await _as_user(config, args.user_key, " ".join(["/recall", *options, *args.words]))
-    print(reply)
+    """The user's /recall answer, exactly as they would get it; a query that cannot be run (a
+    bad regex) is an error, exit 2."""
+    from bot.commands import RecallQuery, recall
+    from memory.search import SearchError
+
+    workspace = _reader(args).get(args.user_key)
+    query = RecallQuery(" ".join(args.words), page=args.page, regex=args.regex)
+    try:
+        answer = await recall(workspace.history_path, query)
+    except SearchError as exc:
+        raise UserError(f"can't search for that: {exc}", EXIT_USAGE) from None
+    print(answer)
     return 0
 
 
-async def _as_user(config: Config, key: str, command: str) -> str:
-    """The command's answer exactly as that user would get it in a private chat (read-only: the
-    folder may be a live bot's, and only the bot, holding its lock, writes there)."""
-    agent = _new_agent(config, writer=False)
-    inbound = Inbound(
-        platform=key.partition("-")[0] or "cli",
-        session_key=session_key("cli", "operator", key),
-        user_key=key,
-        text=command,
-        is_private=True,
-    )
-    out = BufferedOutbound()
-    try:
-        await agent.handle(inbound, out)
-        return out.reply.text
-    finally:
-        await agent.aclose()
+def _reader(args: argparse.Namespace) -> Any:
+    """The workspaces, opened to read only: the folder may be a live bot's (only the bot, holding
+    its lock, writes there) or read-only. The user's key must exist."""
+    from memory.workspace import Workspaces
+
+    config = load(args.config, writer=False)
+    args.user_key = unicodedata.normalize("NFC", args.user_key)  # as the terminal names users
+    _require_workspace(config, args.user_key)
+    return Workspaces(_workspaces(config), writer=False)
 
 
 def _require_workspace(config: Config, key: str) -> None:
@@ -329,7 +352,9 @@ async def cmd_doctor(args: argparse.Namespace) -> int:
         print(f"{'OK  ' if ok else 'FAIL'}  {check}: {detail}", flush=True)
 
     try:
-        config = load(args.config)
+        # writer=False: a workspaces folder that cannot be written is the next check's finding,
+        # on its own line, and must not hide the endpoint's.
+        config = load(args.config, writer=False)
     except ConfigError as exc:
         report(False, "config", str(exc))
         return EXIT_FAILURE
@@ -345,6 +370,7 @@ async def cmd_doctor(args: argparse.Namespace) -> int:
 def _check_workspaces(config: Config) -> tuple[bool, str, str]:
     path = _workspaces(config)
     try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".doctor-"):
             pass
     except OSError as exc:
@@ -463,14 +489,17 @@ async def _close_agent(agent: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--config", type=Path, metavar="FILE", help="config file (default: ./config.toml if any)"
-    )
-    common.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    """Global options work before the command and after it (`lightgrep --config F doctor`).
+
+    The commands' copies default to SUPPRESS, so an option given before the command is not
+    reset by the command's own default."""
     parser = argparse.ArgumentParser(
         prog="lightgrep", description="A chat bot that remembers each user in plain files."
     )
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
+    _global_options(parser, suppress=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _global_options(common, suppress=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     chat = sub.add_parser("chat", parents=[common], help="talk to the bot in this terminal")
@@ -488,7 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("user_key", metavar="USER_KEY", help="e.g. cli-alice")
     recall.add_argument("words", nargs="+", metavar="WORDS", help='keywords; "quotes" for a phrase')
     recall.add_argument("--regex", action="store_true", help="WORDS is a regular expression")
-    recall.add_argument("--page", type=int, default=1, metavar="N", help="page of results")
+    recall.add_argument("--page", type=_page, default=1, metavar="N", help="page of results")
     recall.set_defaults(func=cmd_recall)
 
     doctor = sub.add_parser("doctor", parents=[common], help="check config, endpoint, tokenizer")
@@ -498,9 +527,54 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        default=argparse.SUPPRESS if suppress else None,
+        help="config file (default: ./config.toml if any)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="debug logging on stderr (in a chat: instead of the log file)",
+    )
+
+
+def _page(text: str) -> int:
+    try:
+        page = int(text)
+    except ValueError:
+        page = 0
+    if page < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 up, not {text!r}")
+    return page
+
+
+class _Version(argparse.Action):
+    """--version, read from the installed package only when asked (it costs an import)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("lightgrep")
+        except PackageNotFoundError:
+            number = "unknown (not installed: pip install -e .)"
+        parser.exit(message=f"lightgrep {number}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    setup_logging(args.verbose, quiet=args.command == "chat")
+    chatting = args.command == "chat"
+    wanted = _chat_log_file() if chatting and not args.verbose else None
+    args.log_file = setup_logging(args.verbose, quiet=chatting, log_file=wanted)
     command: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = args.func
     try:
         return asyncio.run(command(args))
@@ -512,6 +586,27 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc), EXIT_FAILURE)
     except (KeyboardInterrupt, asyncio.CancelledError):
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _reader_went_away()
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            sys.stdout.flush()
+
+
+def _chat_log_file() -> Path | None:
+    try:
+        return data_home() / CHAT_LOG
+    except ConfigError:
+        return None  # no home folder: logs stay on stderr
+
+
+def _reader_went_away() -> int:
+    """`lightgrep recall … | head`: the reader closed the pipe. Exit quietly, as Unix tools do
+    (128 + SIGPIPE), and point stdout at /dev/null so Python's final flush cannot complain."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
 
 
 def _fail(message: str, code: int) -> int:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shlex
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from pathlib import Path
 
 from bot.confirm import Confirmations
 from bot.control import cmd_export, cmd_forget, cmd_wipe, memory_history, memory_undo
@@ -98,6 +100,7 @@ class Command:
     handler: Handler
     private: bool = False
     argument: Argument | None = None
+    details: str = ""  # shown under it by /help (menus get only the short description)
 
 
 async def cmd_memory(ctx: CommandContext, args: str) -> str:
@@ -114,40 +117,112 @@ async def cmd_memory(ctx: CommandContext, args: str) -> str:
     return f"Here is what I remember about you:\n\n{content}"
 
 
-def _parse_recall_args(args: str) -> tuple[str, int, bool]:
-    """Options `--page N` and `--regex` (or `-r`) around the keywords."""
+RECALL_HELP = (
+    "Tell me what to look for, e.g. `/recall holiday plans`. Options: \"quotes\" for a phrase, "
+    "`--regex PATTERN` (or `-r`) for a regular expression, `--page N` for more results."
+)
+NO_HISTORY = (
+    "There is no history to search yet: conversations are filed into it once they grow long, "
+    "or when you start a fresh one with /new."
+)
+# Phone keyboards turn " into curly quotes; they quote the same way.
+_CURLY_QUOTES = str.maketrans({"“": '"', "”": '"', "„": '"'})
+
+
+class RecallArgsError(ValueError):
+    """/recall arguments that cannot be understood; the message is for the user."""
+
+
+@dataclass(frozen=True)
+class RecallQuery:
+    """What /recall (and `lightgrep recall`) searches for: memory.search's query syntax."""
+
+    text: str
+    page: int = 1
+    regex: bool = False
+
+
+def parse_recall_args(args: str) -> RecallQuery:
+    """`--regex`/`-r`, `--page N` (or `--page=N`) and keywords, split as a shell would.
+
+    Quotes group words, and a group of several words stays a phrase; after `--regex` the rest
+    is one pattern, its quotes dropped. Backslashes are kept as typed (a regex needs them), an
+    apostrophe ("what's") is a letter when it opens no quote, and an unpaired double quote is
+    left to the search to read."""
     page, regex, words = 1, False, []
-    tokens = args.split(" ")
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
+    tokens = iter(_shell_words(args))
+    for token in tokens:
         if token in ("--regex", "-r"):
             regex = True
-        elif token == "--page" and i + 1 < len(tokens) and tokens[i + 1].isdigit():
-            page = max(1, int(tokens[i + 1]))
-            i += 1
+        elif token == "--page":
+            page = _page_number(next(tokens, None))
+        elif token.startswith("--page="):
+            page = _page_number(token.partition("=")[2])
         else:
             words.append(token)
-        i += 1
-    return " ".join(words).strip(), page, regex
+    if regex:
+        return RecallQuery(" ".join(words).strip(), page, True)
+    phrases = [f'"{w}"' if any(c.isspace() for c in w) else w for w in words if w.strip()]
+    return RecallQuery(" ".join(phrases), page, False)
+
+
+def _shell_words(text: str) -> list[str]:
+    text = text.translate(_CURLY_QUOTES)
+    for quotes in ("\"'", '"'):  # then: an unpaired ' is an apostrophe
+        lexer = shlex.shlex(text, posix=True)
+        lexer.whitespace_split = True
+        lexer.quotes, lexer.escape, lexer.commenters = quotes, "", ""
+        try:
+            return list(lexer)
+        except ValueError:
+            continue
+    return text.split()  # an unpaired ": the search reads it (as far as the next quote)
+
+
+def _page_number(text: str | None) -> int:
+    if text is None:
+        raise RecallArgsError("`--page` needs a number, e.g. `/recall --page 2 holiday`.")
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise RecallArgsError(f"`--page` needs a whole number from 1 up, not “{text}”.")
+    return int(text)
+
+
+async def recall(history_path: Path, query: RecallQuery) -> str:
+    """The answer to a /recall; raises SearchError for a query that cannot be run (its message
+    is for the user), so the CLI can exit non-zero."""
+    if not query.text:
+        return RECALL_HELP
+    if not await asyncio.to_thread(_has_history, history_path):
+        return NO_HISTORY
+    offset = (query.page - 1) * RECALL_PAGE_SIZE
+    result = await asyncio.to_thread(
+        search_history,
+        history_path,
+        query.text,
+        limit=RECALL_PAGE_SIZE,
+        offset=offset,
+        regex=query.regex,
+    )
+    return format_recall(query.text, result, query.page, query.regex)
+
+
+def _has_history(path: Path) -> bool:
+    try:
+        with path.open("rb") as file:
+            head = file.read(4096)
+    except FileNotFoundError:
+        return False
+    return bool(head.strip()) or len(head) == 4096
 
 
 async def cmd_recall(ctx: CommandContext, args: str) -> str:
-    query, page, regex = _parse_recall_args(args)
-    if not query:
-        return (
-            "Tell me what to look for, e.g. `/recall holiday plans`. Use \"quotes\" for a phrase, "
-            "`--regex` for a regular expression, `--page 2` for more."
-        )
-    path = ctx.workspace.history_path
-    offset = (page - 1) * RECALL_PAGE_SIZE
     try:
-        result = await asyncio.to_thread(
-            search_history, path, query, limit=RECALL_PAGE_SIZE, offset=offset, regex=regex
-        )
+        query = parse_recall_args(args)
+        return await recall(ctx.workspace.history_path, query)
+    except RecallArgsError as exc:
+        return f"{exc} {RECALL_HELP}"
     except SearchError as exc:
         return f"I can't search for that: {exc}"
-    return format_recall(query, result, page, regex)
 
 
 def format_recall(query: str, result: SearchResult, page: int, regex: bool) -> str:
@@ -252,9 +327,21 @@ def _tokens(totals: Totals) -> str:
     )
 
 
+TERMINAL = "cli"  # the platform name adapters/terminal.py gives its Inbound
+TERMINAL_HELP = (
+    "/quit — Leave (Ctrl-D, or Ctrl-C at an empty prompt, too)",
+    "Esc then Enter (or Alt+Enter) starts a new line; Ctrl-C stops an answer under way.",
+)
+
+
 async def cmd_help(ctx: CommandContext, args: str) -> str:
     lines = [f"I'm {ctx.bot_name}, and I remember our conversations.", ""]
-    lines += [f"/{command.name} — {command.description}" for command in COMMANDS]
+    for command in COMMANDS:
+        lines.append(f"/{command.name} — {command.description}")
+        if command.details:
+            lines.append(f"    {command.details}")
+    if ctx.inbound.platform == TERMINAL:
+        lines += TERMINAL_HELP
     lines += ["", "Anything else you write is a message to me."]
     return "\n".join(lines)
 
@@ -285,6 +372,7 @@ COMMANDS: tuple[Command, ...] = (
         cmd_recall,
         private=True,
         argument=Argument("keyword", "Words to look for in your history"),
+        details='"a phrase" in quotes; --regex PATTERN for a regular expression; --page N',
     ),
     Command(
         "forget",

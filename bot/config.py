@@ -39,6 +39,25 @@ from memory.safefs import make_private_dir
 
 DEFAULT_CONFIG = Path("config.toml")
 ENV_PREFIX = "LIGHTGREP_"
+APP_FOLDER = "lightgrep"
+
+
+def data_home(env: Mapping[str, str] = os.environ) -> Path:
+    """The user's data folder for LightGrep (XDG): $XDG_DATA_HOME/lightgrep, else
+    ~/.local/share/lightgrep. Memory defaults to its workspaces/, so it does not depend on the
+    folder a command happens to be run from; the terminal keeps its history and log here.
+    A relative XDG_DATA_HOME is ignored, as the XDG spec says."""
+    base = env.get("XDG_DATA_HOME", "")
+    if not base or not Path(base).is_absolute():
+        try:
+            home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+        except RuntimeError:  # no HOME and no passwd entry (a bare container)
+            raise ConfigError(
+                "no home folder to keep memory in: set XDG_DATA_HOME, HOME or "
+                "[memory] workspaces_dir"
+            ) from None
+        base = str(home / ".local" / "share")
+    return Path(base) / APP_FOLDER
 
 
 class ConfigError(Exception):
@@ -61,6 +80,7 @@ class LLMConfig(Section):
 
 @dataclass(repr=False)
 class MemoryConfig(Section):
+    # Left unset, load_config puts it in the user's data folder: data_home() / "workspaces".
     workspaces_dir: Path = Path("workspaces")
     keep_memory_versions: int = setting(10, rule=NON_NEGATIVE_INT)
 
@@ -188,7 +208,7 @@ def load_config(
     if path is not None:
         loader.apply_file(_read_toml(path))
     loader.apply_env(env)
-    loader.resolve_workspaces(check_writable=writer)
+    loader.resolve_workspaces(env, check_writable=writer)
     loader.validate()
     logsafe.hide(*loader.config.secrets())
     return loader.config
@@ -385,10 +405,12 @@ class _Loader:
         self.origin[(section, key)] = f"environment {name}"
         self._set(section, key, self._from_env(section, key, text, *kinds[key]))
 
-    def resolve_workspaces(self, check_writable: bool = True) -> None:
-        """Absolute, ~ expanded, relative to the config file's folder; created and writable
-        (when `check_writable`)."""
+    def resolve_workspaces(self, env: Mapping[str, str], check_writable: bool = True) -> None:
+        """Absolute, ~ expanded, relative to the config file's folder; unset: the data folder's
+        workspaces/ (see data_home). Created and writable when `check_writable`."""
         memory = self.config.memory
+        if ("memory", "workspaces_dir") not in self.origin:
+            memory.workspaces_dir = data_home(env) / "workspaces"
         path = Path(memory.workspaces_dir).expanduser()
         from_file = self.where("memory", "workspaces_dir") == self.label
         if not path.is_absolute():

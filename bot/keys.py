@@ -6,13 +6,25 @@ separators. (File names are derived from keys separately, by memory.keys.)
 
 from __future__ import annotations
 
-from urllib.parse import quote
+_KEPT_ASCII = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
 
 
 def _part(value: object) -> str:
-    """Escape one id so it cannot contain ':' (the session separator) or '-' ambiguity."""
+    """Escape one id so it cannot contain ':' (the session separator); '%' escapes itself.
+
+    Letters of any script are kept as they are ("José" stays "José", so `lightgrep memory
+    cli-José` finds the person); what else could mislead a reader of a key (spaces, control
+    and format characters such as bidi overrides, lone surrogates) becomes %XX of its UTF-8
+    bytes, like ASCII punctuation."""
+    return "".join(_kept(ch) for ch in str(value))
+
+
+def _kept(ch: str) -> str:
+    letter = not ch.isascii() and ch.isprintable() and not ch.isspace()
+    if ch in _KEPT_ASCII or (letter and not 0xD800 <= ord(ch) <= 0xDFFF):
+        return ch
     # surrogatepass: an id with a lone surrogate (a broken terminal locale) still gets a key.
-    return quote(str(value), safe="", errors="surrogatepass")
+    return "".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
 
 
 def user_key(platform: str, user_id: object) -> str:

@@ -5,6 +5,7 @@ The core calls, for every message it is handed:
     begin(private=...)            exactly once, before anything else
     add_text(piece) / attach_file(file)   any number of times, in order
     offer(buttons)                at most once, before finish: choices under the answer
+    notice(what)                  any number of times, between begin and finish
     finish()                      exactly once, when the answer is complete
 
 The text of an answer is the concatenation of its pieces (a streaming platform may show each
@@ -20,15 +21,23 @@ command text to the core like a typed message from the person who pressed it. Wh
 buttons (the terminal) the person types the command instead, so the answer's text always says
 what to type.
 
-Every call carries plain data (a bool, a str, an OutFile of bytes or a path, Buttons of str), so
-the same calls can be serialised onto a message broker and replayed by another process.
+A notice says what the core is doing besides answering, so a person is not left wondering
+(today only CONSOLIDATING: older messages are being filed into memory, before the answer when
+it must wait for that, or in the background). It is no part of the answer's text; an adapter
+may show it or ignore it.
+
+Every call carries plain data (a bool, a str, an OutFile of bytes or a path, Buttons of str),
+so the same calls can be serialised onto a message broker and replayed by another process.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
+
+Notice = Literal["consolidating"]
+CONSOLIDATING: Notice = "consolidating"
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,7 @@ class Outbound(Protocol):
     async def attach_file(self, file: OutFile) -> None: ...
 
     async def offer(self, buttons: tuple[Button, ...]) -> None: ...
+    async def notice(self, what: Notice) -> None: ...
 
     async def finish(self) -> None: ...
 
@@ -116,6 +126,7 @@ class BufferedOutbound:
         self._parts: list[str] = []
         self._files: list[OutFile] = []
         self._buttons: tuple[Button, ...] = ()
+        self.notices: list[Notice] = []  # not sent: a whole answer arrives in one go anyway
 
     async def begin(self, *, private: bool = False) -> None:
         self.private = private
@@ -129,6 +140,9 @@ class BufferedOutbound:
 
     async def offer(self, buttons: tuple[Button, ...]) -> None:
         self._buttons = tuple(buttons)
+
+    async def notice(self, what: Notice) -> None:
+        self.notices.append(what)
 
     async def finish(self) -> None:
         self._finished = Reply(

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
+from memory.safefs import LinkRefusedError
 from memory.search import SearchError, search_history
 from memory.store import DEFAULT_SECTION, SECTIONS, MemoryEditError
 from memory.text import valid_text
 from memory.workspace import Workspace
+
+log = logging.getLogger(__name__)
 
 MAX_SEARCH_RESULTS = 5
 MAX_RESULT_CHARS = 4000
@@ -104,7 +108,13 @@ class AgentTools:
         if self._public:
             return await self._public_call(name, args)
         if name == "edit_memory":
-            return await self._edit_memory(args)
+            try:
+                return await self._edit_memory(args)
+            except LinkRefusedError:
+                raise  # a planted link: the core refuses the workspace
+            except OSError as exc:  # disk full, read-only: the model tells the person
+                log.error("edit_memory could not write MEMORY.md: %s", exc)
+                return "Error: MEMORY.md could not be written (disk refused); nothing was saved."
         if name == "search_history":
             return await self._search_history(args)
         return f"Error: there is no tool named {name!r}. Use edit_memory or search_history."

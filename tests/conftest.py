@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -9,6 +11,49 @@ import pytest
 
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def private_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HOME and XDG_DATA_HOME in a fresh folder: no test (nor a child process it starts, which
+    inherits the environment) reads or writes the real home, where memory lives by default."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    return home
+
+
+@pytest.fixture(scope="session")
+def entry_points_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package's entry points as pip would register them, so a checkout works uninstalled."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    platforms = project["project"]["entry-points"]["lightgrep.platforms"]
+    folder = tmp_path_factory.mktemp("site")
+    info = folder / "lightgrep-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lightgrep\nVersion: 0.0\n")
+    lines = [f"{name} = {target}" for name, target in platforms.items()]
+    (info / "entry_points.txt").write_text("[lightgrep.platforms]\n" + "\n".join(lines) + "\n")
+    return folder
+
+
+@pytest.fixture
+def child_env(entry_points_dir: Path, private_home: Path) -> dict[str, str]:
+    """For a child process: no secrets of the machine, a private home, the checkout's code."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LIGHTGREP_", "OPENAI_", "TELEGRAM_", "DISCORD_"))
+    }
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(REPO), str(entry_points_dir)]),
+        USER="tester",
+        LOGNAME="tester",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
 
 
 @pytest.fixture

@@ -40,6 +40,7 @@ RECALL_PREFIXES = (
     "There is no page",
     "I can't search for that:",
     "Tell me what to look for",
+    "`--page` needs",  # --page 0: a clear error, not page 1 in silence
 )
 # Characters that have broken chat bots before: controls, NUL, bidi overrides, zero-width joiners,
 # line separators JSON leaves unescaped, a model's special token, emoji with modifiers.

@@ -4,16 +4,12 @@ against the fake OpenAI server; operator commands and doctor in-process."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import json
 import logging
 import os
-import pty
 import socket
 import subprocess
 import sys
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +18,15 @@ import pytest
 from bot.cli import main
 from memory.folder_lock import FolderLock
 from memory.workspace import Workspaces
+from tests.cli_helpers import (
+    STEP_TIMEOUT,
+    end_chat,
+    run_chat,
+    run_cli,
+    start_chat,
+    without_write_override,
+    write_config,
+)
 from tests.fakes.discord_server import FakeDiscord, user_payload
 from tests.fakes.openai_server import (
     Delay,
@@ -33,39 +38,6 @@ from tests.fakes.openai_server import (
     tool_call,
 )
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
-
-REPO = Path(__file__).resolve().parent.parent
-STEP_TIMEOUT = 15.0
-
-
-@pytest.fixture(scope="session")
-def entry_points_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The package's entry points as pip would register them, so a checkout works uninstalled."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    platforms = project["project"]["entry-points"]["lightgrep.platforms"]
-    folder = tmp_path_factory.mktemp("site")
-    info = folder / "lightgrep-0.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lightgrep\nVersion: 0.0\n")
-    lines = [f"{name} = {target}" for name, target in platforms.items()]
-    (info / "entry_points.txt").write_text("[lightgrep.platforms]\n" + "\n".join(lines) + "\n")
-    return folder
-
-
-@pytest.fixture
-def child_env(entry_points_dir: Path) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("LIGHTGREP_", "OPENAI_", "TELEGRAM_", "DISCORD_"))
-    }
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(REPO), str(entry_points_dir)]),
-        USER="tester",
-        LOGNAME="tester",
-        PYTHONUNBUFFERED="1",
-    )
-    return env
 
 
 @pytest.fixture
@@ -85,28 +57,6 @@ def keep_logging() -> Iterator[None]:
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
-
-
-def write_config(folder: Path, llm: FakeOpenAI | str, extra: str = "") -> Path:
-    base_url = llm if isinstance(llm, str) else llm.base_url
-    path = folder / "config.toml"
-    path.write_text(f'[llm]\nbase_url = "{base_url}"\nmodel = "fake-model"\n{extra}')
-    return path
-
-
-async def run_chat(
-    config: Path, env: dict[str, str], stdin: bytes, *args: str
-) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "chat", "--config", str(config), *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=config.parent,
-        env=env,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(stdin), STEP_TIMEOUT)
-    return proc.returncode or 0, out.decode(), err.decode()
 
 
 def closed_port_url() -> str:
@@ -170,72 +120,26 @@ async def test_chat_waits_for_consolidation_before_exiting(
     assert "Talked about tea." in (workspace / "HISTORY.md").read_text()
 
 
-class Terminal:
-    """The far side of a pseudo-terminal: what a person sees and types."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.seen = ""
-        self._data: asyncio.Queue[bytes] = asyncio.Queue()
-        asyncio.get_running_loop().add_reader(fd, self._readable)
-
-    def _readable(self) -> None:
-        try:
-            chunk = os.read(self.fd, 4096)
-        except OSError:  # EIO once the child has closed the terminal
-            chunk = b""
-        if not chunk:
-            asyncio.get_running_loop().remove_reader(self.fd)
-        self._data.put_nowait(chunk)
-
-    async def expect(self, text: str) -> str:
-        """Everything shown up to and including `text`."""
-        async with asyncio.timeout(STEP_TIMEOUT):
-            while text not in self.seen:
-                chunk = await self._data.get()
-                if not chunk:
-                    raise AssertionError(f"terminal closed before {text!r}; saw {self.seen!r}")
-                self.seen += chunk.decode(errors="replace")
-        shown, _, self.seen = self.seen.partition(text)
-        return shown + text
-
-    def type(self, text: str) -> None:
-        os.write(self.fd, text.encode())
-
-    def close(self) -> None:
-        with contextlib.suppress(ValueError, OSError):
-            asyncio.get_running_loop().remove_reader(self.fd)
-        os.close(self.fd)
-
-
 async def test_chat_in_a_terminal_prompt_turn_memory_and_ctrl_d(
     fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
 ) -> None:
     fake_llm.queue(completion("Hello Alice, nice to meet you."))
     config = write_config(tmp_path, fake_llm)
-    controller, child_side = pty.openpty()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "chat", "--config", str(config), "--user", "alice",
-        stdin=child_side, stdout=child_side, stderr=asyncio.subprocess.PIPE,
-        cwd=tmp_path, env=child_env,
-    )  # fmt: skip
-    os.close(child_side)
-    terminal = Terminal(controller)
+    proc, terminal = await start_chat(config, child_env, "--user", "alice")
     try:
-        banner = await terminal.expect("you> ")
+        # The line editor draws "you> " with a cursor move after "you>", not a typed space.
+        banner = await terminal.expect("you>")
         assert "cli-alice" in banner and "/quit" in banner
-        terminal.type("Hi, I'm Alice\n")
-        assert "Hello Alice, nice to meet you." in await terminal.expect("you> ")
-        terminal.type("/memory\n")
-        assert "I don't remember anything about you yet." in await terminal.expect("you> ")
+        terminal.type("Hi, I'm Alice\r")
+        await terminal.expect("Hello Alice, nice to meet you.")
+        await terminal.expect("you>")
+        terminal.type("/memory\r")
+        await terminal.expect("I don't remember anything about you yet.")
+        await terminal.expect("you>")
         terminal.type("\x04")  # Ctrl-D
-        await asyncio.wait_for(proc.wait(), STEP_TIMEOUT)
     finally:
-        terminal.close()
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode == 0, await proc.stderr.read()  # type: ignore[union-attr]
+        code = await end_chat(proc, terminal)
+    assert code == 0
     assert len(fake_llm.chat_requests) == 1
     assert (tmp_path / "workspaces" / "cli-alice" / "sessions").is_dir()
 
@@ -501,30 +405,6 @@ def test_operator_views_of_an_unknown_user(
 
 
 # ---- operator views beside a live bot: they read, never write ---------------------------------
-
-CAP_DAC_OVERRIDE = 1  # linux/capability.h: root's licence to write where permissions say no
-PR_CAPBSET_DROP = 24  # linux/prctl.h
-
-
-def without_write_override() -> None:
-    """In the child before exec: as root, give up CAP_DAC_OVERRIDE so file permissions bind it
-    as they bind anyone (a no-op for an ordinary user, whom they bind already)."""
-    if os.geteuid() == 0:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
-
-
-def run_cli(env: dict[str, str], *args: str, read_only: bool = False) -> tuple[int, str, str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bot.cli", *args],
-        capture_output=True,
-        env=env,
-        timeout=STEP_TIMEOUT,
-        preexec_fn=without_write_override if read_only else None,
-    )
-    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
-
 
 def snapshot(folder: Path) -> dict[str, bytes | None]:
     """Every entry below `folder`: a file's bytes, None for a folder."""

@@ -30,11 +30,12 @@ def error_of(path: Path | None, env: dict[str, str] | None = None) -> str:
     return message
 
 
-def test_example_file_loads_with_platforms_disabled(tmp_path: Path) -> None:
+def test_example_file_loads_with_platforms_disabled(tmp_path: Path, private_home: Path) -> None:
     copy = write(tmp_path, EXAMPLE.read_text())
     config = load_config(copy, {})
     assert config.enabled_platforms() == []
-    assert config.memory.workspaces_dir == tmp_path / "workspaces"
+    data = private_home / ".local" / "share" / "lightgrep"
+    assert config.memory.workspaces_dir == data / "workspaces"
     assert config.memory.workspaces_dir.is_dir()
     assert config.llm == Config().llm  # the example shows the defaults
 
@@ -119,10 +120,22 @@ def test_lightgrep_variables_override_the_file_with_types(tmp_path: Path) -> Non
 
 def test_no_file_means_defaults_and_environment(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    config = load_config(None, {"LIGHTGREP_LLM_MODEL": "m"})
+    config = load_config(None, {"LIGHTGREP_LLM_MODEL": "m", "XDG_DATA_HOME": str(tmp_path / "d")})
     assert config.source is None
     assert config.llm.model == "m"
-    assert config.memory.workspaces_dir == tmp_path / "workspaces"
+    # Memory is in the user's data folder, not in whatever folder the command was run from.
+    assert config.memory.workspaces_dir == tmp_path / "d" / "lightgrep" / "workspaces"
+    assert not (tmp_path / "workspaces").exists()
+
+
+def test_the_data_folder_follows_xdg(tmp_path: Path) -> None:
+    home = {"HOME": str(tmp_path / "h")}
+    default = tmp_path / "h" / ".local" / "share" / "lightgrep" / "workspaces"
+    assert load_config(None, home, writer=False).memory.workspaces_dir == default
+    relative = {**home, "XDG_DATA_HOME": "rel/data"}  # the XDG spec: a relative one is ignored
+    assert load_config(None, relative, writer=False).memory.workspaces_dir == default
+    env = {**home, "LIGHTGREP_MEMORY_WORKSPACES_DIR": str(tmp_path / "ws")}
+    assert load_config(None, env, writer=False).memory.workspaces_dir == tmp_path / "ws"
 
 
 def test_default_path_is_config_toml_in_the_current_folder(tmp_path: Path, monkeypatch) -> None:

@@ -90,6 +90,7 @@ class FakeOpenAI:
         self.default: Callable[[dict[str, Any]], Any] = lambda req: completion("ok")
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self._arrived = asyncio.Condition()
 
     @property
     def base_url(self) -> str:
@@ -97,6 +98,11 @@ class FakeOpenAI:
 
     def queue(self, *items: Any) -> None:
         self.script.extend(items)
+
+    async def wait_requests(self, count: int, within: float = 15.0) -> None:
+        """Until `count` requests have arrived (a request may be answered much later)."""
+        async with asyncio.timeout(within), self._arrived:
+            await self._arrived.wait_for(lambda: len(self.requests) >= count)
 
     async def start(self) -> FakeOpenAI:
         app = web.Application(client_max_size=1024**3)
@@ -116,6 +122,8 @@ class FakeOpenAI:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        async with self._arrived:
+            self._arrived.notify_all()
         item: Any = self.script.popleft() if self.script else self.default
         while True:
             if callable(item):
