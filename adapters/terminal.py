@@ -28,7 +28,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from adapters.terminal_screen import Screen
 from bot.config import ConfigError, data_home
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
@@ -37,6 +36,7 @@ from bot.platform import PlatformPlugin
 from memory.keys import encode_key
 
 if TYPE_CHECKING:
+    from adapters.terminal_screen import Screen
     from bot.config import Config
     from bot.platform import Core
 
@@ -299,7 +299,7 @@ class TerminalAdapter:
             is_private=True,
         )
         out = PrintedOutbound(
-            self._write, self.files_dir, Screen(self.out) if self.editor else None
+            self._write, self.files_dir, _screen(self.out) if self.editor else None
         )
         try:
             await self.agent.handle(inbound, out)
@@ -452,6 +452,14 @@ async def _first_or_none(awaitable: Any, stop: asyncio.Event) -> Any:
     if not task.done() or task.cancelled():
         return None
     return task.result()
+
+
+def _screen(stream: TextIO) -> Screen:
+    # Imported when a terminal needs it: the plugin registry imports this module for every
+    # command, and `lightgrep memory` has no use for rich.
+    from adapters.terminal_screen import Screen
+
+    return Screen(stream)
 
 
 def _is_tty(stream: TextIO) -> bool:

@@ -567,7 +567,8 @@ class _Version(argparse.Action):
             number = version("lightgrep")
         except PackageNotFoundError:
             number = "unknown (not installed: pip install -e .)"
-        parser.exit(message=f"lightgrep {number}\n")
+        print(f"lightgrep {number}")
+        parser.exit()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -459,3 +459,113 @@ def test_memory_and_recall_work_on_a_read_only_folder(
     finally:
         for path in entries:
             path.chmod(path.stat().st_mode | 0o200)
+
+
+# ---- the CLI as a good Unix tool ------------------------------------------------------------
+
+
+def test_version_and_global_options_before_the_command(
+    known_user: Path, clean_env: None, capsys
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("lightgrep ")
+    assert main(["--config", str(known_user), "memory", "telegram-42"]) == 0
+    assert main(["-v", "--config", str(known_user), "recall", "telegram-42", "tea"]) == 0
+    assert "Kyoto" in capsys.readouterr().out
+
+
+def test_memory_and_recall_import_no_client_library(
+    known_user: Path, child_env: dict[str, str]
+) -> None:
+    """They only read files: the agent, openai and the platforms' libraries stay unloaded
+    (bench/cli_startup.py measures what that is worth)."""
+    heavy = ("bot.agent", "openai", "telegram", "discord", "tiktoken", "prompt_toolkit", "rich")
+    for command in (["memory", "telegram-42"], ["recall", "telegram-42", "tea"]):
+        script = (
+            "import sys\nfrom bot.cli import main\n"
+            f"code = main({['--config', str(known_user), *command]!r})\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} | set(sys.modules)))\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, env=child_env, timeout=30
+        )
+        assert proc.returncode == 0, proc.stderr.decode()
+        loaded = set(eval(proc.stdout.decode().splitlines()[-1]))  # our own printed list
+        assert not loaded & set(heavy), loaded & set(heavy)
+
+
+def test_recall_into_a_closed_pipe_exits_quietly(
+    known_user: Path, child_env: dict[str, str]
+) -> None:
+    """`lightgrep recall … | head`: the reader is gone before the answer is written."""
+    read, write = os.pipe()
+    os.close(read)  # like head after its lines
+    proc = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "recall", "--config", str(known_user), "telegram-42",
+         "tea"],
+        stdout=write, stderr=subprocess.PIPE, env=child_env, timeout=STEP_TIMEOUT,
+    )  # fmt: skip
+    os.close(write)
+    assert proc.stderr.decode() == ""
+    assert proc.returncode == 141  # what a shell reports for a tool whose reader left
+
+
+def test_recall_with_a_bad_regex_or_page_exits_non_zero(
+    known_user: Path, clean_env: None, capsys
+) -> None:
+    assert main(["recall", "--config", str(known_user), "telegram-42", "--regex", "([a-"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lightgrep: can't search for that:") and "Traceback" not in err
+    for page in ("0", "-1", "abc"):
+        with pytest.raises(SystemExit) as exited:
+            main(["recall", "--config", str(known_user), "telegram-42", "tea", "--page", page])
+        assert exited.value.code == 2
+        assert "must be a whole number from 1 up" in capsys.readouterr().err
+
+
+async def test_without_a_config_file_memory_is_in_the_data_folder(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str], private_home: Path
+) -> None:
+    elsewhere = tmp_path / "some-project"
+    elsewhere.mkdir()
+    env = {**child_env, "LIGHTGREP_LLM_BASE_URL": fake_llm.base_url}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "chat",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=elsewhere, env=env,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(b"hello\n"), STEP_TIMEOUT)
+    assert proc.returncode == 0, err
+    data = private_home / ".local" / "share" / "lightgrep" / "workspaces"
+    assert (data / "cli-tester" / "sessions").is_dir()
+    assert list(elsewhere.iterdir()) == []  # nothing lands where the command was run
+    assert f"memory in {data}" in err.decode()  # said at the start
+
+
+async def test_doctor_says_a_read_only_workspaces_folder_is_not_writable(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    config = write_config(tmp_path, fake_llm)
+    base = tmp_path / "workspaces"
+    base.mkdir()
+    base.chmod(0o555)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot.cli", "doctor", "--config", str(config),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=child_env,
+            preexec_fn=without_write_override,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), STEP_TIMEOUT)
+    finally:
+        base.chmod(0o755)
+    lines = out.decode().splitlines()
+    assert proc.returncode == 1, err
+    assert [line.split(":")[0] for line in lines] == [
+        "OK    config",
+        "FAIL  workspaces",
+        "OK    endpoint",
+        "OK    token counter",
+    ]
+    assert lines[1] == f"FAIL  workspaces: {base} is not writable (Permission denied)"
