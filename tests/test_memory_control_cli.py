@@ -17,17 +17,15 @@ from memory.folder_lock import FolderLock
 from memory.forget import forget
 from memory.session import SessionStore
 from memory.workspace import Workspaces
+from tests.cli_helpers import write_config
 from tests.test_cli import (
-    child_env,
     clean_env,
     closed_port_url,
-    entry_points_dir,
     keep_logging,
-    write_config,
 )
 from tests.test_memory_control import SECRET, all_bytes, files_holding, fill
 
-__all__ = ["child_env", "clean_env", "entry_points_dir", "keep_logging"]  # fixtures
+__all__ = ["clean_env", "keep_logging"]  # fixtures
 
 
 @pytest.fixture

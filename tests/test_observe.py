@@ -10,17 +10,10 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.cli_helpers import STEP_TIMEOUT, write_config
 from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
-from tests.test_cli import (  # noqa: F401  (fixtures)
-    STEP_TIMEOUT,
-    child_env,
-    closed_port_url,
-    entry_points_dir,
-    read_until,
-    start_run,
-    write_config,
-)
+from tests.test_cli import closed_port_url, read_until, start_run
 
 
 def free_port() -> int:
@@ -73,7 +66,7 @@ async def test_metrics_and_health_after_a_turn(
     fake_llm: FakeOpenAI,
     fake_telegram: FakeTelegram,
     tmp_path: Path,
-    child_env: dict[str, str],  # noqa: F811
+    child_env: dict[str, str],
 ) -> None:
     port = free_port()
     fake_llm.queue(completion("Hello.", prompt_tokens=120, completion_tokens=7))
@@ -108,7 +101,7 @@ async def test_metrics_and_health_after_a_turn(
 async def test_health_is_503_while_the_model_is_unreachable(
     fake_telegram: FakeTelegram,
     tmp_path: Path,
-    child_env: dict[str, str],  # noqa: F811
+    child_env: dict[str, str],
 ) -> None:
     port = free_port()
     config = observed_config(tmp_path, closed_port_url(), fake_telegram, port)
@@ -133,7 +126,7 @@ async def test_limit_refusals_are_counted(
     fake_llm: FakeOpenAI,
     fake_telegram: FakeTelegram,
     tmp_path: Path,
-    child_env: dict[str, str],  # noqa: F811
+    child_env: dict[str, str],
 ) -> None:
     port = free_port()
     fake_llm.queue(completion("Hello."))

@@ -7,17 +7,11 @@ import asyncio
 import socket
 from pathlib import Path
 
+from tests.cli_helpers import STEP_TIMEOUT
 from tests.fakes.discord_server import FakeDiscord, user_payload
 from tests.fakes.openai_server import Delay, FakeOpenAI, completion
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
-from tests.test_cli import (  # noqa: F401  (fixtures)
-    STEP_TIMEOUT,
-    child_env,
-    entry_points_dir,
-    read_until,
-    start_run,
-    telegram_config,
-)
+from tests.test_cli import read_until, start_run, telegram_config
 
 
 def both_platforms(folder: Path, llm: FakeOpenAI, telegram: FakeTelegram, discord: FakeDiscord):
@@ -62,7 +56,7 @@ async def test_a_malformed_discord_event_stops_neither_platform(
     fake_llm: FakeOpenAI,
     fake_telegram: FakeTelegram,
     tmp_path: Path,
-    child_env: dict[str, str],  # noqa: F811
+    child_env: dict[str, str],
 ) -> None:
     """A MESSAGE_CREATE whose channel_id is no snowflake once ended the whole process."""
     discord = await FakeDiscord().start()
@@ -89,7 +83,7 @@ async def test_a_platform_that_fails_while_running_is_restarted_and_the_others_k
     fake_llm: FakeOpenAI,
     fake_telegram: FakeTelegram,
     tmp_path: Path,
-    child_env: dict[str, str],  # noqa: F811
+    child_env: dict[str, str],
 ) -> None:
     """The gateway closes for good (4004) after the bot has been serving: Discord is logged,
     restarted with a back-off and serves again; Telegram answers meanwhile."""
@@ -120,7 +114,7 @@ async def test_a_webhook_update_acknowledged_then_killed_is_answered_after_the_r
     fake_llm: FakeOpenAI,
     fake_telegram: FakeTelegram,
     tmp_path: Path,
-    child_env: dict[str, str],  # noqa: F811
+    child_env: dict[str, str],
 ) -> None:
     """Webhook mode, SIGKILL while the model is thinking about a message Telegram was told we
     have: the next start answers it (Telegram never sends it again), and it is kept once."""
