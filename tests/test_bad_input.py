@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -144,6 +145,23 @@ def test_recall_never_crashes_and_always_answers_clearly(tmp_path: Path) -> None
         check()
         assert len(runs) >= 100
         assert agent.fake.requests == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("pattern", [".*.*.*.*z", "(a+)+$", "(.*a){20}", "(a|aa)*c"])
+def test_recall_answers_a_catastrophic_regex_promptly(tmp_path: Path, pattern: str) -> None:
+    # A backtracking engine took 20+ s per entry on `.*.*.*.*z` here and froze every user; the
+    # bound only guards against a hang.
+    with running(tmp_path / "ws") as (runner, agent):
+        memory = agent.workspaces.get(user_key("telegram", "1")).memory
+        for _ in range(3):
+            memory.append_history("a" * 236)  # with its stamp: a 255-character entry
+        reply = runner.run(agent.handle(dm("1", f"/recall --regex {pattern}")))
+        other = runner.run(agent.handle(dm("2", "/recall anything")))
+    assert reply.private
+    assert reply.text.startswith(("History entries matching", "No match for")), reply.text
+    assert other.text.startswith("No match for")
+    assert agent.fake.requests == []  # type: ignore[attr-defined]
 
 
 def test_search_history_tool_never_raises(tmp_path: Path) -> None:

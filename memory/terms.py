@@ -1,0 +1,308 @@
+"""What a history query looks for: keywords, phrases, one regex, named dates, as scan terms.
+
+Each ``Term`` knows how to find itself in a scanned buffer (bytes, lowered for all but regexes),
+how much an entry's occurrences weigh, and where it matches in a decoded entry (for marking).
+Filler words of a natural question name nothing: stopwords ("what", "did", "my", titles like
+"Dr") and one-letter words are dropped when the query holds any other keyword or a date,
+because as substrings they match nearly every entry; a query made only of them is searched as
+typed, and quoted phrases are always kept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from memory.dates import DateSpan, extract_dates
+from memory.linear_regex import compile_regex
+from memory.stems import WordForms
+from memory.store import ENTRY_STAMP
+
+__all__ = ["BYTES_LAYOUT", "STOPWORDS", "Query", "SearchError", "Term", "parse_query"]
+
+MAX_TERMS = 32
+# Sentence punctuation a user or a model glues to a keyword ("python?"); stripped from word edges.
+_EDGE_PUNCT = "?!,.;:()[]{}<>'\"`"
+_POSSESSIVE = ("'s", "\u2019s")
+# Words of a natural question that name nothing: as substrings they match almost every entry
+# ("my" in "mysql", "did" in "didn't"), which costs time and ranks nothing. Bare words only.
+_STOPWORD_TEXT = """
+    a about above after again all also am an and any are as at be been before being below between
+    both but by can can't could couldn't did didn't do does doesn't doing don't down during each
+    ever few for from further had hadn't has hasn't have haven't having he he's her here here's
+    hers herself him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its
+    itself just let's me more most much my myself no nor not of off on once only or other our ours
+    ourselves out over own same she she's should shouldn't so some such than that that's the their
+    theirs them themselves then there there's these they they're this those through to too under
+    until up very was wasn't we we're we've were weren't what what's when when's where where's which
+    while who who's whom why why's will with won't would wouldn't you you'd you'll you're you've
+    your yours yourself yourselves
+    dr mr mrs ms
+"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+
+class SearchError(ValueError):
+    """A query that cannot be run (empty, bad or unsupported regex); the message is for the user."""
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where entries start in a bytes buffer: a stamp at 0 or after a blank line."""
+
+    marker: bytes
+    stamp: re.Pattern[bytes]
+
+    def is_start(self, buf: bytes, pos: int) -> bool:
+        return self.stamp.match(buf, pos) is not None
+
+    def last_start(self, buf: bytes) -> int:
+        """Start of the last entry in ``buf``, or 0 when no entry starts after position 0."""
+        end = len(buf)
+        while True:
+            q = buf.rfind(self.marker, 0, end)
+            if q < 0:
+                return 0
+            if self.is_start(buf, q + 2):
+                return q + 2
+            end = q + 2
+
+
+BYTES_LAYOUT = _Layout(b"\n\n[", re.compile(ENTRY_STAMP.encode("ascii")))
+
+Spans = list[tuple[int, int, str]]
+
+
+@dataclass
+class Term:
+    """One thing to look for. ``needle`` (lowered ASCII) enables the fast scan loop."""
+
+    label: str
+    kind: str  # "word", "phrase", "pattern" or "date"
+    find: Callable[[bytes, int, int], int]  # (buf, start, end) -> first position or -1
+    weight_in: Callable[[bytes, int, int], float]  # weighted occurrences in buf[start:end]
+    spans: Callable[[str], Spans]  # matches in a decoded entry, for marking
+    needle: bytes | None = None
+    forms: WordForms | None = None
+    alternatives: list[Term] = field(default_factory=list)  # a date: any of these
+
+
+@dataclass
+class Query:
+    words: list[Term]  # keywords, phrases or the one regex, ranked by BM25
+    dates: list[DateSpan]
+    date_term: Term | None
+    regex: bool
+
+    @property
+    def scanned(self) -> list[Term]:
+        return self.words + ([self.date_term] if self.date_term else [])
+
+
+# --- keywords ---------------------------------------------------------------------------------
+
+
+def _char_variants(ch: str) -> list[str]:
+    """Every spelling of ``ch`` under case mapping (ü/Ü, ß/ss/ẞ, σ/ς/Σ), longest first."""
+    out = {ch, ch.lower(), ch.upper(), ch.casefold(), ch.title()}
+    for v in list(out):
+        out |= {v.lower(), v.upper(), v.casefold()}
+    return sorted(out, key=lambda v: (-len(v), v))
+
+
+def _literal_marker(text: str) -> re.Pattern[str]:
+    pieces = []
+    for ch in text:
+        variants = [ch] if ch.isascii() else _char_variants(ch)
+        pieces.append("(?:" + "|".join(re.escape(v) for v in variants) + ")")
+    return re.compile("".join(pieces), re.IGNORECASE)
+
+
+def _literal_term(text: str, kind: str) -> Term:
+    """A case-insensitive literal; ASCII uses bytes.find on the lowered chunk, else a byte regex."""
+    marker = _literal_marker(text)
+
+    def spans(entry: str) -> Spans:
+        return [(m.start(), m.end(), kind) for m in marker.finditer(entry) if m.end() > m.start()]
+
+    if text.isascii():
+        needle = text.lower().encode("ascii")
+        return Term(
+            text,
+            kind,
+            lambda buf, s, e: buf.find(needle, s, e),
+            lambda buf, s, e: float(buf.count(needle, s, e)),
+            spans,
+            needle=needle,
+        )
+    pieces = []
+    for ch in text:
+        if ch.isascii():
+            pieces.append(re.escape(ch.lower().encode("ascii")))
+            continue
+        enc = sorted(
+            {v.encode("utf-8", "surrogatepass").lower() for v in _char_variants(ch)},
+            key=lambda b: (-len(b), b),
+        )
+        pieces.append(b"(?:" + b"|".join(re.escape(b) for b in enc) + b")")
+    pattern = re.compile(b"".join(pieces))  # alternatives of literals: no backtracking risk
+    return Term(text, kind, _pattern_find(pattern), _pattern_count(pattern), spans)
+
+
+def _pattern_find(pattern: Any) -> Callable[[bytes, int, int], int]:
+    def find(buf: bytes, s: int, e: int) -> int:
+        m = pattern.search(buf, s, e)
+        return m.start() if m else -1
+
+    return find
+
+
+def _pattern_count(pattern: Any) -> Callable[[bytes, int, int], float]:
+    def count(buf: bytes, s: int, e: int) -> float:
+        return float(sum(1 for _ in pattern.finditer(buf, s, e)))
+
+    return count
+
+
+def _forms_term(word: str) -> Term:
+    """A bare ASCII word: itself, its stem's other forms and itself inside longer words."""
+    forms = WordForms(word.lower())
+    root = forms.root.encode("ascii")
+
+    def weight_in(buf: bytes, s: int, e: int) -> float:
+        return forms.weight_in(buf, s, e)
+
+    return Term(
+        word,
+        "word",
+        lambda buf, s, e: buf.find(root, s, e),
+        weight_in,
+        forms.spans,
+        needle=root,
+        forms=forms,
+    )
+
+
+def _parse_keywords(query: str) -> list[tuple[str, bool]]:
+    """(keyword, quoted) for each quoted phrase and bare word, case-insensitively de-duplicated."""
+    words: list[tuple[str, bool]] = []
+    for i, part in enumerate(query.split('"')):
+        if i % 2:  # inside quotes: one exact phrase (an unclosed quote runs to the end)
+            if part.strip():
+                words.append((part.strip(), True))
+            continue
+        for raw in part.split():
+            word = raw.strip(_EDGE_PUNCT) or raw
+            words.append((word, False))
+    seen: set[str] = set()
+    unique = []
+    for word, quoted in words:
+        key = word.casefold()
+        if key not in seen:
+            seen.add(key)
+            unique.append((word, quoted))
+    return unique
+
+
+def _is_filler(word: str) -> bool:
+    """A bare word that says nothing about which entry is meant ("what", "did", "my", "I")."""
+    return len(word) == 1 or word.casefold().replace("\u2019", "'") in STOPWORDS
+
+
+def _keyword_term(word: str, quoted: bool) -> Term:
+    if quoted:
+        return _literal_term(word, "phrase")
+    for ending in _POSSESSIVE:
+        if word.lower().endswith(ending) and len(word) > len(ending) + 1:
+            word = word[: -len(ending)]
+    if word.isascii() and word.isalnum():
+        return _forms_term(word)
+    return _literal_term(word, "word")
+
+
+def _keyword_terms(query: str, has_dates: bool) -> list[Term]:
+    """The query's keywords; filler words only count when the query holds nothing else."""
+    words = _parse_keywords(query)
+    kept = [(w, quoted) for w, quoted in words if quoted or not _is_filler(w)]
+    if not kept and not has_dates:
+        kept = words
+    if not kept and not has_dates:
+        raise SearchError("Nothing to search for: give one or more keywords.")
+    if len(kept) > MAX_TERMS:
+        raise SearchError(f"Too many keywords ({len(kept)}); use at most {MAX_TERMS}.")
+    return [_keyword_term(w, quoted) for w, quoted in kept]
+
+
+# --- regexes and dates ------------------------------------------------------------------------
+
+
+def _regex_term(query: str) -> Term:
+    pattern = compile_regex(query)  # RegexError: the caller turns it into a SearchError
+
+    def spans(entry: str) -> Spans:
+        found = pattern.finditer(entry)
+        return [(m.start(), m.end(), "pattern") for m in found if m.end() > m.start()]
+
+    return Term(query, "pattern", _pattern_find(pattern), _pattern_count(pattern), spans)
+
+
+def _date_needle_term(needle: str) -> Term:
+    """One text of a date; a hit counts only as a whole token ("may 1" is not in "may 12")."""
+    raw = needle.encode("ascii")
+    n, open_end = len(raw), raw.endswith(b"-")
+
+    def find(buf: bytes, s: int, e: int) -> int:
+        at = buf.find(raw, s, e)
+        while at >= 0:
+            before = buf[at - 1 : at] if at else b" "
+            after = buf[at + n : at + n + 1]
+            if not before.isalnum() and (open_end or not after.isalnum()):
+                return at
+            at = buf.find(raw, at + 1, e)
+        return -1
+
+    def weight_in(buf: bytes, s: int, e: int) -> float:
+        return 1.0 if find(buf, s, e) >= 0 else 0.0
+
+    return Term(needle, "date", find, weight_in, lambda entry: [])
+
+
+def _date_term(spans: list[DateSpan]) -> Term | None:
+    needles = list(dict.fromkeys(n for span in spans for n in span.needles))
+    if not needles:
+        return None
+    label = ", ".join(span.label for span in spans)
+
+    def never(buf: bytes, s: int, e: int) -> int:  # scanned through its alternatives
+        return -1
+
+    return Term(
+        label,
+        "date",
+        never,
+        lambda buf, s, e: 0.0,
+        lambda entry: [],
+        alternatives=[_date_needle_term(n) for n in needles],
+    )
+
+
+def _split_dates(query: str, now: datetime) -> tuple[str, list[DateSpan]]:
+    """Date expressions outside quotes, cut from the query."""
+    parts = query.split('"')
+    spans: list[DateSpan] = []
+    for i in range(0, len(parts), 2):
+        parts[i], found = extract_dates(parts[i], now)
+        spans += found
+    return '"'.join(parts), spans
+
+
+def parse_query(query: str, regex: bool, now: datetime) -> Query:
+    """The terms to scan for; raises SearchError or RegexError with a message for the user."""
+    if regex:
+        return Query([_regex_term(query)], [], None, True)
+    rest, dates = _split_dates(query, now)
+    words = _keyword_terms(rest, bool(dates))
+    return Query(words, dates, _date_term(dates), False)
