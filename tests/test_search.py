@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -368,3 +368,96 @@ def test_results_match_a_plain_reading_of_the_file(
     monkeypatch.setattr(search_module, "CHUNK_BYTES", 1024 * 1024)
     same = search_history(path, query, limit=100)
     assert [(h.text, h.score) for h in same.hits] == [(h.text, h.score) for h in result.hits]
+
+
+# ---- word forms and dates ------------------------------------------------------------------
+
+NOW = datetime(2026, 5, 20, 12, 0, tzinfo=UTC)
+
+
+def test_other_forms_of_a_word_are_found(history: Path) -> None:
+    write_history(
+        history,
+        "[2026-01-01 10:00] Hiked up the Brocken with Ada.",
+        "[2026-01-02 10:00] Two new dog beds arrived.",
+        "[2026-01-03 10:00] The hiker hut was closed.",  # "hiker" is another word, not a form
+    )
+    hiking = search_history(history, "hiking trips")
+    assert stamps(hiking) == ["2026-01-01 10:00"]
+    assert marked(hiking.hits[0]) == ["Hiked"]
+    assert ("form", "hiked") in hiking.hits[0].why
+    assert stamps(search_history(history, "dogs")) == ["2026-01-02 10:00"]
+    hike = search_history(history, "hike")  # as grep would, "hike" is found inside "hiker"
+    assert stamps(hike) == ["2026-01-01 10:00", "2026-01-03 10:00"]
+    assert hike.hits[1].why == [("part", "hike")]
+
+
+def test_the_exact_word_ranks_above_its_other_forms(history: Path) -> None:
+    write_history(
+        history,
+        "[2026-01-01 10:00] Went hiking in the Alps.",
+        "[2026-01-02 10:00] Hiked in the Alps.",  # newer and shorter, but another form
+        "[2026-01-03 10:00] Hikes in the Alps.",
+    )
+    result = search_history(history, "hiking")
+    assert result.total == 3
+    assert result.hits[0].timestamp == "2026-01-01 10:00"
+    assert result.hits[0].why == [("word", "hiking")]
+
+
+def test_a_quoted_phrase_does_not_match_other_forms(history: Path) -> None:
+    write_history(
+        history,
+        "[2026-01-01 10:00] We went hiking together.",
+        "[2026-01-02 10:00] We hiked together.",
+    )
+    assert stamps(search_history(history, '"hiking together"')) == ["2026-01-01 10:00"]
+    assert stamps(search_history(history, '"hiking"')) == ["2026-01-01 10:00"]
+
+
+def test_dates_in_the_question_pick_the_entries_of_then(history: Path) -> None:
+    write_history(
+        history,
+        "[2026-05-12 18:00] Dinner at Blue Door, the ramen was great.",  # last week
+        "[2026-03-03 18:00] Dinner at Casa Nova with Ben.",  # in March
+        "[2026-05-19 18:00] Dinner at home.",  # yesterday
+        "[2026-05-20 09:00] Dinner plans.",  # today: the newest, and shortest
+    )
+    for question, stamp in [
+        ("where did we have dinner last week", "2026-05-12 18:00"),
+        ("dinner in March", "2026-03-03 18:00"),
+        ("what did I eat yesterday for dinner", "2026-05-19 18:00"),
+        ("dinner on 12 May", "2026-05-12 18:00"),
+        ("dinner", "2026-05-20 09:00"),
+    ]:
+        result = search_history(history, question, now=NOW)
+        assert result.hits[0].timestamp == stamp, question
+        assert result.total == 4, question  # the other dinners still come, after
+    dated = search_history(history, "dinner last week", now=NOW).hits[0]
+    assert ("date", "last week") in dated.why
+
+
+def test_a_date_alone_lists_that_time_newest_first(history: Path) -> None:
+    write_history(
+        history,
+        "[2025-12-30 10:00] Packed for the trip.",
+        "[2026-05-19 08:00] Ran 5 km.",
+        "[2026-05-19 20:00] Called Ben.",
+        "[2026-05-20 09:00] Coffee.",
+    )
+    result = search_history(history, "what did I do yesterday?", now=NOW)
+    assert stamps(result) == ["2026-05-19 20:00", "2026-05-19 08:00"]
+    assert stamps(search_history(history, "2025", now=NOW)) == ["2025-12-30 10:00"]
+
+
+def test_a_date_written_in_an_entry_counts(history: Path) -> None:
+    write_history(
+        history,
+        "[2026-02-01 10:00] Dentist appointment booked for 12 May, 9:00.",
+        "[2026-04-01 10:00] Dentist said all is fine.",
+    )
+    result = search_history(history, "when is the dentist on May 12th", now=NOW)
+    assert result.hits[0].timestamp == "2026-02-01 10:00"
+    assert "12 May" in marked(result.hits[0])
+    # "May 1" is not in "May 12": a date matches as a whole
+    assert stamps(search_history(history, "dentist on 1 May", now=NOW))[0] == "2026-04-01 10:00"
