@@ -25,8 +25,11 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +86,8 @@ class SearchResult:
 # One matching entry as kept for ranking: (-length, stamp, file offset). Shorter entries score
 # higher and ties go to the newest, so the largest of these tuples ranks first.
 _Row = tuple[int, Any, int]
-# One term's matches in a region: (row, weighted occurrences) per entry holding it.
-_TermHits = list[tuple[_Row, float]]
+# One term's matches in a region: the entries holding it, and their weighted occurrences.
+_TermHits = tuple[list[_Row], list[float]]
 
 # A stamp without its opening "[" with every digit made "0": _all_stamps checks many at once.
 _STAMP_SHAPE = b"0000-00-00 00:00]"
@@ -111,34 +114,33 @@ class _Tally:
 
     def add_region(self, found: list[_TermHits]) -> None:
         """Record one region's matches (an entry never spans two regions)."""
-        for t, rows in enumerate(found):
+        for t, (rows, _) in enumerate(found):
             self.df[t] += len(rows)
-        grouped: dict[tuple[float, ...], list[_Row]] = {}
         if self.n_terms == 1:
-            self.total += len(found[0])
-            for row, tf in found[0]:
-                key = (tf,)
-                group = grouped.get(key)
-                if group is None:
-                    grouped[key] = [row]
-                else:
-                    group.append(row)
-        else:
-            merged: dict[int, list[Any]] = {}  # offset -> [row, tf per term]
-            zeros = [0.0] * self.n_terms
-            for t, rows in enumerate(found):
-                t1 = t + 1
-                for row, tf in rows:
-                    entry = merged.get(row[2])
-                    if entry is None:
-                        entry = merged[row[2]] = [row, *zeros]
-                    entry[t1] = tf
-            self.total += len(merged)
-            for row, *tfs in merged.values():
-                grouped.setdefault(tuple(tfs), []).append(row)
-        for key, rows in grouped.items():
+            rows, tfs = found[0]
+            keys: Iterable[tuple[float, ...]] = zip(tfs, strict=True)
+        else:  # each entry's vector of occurrences, built column by column in C
+            by_offset: dict[int, _Row] = {}
+            for rows, _ in found:
+                by_offset.update(zip(map(itemgetter(2), rows), rows, strict=True))
+            offsets = list(by_offset)
+            columns = [
+                list(map(dict(zip(map(itemgetter(2), rows), tfs, strict=True)).get, offsets,
+                         repeat(0.0)))
+                for rows, tfs in found
+            ]  # fmt: skip
+            rows, keys = list(by_offset.values()), zip(*columns, strict=True)
+        self.total += len(rows)
+        grouped: dict[tuple[float, ...], list[_Row]] = {}
+        for key, row in zip(keys, rows, strict=True):
+            group = grouped.get(key)
+            if group is None:
+                grouped[key] = [row]
+            else:
+                group.append(row)
+        for key, members in grouped.items():
             kept = self.groups.setdefault(key, [])
-            kept.extend(rows)
+            kept.extend(members)
             if len(kept) > self.keep:
                 self.groups[key] = heapq.nlargest(self.keep, kept)
 
@@ -163,14 +165,15 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> _TermH
     find, rfind, count, startswith = buf.find, buf.rfind, buf.count, buf.startswith
     needle = term.needle
     assert needle is not None
-    marker, n, limit = b"\n\n[", len(needle), end + 1  # limit: finds the marker at end - 2
+    marker, n, limit, size = b"\n\n[", len(needle), end + 1, len(buf)  # limit: finds end - 2
     forms = term.forms
     if forms is not None:
-        word, part = forms.word.encode("ascii"), forms.part_weight
-        cached, weigh = forms.weights.get, forms.weigh
-    rows: _TermHits = []
+        word, part, exact = forms.word.encode("ascii"), forms.part_weight, forms.exact_weight
+        wn, cached, weigh, inside = len(word), forms.weights.get, forms.weigh, WORD_BYTES
+    rows: list[_Row] = []
+    tfs: list[float] = []
     nexts: list[bytes] = []  # the stamp after each entry end used
-    add, after = rows.append, nexts.append
+    add, add_tf, after = rows.append, tfs.append, nexts.append
     hit = find(needle, 0, end)
     while hit >= 0:
         s = rfind(marker, 0, hit + 1) + 2
@@ -189,18 +192,20 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> _TermH
         else:
             tf = 0.0
             while 0 <= hit < e:
-                if hit and buf[hit - 1] in WORD_BYTES:  # inside a longer word
+                if hit and buf[hit - 1] in inside:  # inside a longer word: grep's match only
                     if startswith(word, hit):
                         tf += part
+                elif startswith(word, hit) and (hit + wn >= size or buf[hit + wn] not in inside):
+                    tf += exact  # the word itself, the common case: no token to cut
                 else:
                     token = buf[hit : word_tail(buf, hit + n).end()]
                     w = cached(token)
                     tf += weigh(token) if w is None else w
                 hit = find(needle, hit + n, end)
         if tf:
-            add(((s - e, buf[s + 1 : s + 18], base + s), tf))
-    starts = [row[1] for row, _ in rows]
-    return rows if _all_stamps(starts) and _all_stamps(nexts) else None
+            add((s - e, buf[s + 1 : s + 18], base + s))
+            add_tf(tf)
+    return (rows, tfs) if _all_stamps([row[1] for row in rows]) and _all_stamps(nexts) else None
 
 
 def _all_stamps(bodies: list[bytes]) -> bool:
@@ -216,7 +221,8 @@ def _scan_careful(
     For regexes, non-ASCII keywords, dates and regions with a ``\\n\\n[`` that starts no entry:
     every entry edge is checked for a real timestamp as it is found.
     """
-    out: _TermHits = []
+    rows: list[_Row] = []
+    tfs: list[float] = []
     layout = BYTES_LAYOUT
     marker, stamp_at = layout.marker, layout.stamp.match
     find, rfind = buf.find, buf.rfind
@@ -244,9 +250,10 @@ def _scan_careful(
         e = q
         tf = term.weight_in(buf, s, e)
         if tf:
-            out.append(((s - e, stamp, base + s), tf))
+            rows.append((s - e, stamp, base + s))
+            tfs.append(tf)
         pos = e + 1
-    return out
+    return rows, tfs
 
 
 def _estimate_entries(buf: bytes, cut: int) -> int:
@@ -298,11 +305,11 @@ def _scan_term(
 ) -> _TermHits:
     """One term in one region: the fast loop when it can, else the careful one."""
     if term.alternatives:  # a date: entries holding any of its texts, each once
-        union: dict[int, tuple[_Row, float]] = {}
+        union: dict[int, _Row] = {}
         for alt in term.alternatives:
-            for row, _ in _scan_careful(buf, cut, eof, alt, base, deadline):
-                union[row[2]] = (row, 1.0)
-        return list(union.values())
+            rows, _ = _scan_careful(buf, cut, eof, alt, base, deadline)
+            union.update(zip(map(itemgetter(2), rows), rows, strict=True))
+        return list(union.values()), [1.0] * len(union)
     if term.needle is not None:
         found = _scan_fast(buf, cut, eof, term, base)
         if found is not None:

@@ -60,13 +60,14 @@ class WordForms:
     word: str  # lowered
     stem: str = field(init=False)
     root: str = field(init=False)
+    exact_weight: float = field(init=False)
     part_weight: float = field(init=False)
     weights: dict[bytes, float] = field(init=False, default_factory=dict)  # token -> weight
 
     def __post_init__(self) -> None:
         self.stem = stem(self.word)
         self.root = _root(self.word, self.stem)
-        self.part_weight = PART
+        self.exact_weight, self.part_weight = EXACT, PART
 
     def weigh(self, token: bytes) -> float:
         """Weight of a whole lowered word that starts with ``root`` (0 when it does not match)."""
@@ -92,7 +93,7 @@ class WordForms:
 
     def _classify(self, token: str) -> float:
         if token == self.word:
-            return EXACT
+            return self.exact_weight
         if token.isascii() and stem(token) == self.stem:
             return FORM
         return self.part_weight if self.word in token else 0.0
