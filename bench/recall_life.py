@@ -365,7 +365,7 @@ def build(seed: int = SEED, n_questions: int = 900) -> Life:
     made: list[tuple[str, Made]] = []  # (stamp, made) for every non-raw entry
     newest: dict[tuple[str, ...], str] = {}
     while True:
-        when += timedelta(minutes=r.randrange(90, 420))
+        when += timedelta(minutes=r.randrange(60, 300))
         if when.hour < 7 or when.hour > 22:
             when = (when + timedelta(days=1)).replace(hour=r.randrange(7, 10))
         if when >= NOW.replace(tzinfo=None) - timedelta(hours=2):
@@ -381,9 +381,9 @@ def build(seed: int = SEED, n_questions: int = 900) -> Life:
             newest[key] = stamp
     asked: dict[str, Question] = {}
     for stamp, m in made:
-        question, key, kind = r.choice(m.questions)
-        if newest[key] == stamp:  # the question means this entry only if it is the newest fit
-            asked.setdefault(question, Question(question, stamp, kind))
+        for question, key, kind in m.questions:
+            if newest[key] == stamp:  # the question means this entry only if it is the newest fit
+                asked.setdefault(question, Question(question, stamp, kind))
     plain = list(asked.values())
     dated = _dated_questions(r, made)
     r.shuffle(plain)

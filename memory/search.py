@@ -10,8 +10,8 @@ Filler words of a natural question ("what did Dr. Lindqvist say about my migrain
 searched when the query holds anything else. Dates in the question ("last week", "in March",
 memory/dates.py) pick out the entries filed then or naming such a day: those come first.
 
-Ranking: BM25 over the weighted occurrences (rare words weigh more), an entry holding every
-keyword before one holding some, ties to the newest. With ``regex=True`` the query is one
+Ranking: an entry holding more of the keywords first, then BM25 over the weighted occurrences
+(rare words weigh more), ties to the newest. With ``regex=True`` the query is one
 case-insensitive RE2 expression (memory/linear_regex.py; ``^``/``$`` match at lines).
 
 Speed: the scan works on bytes. Each chunk is lowered once in C and searched with
@@ -52,10 +52,14 @@ CHUNK_BYTES = 1024 * 1024  # fits in cache: lower() and find() then run several 
 SAMPLE_BYTES = 128 * 1024  # per chunk, to estimate the number of entries
 MAX_QUERY_CHARS = 1000
 REGEX_TIME_BUDGET_S = 30.0
-# Chosen on bench/recall_life.py by bench/tune_bm25.py (the table there); k1 low: a keyword
-# said twice in a short entry says little more than once.
+# Chosen on bench/recall_life.py's tuning half by bench/tune_bm25.py. b = 0: no discount for
+# long entries, so among entries that hold the same words the newest wins, which is the one a
+# person means ("where did I buy the kettle" asks about the latest kettle).
 BM25_K1 = 1.2
-BM25_B = 0.75
+BM25_B = 0.0
+# Before BM25: "count" ranks an entry by how many of the keywords it holds, "all" only puts
+# those holding every keyword first, "none" leaves it to BM25 (tuned like k1 and b).
+WORDS_TIER = "count"
 
 
 @dataclass
@@ -97,15 +101,17 @@ _DIGITS_TO_0 = bytes.maketrans(b"0123456789", b"0" * 10)
 class _Tally:
     """What ranking needs: totals, document frequencies, and the few candidates that can win.
 
-    BM25 with a fixed vector of term occurrences only falls as an entry grows, so per vector the
-    ``keep`` shortest (then newest) entries hold every possible winner; the rest are counted and
-    dropped, which keeps memory small however many entries match. The date flag, when the query
-    names dates, is the vector's last element.
+    BM25 with a fixed vector of term occurrences only falls as an entry grows (or, with b = 0,
+    does not depend on its length), so per vector the ``keep`` shortest then newest (or newest)
+    entries hold every possible winner; the rest are counted and dropped, which keeps memory
+    small however many entries match. The date flag, when the query names dates, is the
+    vector's last element.
     """
 
     def __init__(self, n_terms: int, keep: int) -> None:
         self.n_terms = n_terms
         self.keep = keep
+        self.best = None if BM25_B > 0 else itemgetter(1, 2)  # the order rows win in
         self.total = 0  # matching entries
         self.df = [0] * n_terms  # matching entries per term
         self.groups: dict[tuple[float, ...], list[_Row]] = {}  # occurrences per term -> rows
@@ -142,7 +148,7 @@ class _Tally:
             kept = self.groups.setdefault(key, [])
             kept.extend(members)
             if len(kept) > self.keep:
-                self.groups[key] = heapq.nlargest(self.keep, kept)
+                self.groups[key] = heapq.nlargest(self.keep, kept, key=self.best)
 
 
 def _region_end(buf: bytes, s: int, end: int) -> int:
@@ -323,8 +329,9 @@ def _scan_term(
 def _rank(tally: _Tally, want: int, n_words: int) -> list[tuple[float, int, int, Any]]:
     """Top ``want`` entries as (score, offset, length, stamp).
 
-    Order: the named dates first (when the query has them), then every keyword held, then
-    BM25, then the newest. The first ``n_words`` terms are keywords; a last one is the date.
+    Order: the named dates first (when the query has them), then the number of keywords held
+    (``WORDS_TIER``), then BM25, then the newest. The first ``n_words`` terms are keywords; a
+    last one is the date.
     """
     n = max(tally.n_entries, tally.total, 1)
     avg_len = max(tally.n_bytes / n, 1.0)
@@ -335,12 +342,13 @@ def _rank(tally: _Tally, want: int, n_words: int) -> list[tuple[float, int, int,
     for tfs, rows in tally.groups.items():
         words = tfs[:n_words]
         dated = len(tfs) > n_words and tfs[n_words] > 0
-        has_all = all(words)
+        held = sum(1 for tf in words if tf)
+        tier = held if WORDS_TIER == "count" else held == n_words if WORDS_TIER == "all" else 0
         weights = [(idf[t] * tf * (k1 + 1.0), tf) for t, tf in enumerate(words) if tf]
         for neg_len, stamp, offset in rows:
             norm = base_norm - len_norm * neg_len
             score = sum(w / (tf + norm) for w, tf in weights)
-            keys.append((dated, has_all, score, stamp, offset, -neg_len))
+            keys.append((dated, tier, score, stamp, offset, -neg_len))
     best = heapq.nlargest(want, keys)
     return [(score, offset, length, stamp) for _, _, score, stamp, offset, length in best]
 
