@@ -235,11 +235,26 @@ def format_recall(query: str, result: SearchResult, page: int, regex: bool) -> s
     last = first + len(result.hits) - 1
     lines = [f"History entries matching “{query}” ({first}–{last} of {result.total}):"]
     for hit in result.hits:
-        lines.append(_mark(hit.text, hit.spans))
+        lines.append(_mark(hit.text, hit.spans) + _why(hit.why))
     if last < result.total:
         flag = " --regex" if regex else ""
         lines.append(f"More: /recall --page {page + 1}{flag} {query}")
     return "\n\n".join(lines)
+
+
+_WHY = {
+    "word": "{}",
+    "phrase": "“{}”",
+    "form": "{} (form)",
+    "part": "{} (inside a word)",
+    "date": "{} (date)",
+}
+
+
+def _why(why: list[tuple[str, str]]) -> str:
+    """A line saying what made the entry match: words, other forms of them, dates."""
+    said = [_WHY[kind].format(text) for kind, text in why if kind in _WHY]
+    return "\n↳ matched: " + ", ".join(dict.fromkeys(said)) if said else ""
 
 
 def _mark(text: str, spans: list[tuple[int, int]]) -> str:

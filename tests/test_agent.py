@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -204,6 +205,24 @@ async def test_memory_and_recall_commands(fake_llm: FakeOpenAI, workspaces_dir: 
     assert "No match" in nothing.text
     assert bad.private and "can't search" in bad.text
     assert fake_llm.requests == []  # commands never call the model
+
+
+async def test_recall_says_why_an_entry_matched(fake_llm: FakeOpenAI, workspaces_dir: Path) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    memory = agent.workspaces.get("telegram-42").memory
+    week_ago = datetime.now(UTC) - timedelta(days=7)  # always in "last week"
+    memory.append_history("Hiked the Brocken with Jonas, 18 km.", week_ago)
+    memory.append_history("Hiked the Okertal alone.", week_ago - timedelta(days=60))
+    memory.append_history("Bought new socks.", datetime.now(UTC))
+
+    reply = await agent.handle(dm("42", "/recall where did I go hiking last week"))
+    await agent.aclose()
+
+    first = reply.text.split("\n\n")[1]
+    assert first.startswith(f"[{week_ago:%Y-%m-%d %H:%M}] **Hiked** the Brocken"), reply.text
+    assert "↳ matched: hiked (form), last week (date)" in first
+    assert "socks" not in reply.text
+    assert fake_llm.requests == []
 
 
 async def test_unknown_command_and_help(fake_llm: FakeOpenAI, workspaces_dir: Path) -> None:
