@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import recall_eval  # noqa: E402
+import recall_life  # noqa: E402
 
 from memory.search import search_history  # noqa: E402
 
@@ -185,8 +186,13 @@ def bench_search(tmp: Path) -> None:
     print(f"   worst ratio above: {worst:.2f}×  ({verdict} the 3× target)")
     print("   not in the target (several common words, no stopwords to drop):")
     search_vs_grep(grep, path, "paid euros late", ["paid", "euros", "late"])
-    s = median_time(lambda: search_history(path, r"dead\w+ in (billing|search)", regex=True), 3)
-    print(f"   regex 'dead\\w+ in (billing|search)': {s * 1e3:.0f} ms")
+    for pattern in (r"dead\w+ in (billing|search)", ".*.*.*.*z", "(a+)+$"):
+        s = median_time(lambda p=pattern: search_history(path, p, regex=True), 3)
+        print(f"   regex {pattern!r}: {s * 1e3:.0f} ms (RE2: linear in the file)")
+    now = datetime(2016, 6, 1, 12, 0)
+    question = "what did I pay last week"
+    s = median_time(lambda: search_history(path, question, now=now), 3)
+    print(f"   {question!r} (a date and a word): {s * 1e3:.0f} ms")
 
 
 def search_vs_grep(
@@ -218,6 +224,9 @@ def bench_relevance(tmp: Path) -> None:
     folder = tmp / "recall"
     folder.mkdir()
     recall_eval.evaluate(folder, show=0)
+    life = recall_life.build()
+    print(f"   one person's life (bench/recall_life.py), {len(life.questions)} questions:")
+    recall_life.report(life, recall_life.write(folder, life))
 
 
 def main() -> None:
