@@ -90,11 +90,13 @@ class SearchResult:
 # One matching entry as kept for ranking: (-length, stamp, file offset). Shorter entries score
 # higher and ties go to the newest, so the largest of these tuples ranks first.
 _Row = tuple[int, Any, int]
-# One term's matches in a region: the entries holding it, and their weighted occurrences.
-_TermHits = tuple[list[_Row], list[float]]
+# One term's matches in a region: the entries holding it once, as the word itself (the common
+# case, grouped without a loop), then the other entries and their weighted occurrences.
+_TermHits = tuple[list[_Row], list[_Row], list[float]]
 
 # A stamp without its opening "[" with every digit made "0": _all_stamps checks many at once.
 _STAMP_SHAPE = b"0000-00-00 00:00]"
+_STAMP_OF, _OFFSET = itemgetter(1), itemgetter(2)
 _DIGITS_TO_0 = bytes.maketrans(b"0123456789", b"0" * 10)
 
 
@@ -120,24 +122,28 @@ class _Tally:
 
     def add_region(self, found: list[_TermHits]) -> None:
         """Record one region's matches (an entry never spans two regions)."""
-        for t, (rows, _) in enumerate(found):
-            self.df[t] += len(rows)
+        for t, (ones, rows, _) in enumerate(found):
+            self.df[t] += len(ones) + len(rows)
+        grouped: dict[tuple[float, ...], list[_Row]] = {}
         if self.n_terms == 1:
-            rows, tfs = found[0]
+            ones, rows, tfs = found[0]
+            self.total += len(ones) + len(rows)
+            if ones:
+                grouped[(1.0,)] = ones
             keys: Iterable[tuple[float, ...]] = zip(tfs, strict=True)
         else:  # each entry's vector of occurrences, built column by column in C
             by_offset: dict[int, _Row] = {}
-            for rows, _ in found:
-                by_offset.update(zip(map(itemgetter(2), rows), rows, strict=True))
+            for ones, rows, _ in found:
+                by_offset.update(zip(map(_OFFSET, ones), ones, strict=True))
+                by_offset.update(zip(map(_OFFSET, rows), rows, strict=True))
             offsets = list(by_offset)
-            columns = [
-                list(map(dict(zip(map(itemgetter(2), rows), tfs, strict=True)).get, offsets,
-                         repeat(0.0)))
-                for rows, tfs in found
-            ]  # fmt: skip
+            columns = []
+            for ones, rows, tfs in found:
+                tf_at = dict.fromkeys(map(_OFFSET, ones), 1.0)
+                tf_at.update(zip(map(_OFFSET, rows), tfs, strict=True))
+                columns.append(list(map(tf_at.get, offsets, repeat(0.0))))
             rows, keys = list(by_offset.values()), zip(*columns, strict=True)
-        self.total += len(rows)
-        grouped: dict[tuple[float, ...], list[_Row]] = {}
+            self.total += len(rows)
         for key, row in zip(keys, rows, strict=True):
             group = grouped.get(key)
             if group is None:
@@ -147,8 +153,9 @@ class _Tally:
         for key, members in grouped.items():
             kept = self.groups.setdefault(key, [])
             kept.extend(members)
-            if len(kept) > self.keep:
-                self.groups[key] = heapq.nlargest(self.keep, kept, key=self.best)
+            if len(kept) > self.keep:  # a sort in C: rows come nearly in order, so it is cheap
+                kept.sort(key=self.best, reverse=True)
+                del kept[self.keep :]
 
 
 def _region_end(buf: bytes, s: int, end: int) -> int:
@@ -176,10 +183,11 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> _TermH
     if forms is not None:
         word, part, exact = forms.word.encode("ascii"), forms.part_weight, forms.exact_weight
         wn, cached, weigh, inside = len(word), forms.weights.get, forms.weigh, WORD_BYTES
+    ones: list[_Row] = []
     rows: list[_Row] = []
     tfs: list[float] = []
     nexts: list[bytes] = []  # the stamp after each entry end used
-    add, add_tf, after = rows.append, tfs.append, nexts.append
+    one, add, add_tf, after = ones.append, rows.append, tfs.append, nexts.append
     hit = find(needle, 0, end)
     while hit >= 0:
         s = rfind(marker, 0, hit + 1) + 2
@@ -198,7 +206,7 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> _TermH
         else:
             tf = 0.0
             while 0 <= hit < e:
-                if hit and buf[hit - 1] in inside:  # inside a longer word: grep's match only
+                if buf[hit - 1] in inside:  # inside a longer word (hit > 0: buf[0] is "[")
                     if startswith(word, hit):
                         tf += part
                 elif startswith(word, hit) and (hit + wn >= size or buf[hit + wn] not in inside):
@@ -208,10 +216,13 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> _TermH
                     w = cached(token)
                     tf += weigh(token) if w is None else w
                 hit = find(needle, hit + n, end)
-        if tf:
+        if tf == 1.0:
+            one((s - e, buf[s + 1 : s + 18], base + s))
+        elif tf:
             add((s - e, buf[s + 1 : s + 18], base + s))
             add_tf(tf)
-    return (rows, tfs) if _all_stamps([row[1] for row in rows]) and _all_stamps(nexts) else None
+    starts = [*map(_STAMP_OF, ones), *map(_STAMP_OF, rows)]
+    return (ones, rows, tfs) if _all_stamps(starts) and _all_stamps(nexts) else None
 
 
 def _all_stamps(bodies: list[bytes]) -> bool:
@@ -259,7 +270,7 @@ def _scan_careful(
             rows.append((s - e, stamp, base + s))
             tfs.append(tf)
         pos = e + 1
-    return rows, tfs
+    return [], rows, tfs
 
 
 def _estimate_entries(buf: bytes, cut: int) -> int:
@@ -313,9 +324,9 @@ def _scan_term(
     if term.alternatives:  # a date: entries holding any of its texts, each once
         union: dict[int, _Row] = {}
         for alt in term.alternatives:
-            rows, _ = _scan_careful(buf, cut, eof, alt, base, deadline)
-            union.update(zip(map(itemgetter(2), rows), rows, strict=True))
-        return list(union.values()), [1.0] * len(union)
+            _, rows, _ = _scan_careful(buf, cut, eof, alt, base, deadline)
+            union.update(zip(map(_OFFSET, rows), rows, strict=True))
+        return list(union.values()), [], []
     if term.needle is not None:
         found = _scan_fast(buf, cut, eof, term, base)
         if found is not None:

@@ -461,3 +461,13 @@ def test_a_date_written_in_an_entry_counts(history: Path) -> None:
     assert "12 May" in marked(result.hits[0])
     # "May 1" is not in "May 12": a date matches as a whole
     assert stamps(search_history(history, "dentist on 1 May", now=NOW))[0] == "2026-04-01 10:00"
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["on 31 February", "999 years ago", "in the past 999 months", "May 0", "2099", "0 days ago"],
+)
+def test_odd_dates_are_searched_or_ignored_never_an_error(history: Path, query: str) -> None:
+    write_history(history, "[2026-02-28 10:00] Paid rent on 28 February.")
+    result = search_history(history, query, now=NOW)
+    assert result.total >= len(result.hits)
