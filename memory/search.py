@@ -36,7 +36,7 @@ from typing import Any
 from memory.dates import DateSpan
 from memory.safefs import open_binary
 from memory.linear_regex import RegexError
-from memory.stems import WORD_BYTES, word_tail
+from memory.stems import WORD_BYTES, word_end
 from memory.terms import (
     BYTES_LAYOUT,
     STOPWORDS,
@@ -212,7 +212,7 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> _TermH
                 elif startswith(word, hit) and (hit + wn >= size or buf[hit + wn] not in inside):
                     tf += exact  # the word itself, the common case: no token to cut
                 else:
-                    token = buf[hit : word_tail(buf, hit + n).end()]
+                    token = buf[hit : word_end(buf, hit + n)]
                     w = cached(token)
                     tf += weigh(token) if w is None else w
                 hit = find(needle, hit + n, end)

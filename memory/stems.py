@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import Stemmer
 
-__all__ = ["EXACT", "FORM", "PART", "WORD_BYTES", "WordForms", "stem", "word_tail"]
+__all__ = ["EXACT", "FORM", "PART", "WORD_BYTES", "WordForms", "stem", "word_end"]
 
 # How much one occurrence counts towards a term's frequency (tuned by bench/tune_bm25.py).
 EXACT = 1.0  # the keyword itself, as a whole word
@@ -31,7 +31,13 @@ _WORD_STR = re.compile(r"[^\W_]+")  # letters and digits, for str entries
 # Bytes that belong to a word in lowered UTF-8: ASCII letters and digits, and every byte of a
 # multi-byte character (a non-ASCII letter must not end an ASCII word).
 WORD_BYTES = frozenset(b for b in range(256) if b >= 128 or chr(b).isalnum())
-word_tail = re.compile(rb"[a-z0-9\x80-\xff]*").match  # word_tail(buf, pos).end(): the word's end
+_WORD_TAIL = re.compile(rb"[a-z0-9\x80-\xff]*")
+
+
+def word_end(buf: bytes, pos: int) -> int:
+    """Where the lowered word going on at ``pos`` ends."""
+    m = _WORD_TAIL.match(buf, pos)
+    return m.end() if m else pos
 
 
 @lru_cache(maxsize=65536)
@@ -87,7 +93,7 @@ class WordForms:
             if at and low[at - 1] in WORD_BYTES:
                 total += self.part_weight if low.startswith(word, at) else 0.0
             else:
-                total += self.weigh(low[at : word_tail(low, at + n).end()])
+                total += self.weigh(low[at : word_end(low, at + n)])
             at = low.find(root, at + n, e)
         return total
 

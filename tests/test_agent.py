@@ -215,7 +215,7 @@ async def test_recall_says_why_an_entry_matched(fake_llm: FakeOpenAI, workspaces
     memory.append_history("Hiked the Okertal alone.", week_ago - timedelta(days=60))
     memory.append_history("Bought new socks.", datetime.now(UTC))
 
-    reply = await agent.handle(dm("42", "/recall where did I go hiking last week"))
+    reply = await ask(agent, dm("42", "/recall where did I go hiking last week"))
     await agent.aclose()
 
     first = reply.text.split("\n\n")[1]

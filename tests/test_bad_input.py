@@ -156,8 +156,8 @@ def test_recall_answers_a_catastrophic_regex_promptly(tmp_path: Path, pattern: s
         memory = agent.workspaces.get(user_key("telegram", "1")).memory
         for _ in range(3):
             memory.append_history("a" * 236)  # with its stamp: a 255-character entry
-        reply = runner.run(agent.handle(dm("1", f"/recall --regex {pattern}")))
-        other = runner.run(agent.handle(dm("2", "/recall anything")))
+        reply = runner.run(ask(agent, dm("1", f"/recall --regex {pattern}")))
+        other = runner.run(ask(agent, dm("2", "/recall anything")))
     assert reply.private
     assert reply.text.startswith(("History entries matching", "No match for")), reply.text
     assert other.text.startswith("No match for")
