@@ -2,9 +2,10 @@
 
 A history entry's stamp says when it was filed, and its text may name other dates ("the check-up
 is on 12 May"), so a span is looked for both ways: as ``needles``, lowered texts that a stamp or a
-mention of a day in the span contains ("2026-05-12", "12 may", "may 12", "2026-05-", "march",
-"2023"). Finding them is the same ``bytes.find`` scan as for keywords, so no date parsing of
-the whole file is needed. "Now" is given (UTC, as the stamps are), so tests fix it.
+mention of a day in the span contains ("2026-05-" followed by a day of the span, "may" next to
+one, "march", "2023"). Finding them is the same ``bytes.find`` scan as for keywords, at most two
+per month of the span, so no date parsing of the whole file is needed. "Now" is given (UTC, as
+the stamps are), so tests fix it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-__all__ = ["DateSpan", "extract_dates"]
+__all__ = ["DateNeedle", "DateSpan", "extract_dates"]
 
 MONTHS = [
     "january", "february", "march", "april", "may", "june",
@@ -47,6 +48,52 @@ _PATTERNS = [
 _COMPILED = [(kind, re.compile(p, re.IGNORECASE)) for kind, p in _PATTERNS]
 
 
+_DAY_AFTER = re.compile(rb" ([0-3]?\d)(?:st|nd|rd|th)?(?![0-9a-z])")
+_DAY_BEFORE = re.compile(rb"(?<![0-9])([0-3]?\d)(?:st|nd|rd|th)? (?:of )?$")
+
+
+@dataclass(frozen=True)
+class DateNeedle:
+    """A lowered text naming a date: "2026-05-" (ISO), "may" (a month's name) or "2023".
+
+    ``days``, when set, are the days of the month it must name: the two digits after an ISO
+    prefix, or a number just before or after a month's name ("12 may", "may 12th").
+    """
+
+    text: str
+    days: frozenset[int] | None = None
+
+    def span_at(self, low: bytes, at: int) -> tuple[int, int] | None:
+        """(start, end) of the date written at ``at`` in the lowered ``low``, if it is one."""
+        raw, n = self.text.encode("ascii"), len(self.text)
+        if at and low[at - 1 : at].isalnum():
+            return None
+        if raw.endswith(b"-"):  # ISO: a day must follow
+            day = low[at + n : at + n + 2]
+            if not day.isdigit() or low[at + n + 2 : at + n + 3].isdigit():
+                return None
+            return (at, at + n + 2) if self.days is None or int(day) in self.days else None
+        if low[at + n : at + n + 1].isalnum():
+            return None
+        if self.days is None:
+            return at, at + n
+        after = _DAY_AFTER.match(low, at + n)
+        if after and int(after.group(1)) in self.days:
+            return at, after.end()
+        before = _DAY_BEFORE.search(low, max(0, at - 10), at)
+        if before and int(before.group(1)) in self.days:
+            return before.start(), at + n
+        return None
+
+    def find(self, low: bytes, start: int, end: int) -> int:
+        """Position of the first date it names in ``low[start:end]``, or -1."""
+        raw = self.text.encode("ascii")
+        at = low.find(raw, start, end)
+        while at >= 0 and self.span_at(low, at) is None:
+            at = low.find(raw, at + 1, end)
+        return at
+
+
 @dataclass(frozen=True)
 class DateSpan:
     """Days ``start`` up to (not including) ``end``, as the user named them (``label``)."""
@@ -56,8 +103,8 @@ class DateSpan:
     end: date
 
     @property
-    def needles(self) -> tuple[str, ...]:
-        """Lowered texts that a stamp or a written date of a day in the span holds."""
+    def needles(self) -> tuple[DateNeedle, ...]:
+        """What a stamp or a written date of a day in the span holds."""
         return _needles(self.start, self.end)
 
     def holds(self, stamp: str) -> bool:
@@ -176,22 +223,19 @@ def _ago(label: str, n: int, unit: str, today: date) -> DateSpan:
     return DateSpan(label, date(year, 1, 1), date(year + 1, 1, 1))
 
 
-def _needles(start: date, end: date) -> tuple[str, ...]:
+def _needles(start: date, end: date) -> tuple[DateNeedle, ...]:
     days = (end - start).days
     if start.month == 1 and start.day == 1 and days >= 365:
-        return tuple(str(y) for y in range(start.year, end.year))
-    if start.day == 1 and days >= 28:  # whole months: their stamps, and the month's name
-        out: list[str] = []
-        y, m = start.year, start.month
-        while date(y, m, 1) < end:
-            out += [f"{y:04d}-{m:02d}-", MONTHS[m - 1]]
-            y, m = y + m // 12, m % 12 + 1
-        return tuple(dict.fromkeys(out))
-    out = []
+        return tuple(DateNeedle(str(y)) for y in range(start.year, end.year))
+    months: dict[tuple[int, int], set[int]] = {}
     for i in range(days):
         day = start + timedelta(days=i)
-        out.append(day.isoformat())
-        if days <= MAX_NAMED_DAYS:
-            name = MONTHS[day.month - 1]
-            out += [f"{day.day} {name}", f"{name} {day.day}"]
-    return tuple(out)
+        months.setdefault((day.year, day.month), set()).add(day.day)
+    whole = start.day == 1 and days >= 28  # whole months: their stamps, and the month's name
+    out: list[DateNeedle] = []
+    for (y, m), in_month in months.items():
+        chosen = None if whole else frozenset(in_month)
+        out.append(DateNeedle(f"{y:04d}-{m:02d}-", chosen))
+        if whole or days <= MAX_NAMED_DAYS:
+            out.append(DateNeedle(MONTHS[m - 1], chosen))
+    return tuple(dict.fromkeys(out))

@@ -389,21 +389,20 @@ def _marks(text: str, query: Query) -> tuple[list[tuple[int, int]], list[tuple[s
 
 
 def _date_spans(text: str, span: DateSpan) -> list[tuple[int, int]]:
-    """Where the entry's text (past its stamp) names a day of ``span``."""
-    low, out = text.lower(), []
+    """Where the entry's text (past its stamp) names a day of ``span``, in characters."""
+    low = text.lower().encode("utf-8", "surrogatepass")
+    out = []
     for needle in span.needles:
-        at = low.find(needle, 18)
+        raw = needle.text.encode("ascii")
+        at = low.find(raw, 18)
         while at >= 0:
-            if _date_edges(low, at, len(needle)):
-                out.append((at, at + len(needle)))
-            at = low.find(needle, at + 1)
+            found = needle.span_at(low, at)
+            if found:
+                s, e = found
+                chars = len(low[:s].decode("utf-8", "ignore"))
+                out.append((chars, chars + len(low[s:e].decode("utf-8", "ignore"))))
+            at = low.find(raw, at + 1)
     return out
-
-
-def _date_edges(low: str, at: int, n: int) -> bool:
-    before = low[at - 1 : at]
-    after = low[at + n : at + n + 1]
-    return not before.isalnum() and (low[at + n - 1] == "-" or not after.isalnum())
 
 
 def _dated(text: str, span: DateSpan) -> bool:

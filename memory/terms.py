@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from memory.dates import DateSpan, extract_dates
+from memory.dates import DateNeedle, DateSpan, extract_dates
 from memory.linear_regex import compile_regex
 from memory.stems import WordForms
 from memory.store import ENTRY_STAMP
@@ -249,25 +249,13 @@ def _regex_term(query: str) -> Term:
     return Term(query, "pattern", _pattern_find(pattern), _pattern_count(pattern), spans)
 
 
-def _date_needle_term(needle: str) -> Term:
-    """One text of a date; a hit counts only as a whole token ("may 1" is not in "may 12")."""
-    raw = needle.encode("ascii")
-    n, open_end = len(raw), raw.endswith(b"-")
-
-    def find(buf: bytes, s: int, e: int) -> int:
-        at = buf.find(raw, s, e)
-        while at >= 0:
-            before = buf[at - 1 : at] if at else b" "
-            after = buf[at + n : at + n + 1]
-            if not before.isalnum() and (open_end or not after.isalnum()):
-                return at
-            at = buf.find(raw, at + 1, e)
-        return -1
+def _date_needle_term(needle: DateNeedle) -> Term:
+    """One way of writing a date of the span; a hit counts only as a whole date."""
 
     def weight_in(buf: bytes, s: int, e: int) -> float:
-        return 1.0 if find(buf, s, e) >= 0 else 0.0
+        return 1.0 if needle.find(buf, s, e) >= 0 else 0.0
 
-    return Term(needle, "date", find, weight_in, lambda entry: [])
+    return Term(needle.text, "date", needle.find, weight_in, lambda entry: [])
 
 
 def _date_term(spans: list[DateSpan]) -> Term | None:
