@@ -17,7 +17,9 @@ case-insensitive RE2 expression (memory/linear_regex.py; ``^``/``$`` match at li
 Speed: the scan works on bytes. Each chunk is lowered once in C and searched with
 ``bytes.find``; only matching entries cost Python work (a few C calls each, their timestamps
 checked in bulk), and per pattern of term counts only the few entries that can still reach the
-requested page are kept, so memory stays small however many entries match.
+requested page are kept, so memory stays small however many entries match. What a scan found
+per keyword is remembered until the file changes (memory/scan_cache.py, bounded), so the next
+page, or a keyword asked again, reads nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import repeat
@@ -33,9 +35,11 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+from memory import stems
 from memory.dates import DateSpan
 from memory.safefs import open_binary
 from memory.linear_regex import RegexError
+from memory.scan_cache import Region, ScanCache, file_version
 from memory.stems import WORD_BYTES, word_end
 from memory.terms import (
     BYTES_LAYOUT,
@@ -129,7 +133,7 @@ class _Tally:
             ones, rows, tfs = found[0]
             self.total += len(ones) + len(rows)
             if ones:
-                grouped[(1.0,)] = ones
+                grouped[(1.0,)] = list(ones)  # the input may be remembered: never grow it
             keys: Iterable[tuple[float, ...]] = zip(tfs, strict=True)
         else:  # each entry's vector of occurrences, built column by column in C
             by_offset: dict[int, _Row] = {}
@@ -280,14 +284,42 @@ def _estimate_entries(buf: bytes, cut: int) -> int:
     return round(buf.count(b"\n\n[", 0, SAMPLE_BYTES) * cut / SAMPLE_BYTES)
 
 
+SCANS = ScanCache()  # per file and keyword, what the last scan found (memory/scan_cache.py)
+
+
+def _cache_key(term: Term) -> Hashable | None:
+    """What a keyword's hits depend on (weights too), or None for terms not worth keeping."""
+    if term.needle is None or term.alternatives:
+        return None
+    forms = term.forms
+    weights = (forms.word, forms.exact_weight, stems.FORM, forms.part_weight) if forms else None
+    return term.kind, term.needle, weights
+
+
 def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
     terms = query.scanned
     tally = _Tally(len(terms), keep)
+    version = file_version(path)
+    chunk = CHUNK_BYTES
+    keys = [None if query.regex else _cache_key(t) for t in terms]
+    regions, known = SCANS.lookup(path, version, chunk, keys)
+    if regions is not None and all(hits is not None for hits in known):
+        for r, (_, size, entries) in enumerate(regions):  # nothing to read
+            tally.n_entries += entries
+            tally.n_bytes += size
+            tally.add_region([hits[r] for hits in known if hits is not None])
+        return tally
+    seen_regions: list[Region] = []
+    # Hits to remember: only for keywords worth it and not remembered already.
+    fresh: list[list[_TermHits] | None] = [
+        [] if key is not None and hits is None else None
+        for key, hits in zip(keys, known, strict=True)
+    ]
     deadline = time.monotonic() + REGEX_TIME_BUDGET_S if query.regex else None
     with open_binary(path) as f:
         carry = b""
         base = 0  # file offset of carry[0]
-        want = CHUNK_BYTES
+        want = chunk
         while True:
             data = f.read(want)
             eof = not data
@@ -303,17 +335,36 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
                     carry, want = buf, want * 2
                     continue
             # + 1: the region's first entry, whose marker (if any) ends the previous region
-            tally.n_entries += _estimate_entries(buf, cut) + 1
+            region = (base, cut, _estimate_entries(buf, cut) + 1)
+            r = len(seen_regions)
+            seen_regions.append(region)
+            tally.n_entries += region[2]
             tally.n_bytes += cut
+            same = regions is not None and r < len(regions) and regions[r] == region
             # Regexes see the text as written (RE2 folds case itself, in UTF-8); the rest the
             # lowered bytes. The tail past ``cut`` is lowered again next time; cheap.
             seen = buf if query.regex else buf.lower()
-            tally.add_region([_scan_term(seen, cut, eof, base, t, deadline) for t in terms])
-            del seen
-            carry, base, want = buf[cut:], base + cut, CHUNK_BYTES
+            found = []
+            for t, term in enumerate(terms):
+                hits = known[t]
+                got = hits[r] if same and hits is not None else None
+                if got is None:
+                    got = _scan_term(seen, cut, eof, base, term, deadline)
+                kept = fresh[t]
+                if kept is not None:
+                    kept.append(got)
+                found.append(got)
+            tally.add_region(found)
+            del seen, found
+            carry, base, want = buf[cut:], base + cut, chunk
             del buf
             if eof:
                 break
+    if file_version(path) == version:  # not changed while it was read
+        for key, hits in zip(keys, fresh, strict=True):
+            if key is not None and hits is not None:
+                rows = sum(len(ones) + len(more) for ones, more, _ in hits)
+                SCANS.store(path, version, chunk, seen_regions, key, hits, rows)
     return tally
 
 

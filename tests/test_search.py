@@ -471,3 +471,44 @@ def test_odd_dates_are_searched_or_ignored_never_an_error(history: Path, query: 
     write_history(history, "[2026-02-28 10:00] Paid rent on 28 February.")
     result = search_history(history, query, now=NOW)
     assert result.total >= len(result.hits)
+
+
+# ---- the remembered scans: never stale, bounded ----------------------------------------------
+
+
+def test_a_remembered_scan_never_hides_a_change_to_the_file(history: Path) -> None:
+    write_history(history, "[2026-01-01 10:00] Paid the rent.", "[2026-01-02 10:00] Rent again.")
+    assert search_history(history, "rent").total == 2
+    assert search_history(history, "rent").total == 2  # answered from what the scan found
+    store = pytest.importorskip("memory.store").MemoryStore(history.parent)
+    store.append_history("Rent is due.", datetime(2026, 1, 3, 10, 0, tzinfo=UTC))
+    assert stamps(search_history(history, "rent"))[0] == "2026-01-03 10:00"
+    # rewritten in place to the very same size, at once: the change still shows
+    text = history.read_text(encoding="utf-8")
+    with history.open("r+", encoding="utf-8") as f:
+        f.write(text.replace("Rent again.", "Cats again."))
+    assert search_history(history, "rent").total == 2
+    assert search_history(history, "cats").total == 1
+    history.unlink()
+    assert search_history(history, "rent").total == 0
+
+
+def test_remembered_scans_are_bounded_and_change_no_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small = search_module.ScanCache(max_rows=50)  # one keyword of 40 entries fits, not two
+    monkeypatch.setattr(search_module, "SCANS", small)
+    path = write_history(
+        tmp_path / "HISTORY.md",
+        *(f"[2026-01-{d % 28 + 1:02d} {d % 24:02d}:00] paid {d} euros, rent" for d in range(40)),
+    )
+    queries = ["euros", "paid rent", "rent", "paid euros rent"]
+    fresh = {}
+    for q in queries:
+        small.clear()
+        fresh[q] = [(h.text, h.score) for h in search_history(path, q, limit=7, offset=3).hits]
+    for _ in range(2):
+        for q in queries:
+            again = search_history(path, q, limit=7, offset=3)
+            assert [(h.text, h.score) for h in again.hits] == fresh[q]
+            assert 0 < small.rows <= 50
