@@ -182,7 +182,7 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> _TermH
     find, rfind, count, startswith = buf.find, buf.rfind, buf.count, buf.startswith
     needle = term.needle
     assert needle is not None
-    marker, n, limit, size = b"\n\n[", len(needle), end + 1, len(buf)  # limit: finds end - 2
+    marker, n, limit = b"\n\n[", len(needle), end + 1  # limit: finds the marker at end - 2
     forms = term.forms
     if forms is not None:
         word, part, exact = forms.word.encode("ascii"), forms.part_weight, forms.exact_weight
@@ -210,11 +210,16 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> _TermH
         else:
             tf = 0.0
             while 0 <= hit < e:
-                if buf[hit - 1] in inside:  # inside a longer word (hit > 0: buf[0] is "[")
+                # buf[hit - 1] exists (buf[0] is "["), buf[hit + wn] too (a newline ends the file)
+                if (
+                    startswith(word, hit)
+                    and buf[hit + wn] not in inside
+                    and buf[hit - 1] not in inside
+                ):
+                    tf += exact  # the word itself, the common case: no token to cut
+                elif buf[hit - 1] in inside:  # inside a longer word: grep's match only
                     if startswith(word, hit):
                         tf += part
-                elif startswith(word, hit) and (hit + wn >= size or buf[hit + wn] not in inside):
-                    tf += exact  # the word itself, the common case: no token to cut
                 else:
                     token = buf[hit : word_end(buf, hit + n)]
                     w = cached(token)
@@ -342,8 +347,10 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
             tally.n_bytes += cut
             same = regions is not None and r < len(regions) and regions[r] == region
             # Regexes see the text as written (RE2 folds case itself, in UTF-8); the rest the
-            # lowered bytes. The tail past ``cut`` is lowered again next time; cheap.
-            seen = buf if query.regex else buf.lower()
+            # lowered bytes, with a newline after the file's end (the fast loop may look one
+            # byte past a word). The tail past ``cut`` is lowered again next time; cheap.
+            low = b"" if query.regex else buf.lower()
+            seen = buf if query.regex else low + b"\n" if eof else low
             found = []
             for t, term in enumerate(terms):
                 hits = known[t]
@@ -355,7 +362,7 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
                     kept.append(got)
                 found.append(got)
             tally.add_region(found)
-            del seen, found
+            del seen, low, found
             carry, base, want = buf[cut:], base + cut, chunk
             del buf
             if eof:
