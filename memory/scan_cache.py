@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memory.safefs import open_binary
+
 __all__ = ["MAX_ROWS", "ScanCache", "file_version"]
 
 MAX_ROWS = 400_000  # matching entries kept in all: roughly 70 MB at the very most
@@ -35,7 +37,7 @@ def file_version(path: Path) -> Version:
     The tail guards against a rewrite in place to the same size within one clock tick, which
     the times alone would miss (appends and atomic replaces change size or inode anyway).
     """
-    with open(path, "rb") as f:
+    with open_binary(path) as f:  # never through a link, like every workspace file
         st = os.fstat(f.fileno())
         f.seek(max(0, st.st_size - TAIL_BYTES))
         tail = f.read(TAIL_BYTES)

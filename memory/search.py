@@ -37,8 +37,8 @@ from typing import Any
 
 from memory import stems
 from memory.dates import DateSpan
-from memory.safefs import open_binary
 from memory.linear_regex import RegexError
+from memory.safefs import open_binary
 from memory.scan_cache import Region, ScanCache, file_version
 from memory.stems import WORD_BYTES, word_end
 from memory.terms import (
