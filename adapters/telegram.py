@@ -62,6 +62,7 @@ from adapters.telegram_polling import (
     Poller,
     flood_safe,
 )
+from adapters.telegram_request import AiohttpRequest
 from adapters.telegram_spool import Spool
 from adapters.telegram_webhook import WebhookServer
 from bot import logsafe
@@ -135,8 +136,8 @@ class TelegramAdapter:
             ApplicationBuilder()
             .token(token)
             .concurrent_updates(PerUserOrder(MAX_CONCURRENT_UPDATES))
-            .connection_pool_size(CONNECTION_POOL_SIZE)
-            .pool_timeout(POOL_TIMEOUT_S)
+            .request(AiohttpRequest(CONNECTION_POOL_SIZE, pool_timeout=POOL_TIMEOUT_S))
+            .get_updates_request(AiohttpRequest(1))  # one long poll at a time
         )
         builder = builder.updater(None)  # our own loop or server: see Poller, WebhookServer
         if self._config.api_base:

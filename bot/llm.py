@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import openai
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
 from bot import logsafe
+from bot.llm_http import AiohttpTransport
 from memory.llm import ChatResult, LLMBadRequest, LLMError, ToolCall
 from memory.text import valid_text
 
@@ -55,11 +56,13 @@ class LLMClient:
         self.temperature = temperature
         self.usage = Usage()
         # Local servers (Ollama, vLLM) accept any key; the SDK insists on one being set.
+        # HTTP on aiohttp: the SDK's default httpx transport cost more CPU than the rest of a turn.
         self._client = AsyncOpenAI(
             base_url=base_url,
             api_key=api_key or "not-needed",
             timeout=timeout_s,
             max_retries=max_retries,
+            http_client=DefaultAsyncHttpxClient(transport=AiohttpTransport()),
         )
 
     @classmethod

@@ -1,0 +1,76 @@
+"""The LLM client's HTTP (openai SDK on the aiohttp transport) against providers that misbehave
+at the HTTP level: each failure must read as what it is, and a compressed answer must be read."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from aiohttp import web
+
+from bot.llm import LLMClient
+from memory.llm import LLMError
+from tests.fakes.local_server import serve_locally
+from tests.fakes.openai_server import completion
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
+    """Serves one handler as /v1/chat/completions; gives its base URL."""
+    runners: list[web.AppRunner] = []
+
+    async def serve(handler: Handler) -> str:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handler)
+        runner, port = await serve_locally(app)
+        runners.append(runner)
+        return f"http://127.0.0.1:{port}/v1"
+
+    yield serve
+    for runner in runners:
+        await runner.cleanup()
+
+
+async def ask(base_url: str, timeout_s: float = 5.0) -> str | None:
+    client = LLMClient(model="m", base_url=base_url, timeout_s=timeout_s, max_retries=0)
+    try:
+        result = await client.chat([{"role": "user", "content": "hi"}])
+    finally:
+        await client.aclose()
+    return result.content
+
+
+async def test_a_gzip_compressed_answer_is_read(provider) -> None:
+    async def gzipped(request: web.Request) -> web.Response:
+        await request.read()
+        body = gzip.compress(json.dumps(completion("hello from gzip")).encode())
+        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        return web.Response(body=body, headers=headers)
+
+    assert await ask(await provider(gzipped)) == "hello from gzip"
+
+
+async def test_a_provider_that_hangs_up_could_not_be_reached(provider) -> None:
+    async def hang_up(request: web.Request) -> web.Response:
+        await request.read()
+        assert request.transport is not None
+        request.transport.close()  # no status line at all
+        await asyncio.sleep(1)
+        return web.Response()
+
+    with pytest.raises(LLMError, match="could not be reached"):
+        await ask(await provider(hang_up))
+
+
+async def test_a_provider_that_never_answers_timed_out(provider) -> None:
+    async def silent(request: web.Request) -> web.Response:
+        await asyncio.sleep(30)
+        return web.Response()
+
+    with pytest.raises(LLMError, match="timed out"):
+        await ask(await provider(silent), timeout_s=0.3)
