@@ -392,7 +392,7 @@ class Poller:
             await _wait_any([self._intake.finished, stop], deadline - loop.time())
         if self._intake.held or self._full:
             gap = self._last_poll + MIN_POLL_GAP_S - loop.time()
-            if gap > 0:
+            if gap > 0 and self._intake.held:  # (none held: that poll cannot return at once)
                 await _sleep_unless(stop, gap)
         elif self._timeout_s <= 0 and not self._got_new:
             await _sleep_unless(stop, self._last_poll + BUSY_POLL_S - loop.time())

@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import urllib.request
 from collections.abc import AsyncIterator
 from typing import IO
+from urllib.parse import urlsplit
 
 import aiohttp
 from telegram._utils.defaultvalue import DefaultValue
@@ -59,6 +61,7 @@ class AiohttpRequest(BaseRequest):
         self._slots = asyncio.Semaphore(connection_pool_size)
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[tuple[float | None, float | None], aiohttp.ClientTimeout] = {}
+        self._proxies: dict[str, str | None] = {}  # scheme://host:port → proxy URL or None
 
     @property
     def read_timeout(self) -> float | None:
@@ -78,7 +81,6 @@ class AiohttpRequest(BaseRequest):
             connector=connector,
             headers={"User-Agent": self.USER_AGENT},
             cookie_jar=aiohttp.DummyCookieJar(),  # the Bot API sets no cookies
-            trust_env=True,  # HTTPS_PROXY and friends, as httpx honours them
         )
 
     async def do_request(
@@ -139,8 +141,17 @@ class AiohttpRequest(BaseRequest):
             self._timeouts[key] = found
         return found
 
-    @staticmethod
+    def _proxy(self, url: str) -> str | None:
+        """The proxy the environment sets for `url` (HTTPS_PROXY, NO_PROXY…), as httpx would
+        use; looked up once per server. (aiohttp's trust_env would look it up, and .netrc,
+        in a thread on every request: that cost more than the request.)"""
+        origin = url[: url.find("/", url.find("//") + 2)] if "//" in url else url
+        if origin not in self._proxies:
+            self._proxies[origin] = env_proxy(origin)
+        return self._proxies[origin]
+
     async def _send(
+        self,
         session: aiohttp.ClientSession,
         url: str,
         method: str,
@@ -149,7 +160,13 @@ class AiohttpRequest(BaseRequest):
         limits: aiohttp.ClientTimeout,
     ) -> tuple[int, bytes]:
         async with session.request(
-            method, url, data=body, headers=headers, timeout=limits, allow_redirects=False
+            method,
+            url,
+            data=body,
+            headers=headers,
+            timeout=limits,
+            allow_redirects=False,
+            proxy=self._proxy(url),
         ) as response:
             return response.status, await response.read()
 
@@ -172,6 +189,16 @@ class AiohttpRequest(BaseRequest):
         async with asyncio.timeout(None) as deadline:
             chunks = _timed_chunks(body, write_timeout, deadline)
             return await self._send(session, url, method, chunks, headers, limits)
+
+
+def env_proxy(origin: str) -> str | None:
+    """The proxy URL the environment gives for `origin` ("https://host:port"), or None."""
+    parts = urlsplit(origin)
+    host = parts.hostname or ""
+    if not host or urllib.request.proxy_bypass(host):
+        return None
+    proxies = urllib.request.getproxies()
+    return proxies.get(parts.scheme) or proxies.get("all")
 
 
 def multipart_body(

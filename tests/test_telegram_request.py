@@ -151,3 +151,17 @@ async def test_an_unreachable_server_is_a_network_error_without_the_token() -> N
     assert not isinstance(raised.value, TimedOut)
     assert TOKEN not in str(raised.value)
     assert "aiohttp.ClientConnectorError" in str(raised.value)
+
+
+async def test_the_environments_proxy_is_used(
+    far_end: tuple[FarEnd, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a proxy (HTTP_PROXY), as with PTB's default httpx: the far end acts as the proxy
+    for a Bot API host that does not resolve."""
+    end, base = far_end
+    monkeypatch.setenv("HTTP_PROXY", base.removesuffix("/bot"))
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    async with Bot(TOKEN, base_url="http://api.telegram.invalid/bot", request=AiohttpRequest()):
+        pass  # getMe answered
+    assert end.arrived == 1
