@@ -27,6 +27,7 @@ from typing import IO
 from urllib.parse import urlsplit
 
 import aiohttp
+import httpx
 from telegram._utils.defaultvalue import DefaultValue
 from telegram._utils.types import ODVInput
 from telegram.error import NetworkError, TimedOut
@@ -76,7 +77,11 @@ class AiohttpRequest(BaseRequest):
             await self._session.close()
 
     def _new_session(self) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0)
+        connector = aiohttp.TCPConnector(
+            limit=self._pool_size,
+            limit_per_host=0,
+            ssl=httpx.create_ssl_context(),  # the CA store PTB's httpx would trust (certifi)
+        )
         return aiohttp.ClientSession(
             connector=connector,
             headers={"User-Agent": self.USER_AGENT},

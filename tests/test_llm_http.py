@@ -7,6 +7,7 @@ import asyncio
 import gzip
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -15,6 +16,7 @@ from bot.llm import LLMClient
 from memory.llm import LLMError
 from tests.fakes.local_server import serve_locally
 from tests.fakes.openai_server import completion
+from tests.fakes.tls import self_signed
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -74,3 +76,28 @@ async def test_a_provider_that_never_answers_timed_out(provider) -> None:
 
     with pytest.raises(LLMError, match="timed out"):
         await ask(await provider(silent), timeout_s=0.3)
+
+
+async def test_https_trusts_the_certificates_the_environment_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, server_context = self_signed(tmp_path)
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(completion("over tls"))
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    runner, port = await serve_locally(app, server_context)
+    try:
+        monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        assert await ask(f"https://127.0.0.1:{port}/v1") == "over tls"
+        (tmp_path / "other").mkdir()
+        other, _ = self_signed(tmp_path / "other")  # a certificate of someone else
+        monkeypatch.setenv("SSL_CERT_FILE", str(other))
+        with pytest.raises(LLMError, match="could not be reached"):
+            await ask(f"https://127.0.0.1:{port}/v1")
+    finally:
+        await runner.cleanup()

@@ -12,6 +12,7 @@ import contextlib
 import socket
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from telegram.error import NetworkError, TimedOut
 from adapters.telegram_request import AiohttpRequest
 from tests.fakes.local_server import serve_locally
 from tests.fakes.telegram_server import BOT, TOKEN
+from tests.fakes.tls import self_signed
 
 NAME = 'résumé ✓ "x"; name="chat_id.txt'
 CHAT = {"id": 42, "type": "private", "first_name": "User42"}
@@ -164,4 +166,31 @@ async def test_the_environments_proxy_is_used(
     monkeypatch.delenv("no_proxy", raising=False)
     async with Bot(TOKEN, base_url="http://api.telegram.invalid/bot", request=AiohttpRequest()):
         pass  # getMe answered
+    assert end.arrived == 1
+
+
+async def test_https_trusts_the_certificates_the_environment_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SSL_CERT_FILE is honoured as by PTB's httpx; a certificate not in it is refused."""
+    cert, server_context = self_signed(tmp_path)
+    end = FarEnd()
+    app = web.Application()
+    app.router.add_post("/bot{token}/{method}", end.handle)
+    runner, port = await serve_locally(app, server_context)
+    base = f"https://127.0.0.1:{port}/bot"
+    try:
+        monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        async with Bot(TOKEN, base_url=base, request=AiohttpRequest()):
+            pass  # getMe answered over TLS
+        (tmp_path / "other").mkdir()
+        other, _ = self_signed(tmp_path / "other")  # a certificate of someone else
+        monkeypatch.setenv("SSL_CERT_FILE", str(other))
+        request = AiohttpRequest()
+        with pytest.raises(NetworkError, match="certificate"):
+            await Bot(TOKEN, base_url=base, request=request).initialize()
+        await request.shutdown()
+    finally:
+        await runner.cleanup()
     assert end.arrived == 1
