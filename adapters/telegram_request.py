@@ -42,7 +42,7 @@ POOL_TIMEOUT_MESSAGE = (
 
 
 class AiohttpRequest(BaseRequest):
-    """A BaseRequest on one aiohttp session (created on first use, in the running loop)."""
+    """A BaseRequest on one aiohttp session (made by the first request, in the running loop)."""
 
     def __init__(
         self,
@@ -69,8 +69,10 @@ class AiohttpRequest(BaseRequest):
         return self._read
 
     async def initialize(self) -> None:
-        if self._session is None or self._session.closed:
-            self._session = self._new_session()
+        """The session is made by the first request: one initialized and never used (PTB's
+        getUpdates request when getMe fails) then holds nothing that needs closing."""
+        if self._session is not None and self._session.closed:
+            self._session = None
 
     async def shutdown(self) -> None:
         if self._session is not None and not self._session.closed:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import socket
 import time
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -194,3 +196,15 @@ async def test_https_trusts_the_certificates_the_environment_names(
     finally:
         await runner.cleanup()
     assert end.arrived == 1
+
+
+async def test_a_request_initialized_but_never_used_leaves_nothing_open() -> None:
+    """PTB initializes its getUpdates request with the other; when getMe then fails, only the
+    other is shut down, and an open session would be reported on stderr at exit."""
+    request = AiohttpRequest()
+    await request.initialize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del request
+        gc.collect()
+    assert not [w for w in caught if "Unclosed" in str(w.message)]
