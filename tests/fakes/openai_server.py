@@ -3,11 +3,19 @@
 Answers are scripted: push items with `queue(...)`; when the queue is empty `default` answers.
 An item is a completion body (HTTP 200), `Status(code, body)`, `Delay(seconds, item)`, or a
 callable taking the request JSON and returning an item. Every request body is recorded.
+
+Like OpenAI, a chat request is refused (400) when a message's content part is of a type the API
+does not know (our own `image_ref` must never reach a provider) or an `image_url` is not a URL or
+a base64 data URL of a PNG, JPEG, GIF or WebP picture. `/v1/audio/transcriptions` takes the
+multipart upload the SDK sends (recorded in `transcriptions`), refuses a file format or size
+OpenAI refuses, and answers from `transcripts` (text, or a Status) in order, else `transcript`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import time
 from collections import deque
@@ -25,6 +33,16 @@ class Status:
     code: int
     body: Any = None
     content_type: str = "application/json"
+
+
+@dataclass
+class Transcription:
+    """One upload to /v1/audio/transcriptions."""
+
+    model: str
+    filename: str
+    data: bytes
+    fields: dict[str, str]
 
 
 @dataclass
@@ -88,6 +106,9 @@ class FakeOpenAI:
         self.requests: list[dict[str, Any]] = []
         self.script: deque[Any] = deque()
         self.default: Callable[[dict[str, Any]], Any] = lambda req: completion("ok")
+        self.transcriptions: list[Transcription] = []
+        self.transcripts: deque[Any] = deque()
+        self.transcript = "this is what was said"
         self._runner: web.AppRunner | None = None
         self.port = 0
         self._arrived = asyncio.Condition()
@@ -108,6 +129,7 @@ class FakeOpenAI:
         app = web.Application(client_max_size=1024**3)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/audio/transcriptions", self._transcribe)
         self._runner, self.port = await serve_locally(app)
         return self
 
@@ -124,6 +146,10 @@ class FakeOpenAI:
         self.requests.append(body)
         async with self._arrived:
             self._arrived.notify_all()
+        problem = _invalid_content(body.get("messages") or [])
+        if problem:
+            error = {"message": problem, "type": "invalid_request_error"}
+            return web.json_response({"error": error}, status=400)
         item: Any = self.script.popleft() if self.script else self.default
         while True:
             if callable(item):
@@ -138,6 +164,28 @@ class FakeOpenAI:
             return web.Response(status=item.code, text=text, content_type=item.content_type)
         return web.json_response(item)
 
+    async def _transcribe(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        upload = form.get("file")
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        if not isinstance(upload, web.FileField):
+            return _refusal(400, "Missing required parameter: 'file'.")
+        data = upload.file.read()
+        model = fields.get("model", "")
+        self.transcriptions.append(Transcription(model, upload.filename, data, fields))
+        async with self._arrived:
+            self._arrived.notify_all()
+        if upload.filename.rpartition(".")[2].lower() not in AUDIO_FORMATS:
+            formats = ", ".join(f"'{f}'" for f in sorted(AUDIO_FORMATS))
+            return _refusal(400, f"Invalid file format. Supported formats: [{formats}]")
+        if len(data) > 25 * 1024 * 1024:
+            return _refusal(413, "Maximum content size limit (26214400) exceeded.")
+        item: Any = self.transcripts.popleft() if self.transcripts else self.transcript
+        if isinstance(item, Status):
+            text = item.body if isinstance(item.body, str) else json.dumps(item.body or {})
+            return web.Response(status=item.code, text=text, content_type=item.content_type)
+        return web.json_response({"text": item})
+
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
         """Requests of the agent (not the consolidator)."""
@@ -146,3 +194,64 @@ class FakeOpenAI:
     @property
     def consolidation_requests(self) -> list[dict[str, Any]]:
         return [r for r in self.requests if is_consolidation(r)]
+
+
+AUDIO_FORMATS = {"flac", "m4a", "mp3", "mp4", "mpeg", "mpga", "oga", "ogg", "wav", "webm"}
+PART_TYPES = {"text", "image_url", "input_audio", "file", "refusal"}
+_DATA_URL = "data:image/{};base64,"
+_MAGIC = {
+    "png": (b"\x89PNG\r\n\x1a\n",),
+    "jpeg": (b"\xff\xd8\xff",),
+    "gif": (b"GIF87a", b"GIF89a"),
+    "webp": (b"RIFF",),
+}
+
+
+def image_urls(request: dict[str, Any]) -> list[str]:
+    """The image_url URLs of a chat request, oldest first."""
+    return [
+        part["image_url"]["url"]
+        for message in request.get("messages", [])
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if part.get("type") == "image_url"
+    ]
+
+
+def _invalid_content(messages: list[dict[str, Any]]) -> str | None:
+    """What OpenAI would say about the content parts of these messages (None: fine)."""
+    for number, message in enumerate(messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for index, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            where = f"messages[{number}].content[{index}]"
+            if kind not in PART_TYPES:
+                supported = "Supported values are: 'text' and 'image_url'"
+                return f"Invalid value: '{kind}'. {supported}. ({where})"
+            if kind == "image_url" and not _valid_image_url(part.get("image_url")):
+                return f"Invalid image in {where}: not a URL or a base64 data URL of an image."
+    return None
+
+
+def _valid_image_url(value: Any) -> bool:
+    url = value.get("url") if isinstance(value, dict) else None
+    if not isinstance(url, str):
+        return False
+    if url.startswith(("http://", "https://")):
+        return True
+    for name, magic in _MAGIC.items():
+        prefix = _DATA_URL.format(name)
+        if url.startswith(prefix):
+            try:
+                data = base64.b64decode(url[len(prefix) :], validate=True)
+            except (binascii.Error, ValueError):
+                return False
+            return data.startswith(magic)
+    return False
+
+
+def _refusal(status: int, message: str) -> web.Response:
+    error = {"message": message, "type": "invalid_request_error"}
+    return web.json_response({"error": error}, status=status)

@@ -8,8 +8,11 @@ update below `offset` (the bot's acknowledgement, recorded in `acked_offset`), h
 `sendMessage` checks what Telegram checks and the tests care about: the HTML markup (allowed tags,
 nesting, escaping), the 4096-character limit (UTF-16, after parsing), and that a private chat
 exists (the user started the bot). `sendDocument` takes a multipart upload (recorded in
-`documents`) and refuses one over the 50 MB a bot may upload. `press` plays a person pressing an
-inline-keyboard button of a sent message (a `callback_query` update).
+`documents`) and refuses one over the 50 MB a bot may upload. Files people send (`photo`,
+`document`, `voice`, `audio`) are served the way the cloud Bot API serves them: `getFile` gives a
+`file_path` (and refuses a file over 20 MB: "file is too big"), then `GET /file/bot<token>/<path>`
+returns the bytes; both are recorded (`file_requests`, `downloads`). `press` plays a person
+pressing an inline-keyboard button of a sent message (a `callback_query` update).
 Failures can be scripted per method with `fail_next`. In webhook mode `setWebhook` records the
 URL and secret token, and `deliver` POSTs a pushed update there the way Telegram does: again
 after an answer other than 200.
@@ -123,6 +126,16 @@ class Document:
 
 
 @dataclass
+class StoredFile:
+    """A file a user sent, as the Bot API keeps it."""
+
+    file_id: str
+    unique_id: str
+    data: bytes
+    path: str
+
+
+@dataclass
 class Failure:
     status: int
     description: str
@@ -137,6 +150,10 @@ class FakeTelegram:
         self.sent: list[Sent] = []
         self.documents: list[Document] = []
         self.max_upload = 50 * 1000 * 1000
+        self.max_download = 20 * 1000 * 1000  # what getFile serves on the cloud Bot API
+        self.files: dict[str, StoredFile] = {}
+        self.file_requests: list[str] = []  # file_id of every getFile
+        self.downloads: list[str] = []  # file_path of every download
         self.callback_answers: list[str] = []  # ids of the callback queries answered
         self.commands: list[dict[str, Any]] = []
         self.started_users: set[int] = set()  # users with a private chat with the bot
@@ -161,6 +178,7 @@ class FakeTelegram:
     async def start(self) -> FakeTelegram:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._dispatch)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._runner, self.port = await serve_locally(app)
         return self
 
@@ -213,13 +231,118 @@ class FakeTelegram:
         self.push("message", message)
         return message["message_id"]
 
-    def photo(self, user_id: int, chat: dict[str, Any] | None = None) -> int:
-        """A photo without caption (in the private chat unless `chat` is given)."""
+    def photo(
+        self,
+        user_id: int,
+        data: bytes = b"",
+        *,
+        caption: str | None = None,
+        chat: dict[str, Any] | None = None,
+        size: int | None = None,
+    ) -> int:
+        """A photo (in the private chat unless `chat` is given), offered in three sizes as
+        Telegram does; the largest holds `data` (`size`: what Telegram reports, if not that)."""
+        sizes = []
+        for scale in (90, 320, 1280):
+            payload = data if scale == 1280 else data[: max(1, len(data) // 4)]
+            stored = self.add_file(payload, "photos", "jpg")
+            reported = size if (size is not None and scale == 1280) else len(payload)
+            sizes.append(
+                {
+                    "file_id": stored.file_id,
+                    "file_unique_id": stored.unique_id,
+                    "width": scale,
+                    "height": scale,
+                    "file_size": reported,
+                }
+            )
+        return self._media(user_id, chat, caption, photo=sizes)
+
+    def document(
+        self,
+        user_id: int,
+        data: bytes,
+        name: str,
+        mime: str | None,
+        *,
+        caption: str | None = None,
+        size: int | None = None,
+        chat: dict[str, Any] | None = None,
+    ) -> int:
+        """A file sent as a document (`size`: what Telegram reports, if not len(data))."""
+        stored = self.add_file(data, "documents", name.rpartition(".")[2] or "bin")
+        document: dict[str, Any] = {
+            "file_id": stored.file_id,
+            "file_unique_id": stored.unique_id,
+            "file_name": name,
+            "file_size": len(data) if size is None else size,
+        }
+        if mime:
+            document["mime_type"] = mime
+        return self._media(user_id, chat, caption, document=document)
+
+    def voice(
+        self, user_id: int, data: bytes, *, duration: int = 3, chat: dict[str, Any] | None = None
+    ) -> int:
+        """A voice message recorded in the chat (OGG/Opus, as Telegram clients send it)."""
+        stored = self.add_file(data, "voice", "oga")
+        voice = {
+            "file_id": stored.file_id,
+            "file_unique_id": stored.unique_id,
+            "duration": duration,
+            "mime_type": "audio/ogg",
+            "file_size": len(data),
+        }
+        return self._media(user_id, chat, None, voice=voice)
+
+    def audio(self, user_id: int, data: bytes, name: str, mime: str, *, duration: int = 60) -> int:
+        """A music or audio file."""
+        stored = self.add_file(data, "music", name.rpartition(".")[2] or "mp3")
+        audio = {
+            "file_id": stored.file_id,
+            "file_unique_id": stored.unique_id,
+            "duration": duration,
+            "file_name": name,
+            "mime_type": mime,
+            "file_size": len(data),
+        }
+        return self._media(user_id, None, None, audio=audio)
+
+    def sticker(self, user_id: int) -> int:
+        """A sticker: neither text nor a file the bot reads."""
+        stored = self.add_file(b"RIFF....WEBP", "stickers", "webp")
+        sticker = {
+            "file_id": stored.file_id,
+            "file_unique_id": stored.unique_id,
+            "width": 512,
+            "height": 512,
+            "is_animated": False,
+            "is_video": False,
+            "type": "regular",
+        }
+        return self._media(user_id, None, None, sticker=sticker)
+
+    def add_file(self, data: bytes, folder: str, ext: str) -> StoredFile:
+        number = len(self.files) + 1
+        stored = StoredFile(
+            f"file-id-{number}", f"unique-{number}", data, f"{folder}/file_{number}.{ext}"
+        )
+        self.files[stored.file_id] = stored
+        return stored
+
+    def _media(
+        self, user_id: int, chat: dict[str, Any] | None, caption: str | None, **media: Any
+    ) -> int:
         if chat is None:
             self.started_users.add(user_id)
             chat = {"id": user_id, "type": "private", "first_name": f"User{user_id}"}
         message = self._message(chat, user_id, None, None)
-        message["photo"] = [{"file_id": "f1", "file_unique_id": "u1", "width": 1, "height": 1}]
+        message.update(media)
+        if caption is not None:
+            message["caption"] = caption
+            entities = _entities(caption)
+            if entities:
+                message["caption_entities"] = entities
         self.push("message", message)
         return message["message_id"]
 
@@ -422,6 +545,34 @@ class FakeTelegram:
                 "document": document,
             }
         )
+
+    async def _m_getfile(self, params: dict[str, Any]) -> web.Response:
+        file_id = params.get("file_id", "")
+        self.file_requests.append(file_id)
+        stored = self.files.get(file_id)
+        if stored is None:
+            return _error(400, "Bad Request: invalid file_id")
+        if len(stored.data) > self.max_download:
+            return _error(400, "Bad Request: file is too big")
+        return _ok(
+            {
+                "file_id": stored.file_id,
+                "file_unique_id": stored.unique_id,
+                "file_size": len(stored.data),
+                "file_path": stored.path,
+            }
+        )
+
+    async def _download(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return _error(401, "Unauthorized")
+        path = request.match_info["path"]
+        self.downloads.append(path)
+        await self._notify()
+        stored = next((f for f in self.files.values() if f.path == path), None)
+        if stored is None or len(stored.data) > self.max_download:
+            return _error(404, "Not Found")
+        return web.Response(body=stored.data, content_type="application/octet-stream")
 
     async def _m_answercallbackquery(self, params: dict[str, Any]) -> web.Response:
         self.callback_answers.append(params["callback_query_id"])
