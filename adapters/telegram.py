@@ -19,7 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import mimetypes
 import re
+import warnings
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -52,6 +57,7 @@ from telegram.ext import (
     MessageHandler,
     filters,
 )
+from telegram.warnings import PTBDeprecationWarning
 
 from adapters.telegram_config import PLATFORM, TelegramConfig
 from adapters.telegram_format import markdown_to_html
@@ -71,6 +77,7 @@ from bot.commands import COMMANDS
 from bot.formatting import split_message
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
+from bot.media import Candidate, MediaRules, collect
 from bot.metrics import watch_in_flight
 from bot.outbound import BufferedOutbound, Button, OutFile, Reply, too_large_notice
 from bot.platform import PlatformStartError
@@ -89,10 +96,14 @@ MAX_CONCURRENT_UPDATES = 256
 CONNECTION_POOL_SIZE = MAX_CONCURRENT_UPDATES + 64
 POOL_TIMEOUT_S = 30.0
 REFUSAL = "Sorry, this bot is private and you are not on its allow list."
-TEXT_ONLY = "I can only read text for now."
+TEXT_ONLY = (
+    "I can't read that kind of message. Send me text, pictures, voice messages or files "
+    "(text, Markdown, CSV, JSON, source code, PDF)."
+)
 FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
 SENT_PRIVATELY = "I've sent you the answer in our private chat."
 UPLOAD_LIMIT = 50 * 1000 * 1000  # bytes a bot may send as a document through the Bot API
+DOWNLOAD_LIMIT = 20 * 1000 * 1000  # bytes the cloud Bot API lets a bot download (getFile)
 REFUSAL_INTERVAL_S = 600.0  # at most one refusal per stranger's chat this often
 
 
@@ -103,11 +114,18 @@ class TelegramAdapter:
     typing_interval_s = 4.0  # Telegram shows "typing…" for about 5 s per sendChatAction
     upload_limit = UPLOAD_LIMIT
 
-    def __init__(self, config: TelegramConfig, agent: Core, state_dir: Path) -> None:
+    def __init__(
+        self,
+        config: TelegramConfig,
+        agent: Core,
+        state_dir: Path,
+        media: MediaRules | None = None,
+    ) -> None:
         """`state_dir` holds the spool (the workspaces folder: its lock makes us its only
-        writer)."""
+        writer); `media` the limits of what people may send (bot.media)."""
         self.ready = asyncio.Event()
         self._config = config
+        self._media = media or MediaRules()
         self._agent = agent
         self._state_dir = state_dir
         self._me: User | None = None
@@ -249,10 +267,13 @@ class TelegramAdapter:
                 log.info("telegram: refused user %s", user.id)
                 await self._refuse(context.bot, msg.chat.id)
             return
+        media: list[Candidate] = []
         if msg.text is None:
-            await self._send(context.bot, msg, TEXT_ONLY, markup=False)
-            return
-        await self._turn(context.bot, msg, text, private)
+            media = _attachments(context.bot, msg)
+            if not media:
+                await self._send(context.bot, msg, TEXT_ONLY, markup=False)
+                return
+        await self._turn(context.bot, msg, text, private, media=media)
 
     def _is_stranger(self, raw: dict[str, Any]) -> bool:
         """A raw update from a sender not on the allow list: refused without a turn, so the
@@ -300,8 +321,10 @@ class TelegramAdapter:
         *,
         user: User | None = None,
         event: str | None = None,
+        media: Sequence[Candidate] = (),
     ) -> None:
-        """`user` sent `text` (default: the message's sender); `event` names a button press."""
+        """`user` sent `text` (default: the message's sender); `event` names a button press;
+        `media` is downloaded (within the limits) while "typing…" shows."""
         user = user or msg.from_user
         assert user is not None
         inbound = Inbound(
@@ -316,6 +339,9 @@ class TelegramAdapter:
         out = BufferedOutbound()
         try:
             async with self._typing(bot, msg):
+                if media:
+                    attachments = await collect(media, self._media, DOWNLOAD_LIMIT)
+                    inbound = replace(inbound, attachments=attachments)
                 await self._agent.handle(inbound, out)
         except Exception:
             log.exception("telegram: turn failed for session %s", inbound.session_key)
@@ -515,6 +541,59 @@ def telegram_chunks(text: str) -> list[str]:
         else:
             chunks.append(chunk)
     return [chunk for chunk in chunks if chunk.strip()]
+
+
+def _attachments(bot: Bot, msg: Message) -> list[Candidate]:
+    """What a message carries besides text, as bot.media candidates (nothing downloaded yet).
+    A video is listed too, so that the answer can say it is not supported; a sticker, a
+    location or a poll is not a file at all (the adapter answers TEXT_ONLY)."""
+    if msg.photo:
+        largest = max(msg.photo, key=lambda p: (p.width * p.height, p.file_size or 0))
+        fetch = _fetch(bot, largest.file_id)
+        return [Candidate("image/jpeg", "photo.jpg", largest.file_size, fetch)]
+    if msg.document:
+        doc = msg.document
+        name = doc.file_name or "file"
+        mime = doc.mime_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
+        return [Candidate(mime, name, doc.file_size, _fetch(bot, doc.file_id))]
+    if msg.voice:
+        voice = msg.voice
+        fetch = _fetch(bot, voice.file_id)
+        seconds = _seconds(voice)
+        mime = voice.mime_type or "audio/ogg"
+        return [Candidate(mime, "voice.ogg", voice.file_size, fetch, voice=True, seconds=seconds)]
+    if msg.audio:
+        audio = msg.audio
+        mime = audio.mime_type or "audio/mpeg"
+        name = audio.file_name or f"audio{mimetypes.guess_extension(mime) or '.mp3'}"
+        fetch = _fetch(bot, audio.file_id)
+        return [Candidate(mime, name, audio.file_size, fetch, seconds=_seconds(audio))]
+    video = msg.video or msg.video_note or msg.animation
+    if video is not None:
+        mime = getattr(video, "mime_type", None) or "video/mp4"
+        name = getattr(video, "file_name", None) or "video.mp4"
+        return [Candidate(mime, name, video.file_size, _fetch(bot, video.file_id))]
+    return []
+
+
+def _fetch(bot: Bot, file_id: str) -> Callable[[], Awaitable[bytes]]:
+    """Download through PTB (getFile, then the file URL), so its HTTP transport is used."""
+
+    async def download() -> bytes:
+        file = await bot.get_file(file_id)
+        return bytes(await file.download_as_bytearray())
+
+    return download
+
+
+def _seconds(media: Any) -> float | None:
+    """A voice message's or audio's duration; PTB 22 warns that it will become a timedelta."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        value = getattr(media, "duration", None)
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return float(value) if isinstance(value, int | float) else None
 
 
 def _start_error(exc: TelegramError, where: str) -> str:

@@ -54,8 +54,14 @@ def check(settings: TelegramConfig) -> None:
 
 def create(config: Config, agent: Core) -> TelegramAdapter:
     from adapters.telegram import TelegramAdapter
+    from bot.media import MediaRules
 
-    return TelegramAdapter(config.platforms[PLATFORM], agent, config.memory.workspaces_dir)
+    return TelegramAdapter(
+        config.platforms[PLATFORM],
+        agent,
+        config.memory.workspaces_dir,
+        MediaRules.from_config(config),
+    )
 
 
 PLUGIN = PlatformPlugin(name=PLATFORM, create=create, settings=TelegramConfig, check=check)

@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from bot import logsafe
+from bot.attachments import AttachmentReader, Prepared
 from bot.commands import (
     CommandContext,
     ParsedCommand,
@@ -32,13 +33,15 @@ from bot.commands import (
 )
 from bot.config import Config
 from bot.confirm import Confirmations
-from bot.context import ContextBuilder
+from bot.context import ContextBuilder, with_media
 from bot.inbound import Inbound
 from bot.limits import Limits, Refusal
 from bot.llm import LLMClient
+from bot.media import MediaRules
 from bot.metrics import count_limit_refusal
 from bot.outbound import CONSOLIDATING, Outbound, Reply
 from bot.tools import TOOL_SCHEMAS, AgentTools
+from bot.transcribe import Transcriber
 from bot.usage import ChargedLLM, UsageBook, charged_to
 from memory import clock
 from memory.consolidator import MemoryConsolidator
@@ -112,7 +115,14 @@ class Agent:
         self.usage = UsageBook(self.workspaces)
         self.limits = Limits(config.limits, self.usage)
         self.llm: ChatLLM = ChargedLLM(llm or LLMClient.from_config(config.llm), self.usage)
-        self.estimator = TokenEstimator()
+        self.estimator = TokenEstimator(image_tokens=config.llm.image_tokens)
+        self.transcriber = Transcriber.from_config(config)
+        self.attachments = AttachmentReader(
+            MediaRules.from_config(config),
+            self.transcriber,
+            vision=config.llm.vision,
+            max_seconds=config.transcription.max_seconds,
+        )
         self.window = config.llm.context_window_tokens
         self.consolidator = MemoryConsolidator(self.llm, self.estimator, self.window)
         self.context = ContextBuilder(config.agent.bot_name)
@@ -153,7 +163,7 @@ class Agent:
 
     async def _answer(self, inbound: Inbound, out: Outbound) -> Reply:
         """A message that is not a command: refused by a limit, or answered by a turn."""
-        if not inbound.text.strip():
+        if not inbound.text.strip() and not inbound.attachments:
             return Reply("(That message was empty.)")
         refusal = self._over_limit(inbound)
         if refusal is not None:
@@ -197,6 +207,8 @@ class Agent:
         close = getattr(self.llm, "aclose", None)
         if close is not None:
             await close()
+        if self.transcriber is not None:
+            await self.transcriber.aclose()
 
     # ---- the turn -----------------------------------------------------------------------
 
@@ -213,7 +225,12 @@ class Agent:
             if refusal is not None:  # spent by the turns this message waited for
                 return Reply(refusal.text)
             now = clock.now()
-            user_message = self.context.user_message(inbound.text, now)
+            prepared = await self._prepare(workspace, inbound)
+            if isinstance(prepared, Reply):
+                return prepared
+            if not prepared.for_model and not prepared.parts:
+                return Reply("\n\n".join(prepared.notes))  # nothing kept, nothing to answer
+            user_message = self.context.user_message(prepared.text, now, prepared.parts)
             too_long = self._too_long(user_message)
             if too_long:
                 return Reply(too_long)
@@ -229,7 +246,34 @@ class Agent:
                 return Reply(NOT_SAVED.format(reason=disk_reason(exc)))
             if inbound.message_id is not None:
                 self._ids_of(session)[inbound.message_id] = len(session.messages) - 1
-            return await self._respond(workspace, session, inbound, out)
+            if not prepared.for_model:
+                return self._notes_only(workspace, session, prepared.notes)
+            return _with_notes(await self._respond(workspace, session, inbound, out), prepared)
+
+    # ---- attachments (bot/attachments.py) ---------------------------------------------------
+
+    async def _prepare(self, workspace: Workspace, inbound: Inbound) -> Prepared | Reply:
+        """The message's text and media references; a Reply when its media cannot be kept."""
+        if not inbound.attachments:
+            return Prepared(inbound.text, for_model=True)
+        try:
+            return await self.attachments.prepare(inbound, workspace.media)
+        except LinkRefusedError:
+            raise
+        except OSError as exc:
+            log.error("could not keep the media of %s: %s", inbound.session_key, exc)
+            return Reply(NOT_SAVED.format(reason=disk_reason(exc)))
+
+    def _notes_only(self, workspace: Workspace, session: Session, notes: list[str]) -> Reply:
+        """A message with nothing the model could answer (a picture it cannot see, a voice
+        message not transcribed): saved, and answered with the notes, saved as the answer."""
+        text = "\n\n".join(notes) or EMPTY_REPLY
+        try:
+            _append(workspace, session, {"role": "assistant", "content": text}, answer=text)
+        except _NotSaved as failure:
+            log.error("could not save the answer of %s: %s", session.key, failure.error)
+            return Reply(f"{text}\n\n{ANSWER_NOT_SAVED.format(reason=disk_reason(failure.error))}")
+        return Reply(text)
 
     async def _respond(
         self, workspace: Workspace, session: Session, inbound: Inbound, out: Outbound
@@ -314,7 +358,7 @@ class Agent:
         tools = AgentTools(workspace, public=public)
         for _ in range(self.config.agent.max_tool_iterations):
             estimated = self._estimate(system, session)
-            messages = self.context.messages(system, session.history())
+            messages = self.context.messages(system, self._with_media(workspace, session))
             result = await self.llm.chat(messages, tools=tools.schemas)
             if result.prompt_tokens:
                 self.estimator.observe_usage(estimated, result.prompt_tokens)
@@ -332,6 +376,12 @@ class Agent:
                 )
         _append(workspace, session, {"role": "assistant", "content": STUCK_REPLY}, STUCK_REPLY)
         return STUCK_REPLY
+
+    def _with_media(self, workspace: Workspace, session: Session) -> list[dict[str, Any]]:
+        """The session's history with its pictures as the model takes them (bot/context.py)."""
+        llm = self.config.llm
+        images = llm.max_images_in_context if llm.vision else 0
+        return with_media(session.history(), workspace.media.read, max_images=images)
 
     def _too_long(self, user_message: dict[str, Any]) -> str | None:
         """A message that could never fit beside the memory is refused, with the reason."""
@@ -534,6 +584,13 @@ def _llm_failed(inbound: Inbound, exc: LLMError) -> str:
     masked, and the person gets one sentence that holds nothing of it."""
     log.warning("LLM call failed for %s: %s", inbound.session_key, logsafe.mask(str(exc)))
     return LLM_FAILED_REPLY
+
+
+def _with_notes(reply: Reply, prepared: Prepared) -> Reply:
+    """The answer, then what the person should know about their attachments."""
+    if not prepared.notes:
+        return reply
+    return replace(reply, text="\n\n".join([reply.text, *prepared.notes]))
 
 
 def _conversation_start(session: Session) -> int:

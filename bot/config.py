@@ -76,6 +76,38 @@ class LLMConfig(Section):
     temperature: float = setting(0.7, rule=Rule("a number from 0 to 2", lambda v: 0 <= v <= 2))
     timeout_s: float = setting(60.0, rule=Rule("a positive number of seconds", lambda v: v > 0))
     max_retries: int = setting(2, rule=NON_NEGATIVE_INT)
+    # Whether the model takes pictures (OpenAI-style image_url parts). Off: pictures are kept, the
+    # model is told only that there was one, and the person is told it cannot see them.
+    vision: bool = False
+    # Pictures of the conversation sent along with each request, the newest first; older ones
+    # reach the model as "[image: caption]".
+    max_images_in_context: int = setting(3, rule=NON_NEGATIVE_INT)
+    # What one picture counts for in the prompt-size estimate (providers count them differently).
+    image_tokens: int = setting(765, rule=POSITIVE_INT)
+
+
+@dataclass(repr=False)
+class MediaConfig(Section):
+    """What the bot takes from a person besides text: pictures, files, audio (bytes each)."""
+
+    max_image_bytes: int = setting(10_000_000, rule=POSITIVE_INT)
+    max_images_per_message: int = setting(4, rule=POSITIVE_INT)
+    max_text_file_bytes: int = setting(100_000, rule=POSITIVE_INT)
+    max_pdf_bytes: int = setting(10_000_000, rule=POSITIVE_INT)
+
+
+@dataclass(repr=False)
+class TranscriptionConfig(Section):
+    """Voice messages and audio, turned into text by an OpenAI-compatible
+    /v1/audio/transcriptions endpoint (the [llm] endpoint and key unless set here)."""
+
+    enabled: bool = False
+    base_url: str | None = setting(None, url=HTTP)
+    api_key: str | None = setting(None, secret=True)
+    model: str = setting("whisper-1", rule=NON_EMPTY)
+    max_seconds: int = setting(600, rule=POSITIVE_INT)
+    max_bytes: int = setting(20_000_000, rule=POSITIVE_INT)
+    timeout_s: float = setting(120.0, rule=Rule("a positive number of seconds", lambda v: v > 0))
 
 
 @dataclass(repr=False)
@@ -126,6 +158,8 @@ CORE_SECTIONS: dict[str, type[Section]] = {
     "agent": AgentConfig,
     "limits": LimitsConfig,
     "metrics": MetricsConfig,
+    "media": MediaConfig,
+    "transcription": TranscriptionConfig,
 }
 
 
@@ -136,6 +170,8 @@ class Config:
     agent: AgentConfig = field(default_factory=AgentConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    media: MediaConfig = field(default_factory=MediaConfig)
+    transcription: TranscriptionConfig = field(default_factory=TranscriptionConfig)
     # The `[<name>]` section of each platform plugin, by name (load_config fills in every
     # installed one); an adapter reads its own as config.platforms[name].
     platforms: dict[str, Any] = field(default_factory=dict)
@@ -143,7 +179,8 @@ class Config:
 
     def sections(self) -> dict[str, Section]:
         core = {"llm": self.llm, "memory": self.memory, "agent": self.agent}
-        return {**core, "limits": self.limits, "metrics": self.metrics, **self.platforms}
+        extra = {"limits": self.limits, "metrics": self.metrics, "media": self.media}
+        return {**core, **extra, "transcription": self.transcription, **self.platforms}
 
     def redacted(self) -> dict[str, dict[str, Any]]:
         """Every setting by section, secrets replaced by '***' (or None when unset): safe to log."""

@@ -7,10 +7,14 @@ time rides on the newest user message, persisted exactly as sent.
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from bot.media import IMAGE_TYPES
 from memory import clock
+from memory.media import IMAGE_REF, is_ref, ref_text
 
 TOOL_GUIDE = """\
 ## How to use your memory
@@ -55,11 +59,68 @@ class ContextBuilder:
         public = "" if is_private else "\n- This is a group chat: everyone in it reads your answer."
         return f"{intro}{TOOL_GUIDE}{public}\n\n{memory_section}"
 
-    def user_message(self, text: str, now: datetime | None = None) -> dict[str, Any]:
-        """The newest user message, carrying the volatile context (the current time)."""
+    def user_message(
+        self,
+        text: str,
+        now: datetime | None = None,
+        parts: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """The newest user message, carrying the volatile context (the current time); with
+        media references (memory/media.py), its content is a list: the text, then them."""
         moment = clock.as_utc(now or clock.now()).strftime("%Y-%m-%d %H:%M UTC")
-        return {"role": "user", "content": f"[Current time: {moment}]\n{text}"}
+        text = f"[Current time: {moment}]\n{text}"
+        if parts:
+            return {"role": "user", "content": [{"type": "text", "text": text}, *parts]}
+        return {"role": "user", "content": text}
 
     @staticmethod
     def messages(system_prompt: str, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{"role": "system", "content": system_prompt}, *history]
+
+
+def with_media(
+    history: list[dict[str, Any]],
+    read: Callable[[dict[str, Any]], bytes | None],
+    *,
+    max_images: int,
+) -> list[dict[str, Any]]:
+    """History with its media references made into what a provider takes: the newest
+    `max_images` pictures (0: none, the model has no vision) as image_url parts with a base64
+    data URL read from the workspace by `read`; older pictures, and any that cannot be read, as
+    "[image: caption]" text. Audio and file references are left out (their transcript or text
+    is in the message). A message left with only text is sent as one string, as for a model
+    that takes no parts at all."""
+    budget = max_images
+    result = list(history)
+    for index in range(len(result) - 1, -1, -1):
+        content = result[index].get("content")
+        if not isinstance(content, list) or not any(is_ref(part) for part in content):
+            continue
+        parts: list[dict[str, Any]] = []
+        for part in reversed(content):
+            if not is_ref(part):
+                parts.append(part)
+                continue
+            url = _data_url(part, read) if budget > 0 and part.get("type") == IMAGE_REF else None
+            if url is not None:
+                budget -= 1
+                parts.append({"type": "image_url", "image_url": {"url": url}})
+            elif ref_text(part):
+                parts.append({"type": "text", "text": ref_text(part)})
+        parts.reverse()
+        texts = [p.get("text") for p in parts if p.get("type") == "text"]
+        if len(texts) == len(parts):
+            result[index] = {**result[index], "content": "\n".join(str(t) for t in texts)}
+        else:
+            result[index] = {**result[index], "content": parts}
+    return result
+
+
+def _data_url(part: dict[str, Any], read: Callable[[dict[str, Any]], bytes | None]) -> str | None:
+    mime = part.get("mime")
+    if mime not in IMAGE_TYPES:
+        return None  # not a type we stored: a hand-edited reference
+    data = read(part)
+    if data is None:
+        return None
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"

@@ -1,8 +1,28 @@
-"""What an adapter hands the core (the answer goes back through bot.outbound)."""
+"""What an adapter hands the core (the answer goes back through bot.outbound).
+
+Plain data only (strings, numbers, bytes), so an Inbound can cross a message broker: an
+attachment arrives already downloaded by the adapter (within the limits of bot.media), never as a
+platform object or a link to fetch later.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """One picture, voice message, audio or file of a message (see bot.media for the kinds)."""
+
+    kind: str  # bot.media: "image", "audio", "text", "pdf" or "other"
+    mime: str  # as the platform reports it (the core checks pictures by their bytes)
+    name: str  # the file name, or one made up from the kind ("photo.jpg", "voice.ogg")
+    size: int | None  # bytes, as the platform reports it (None: not reported)
+    data: bytes | None = None  # None: not downloaded; `skipped` says why
+    skipped: str | None = None  # bot.media: TOO_LARGE, TOO_MANY, UNSUPPORTED or UNAVAILABLE
+    limit: int | None = None  # TOO_LARGE: the most that could be downloaded, in bytes
+    voice: bool = False  # a voice message (recorded in the chat), not an audio file
+    seconds: float | None = None  # length of audio, as the platform reports it
 
 
 @dataclass(frozen=True)
@@ -12,8 +32,9 @@ class Inbound:
     platform: str  # "telegram", "discord", "cli"
     session_key: str  # e.g. "telegram:dm:42"; see bot.keys
     user_key: str  # e.g. "telegram-42"; owns the workspace
-    text: str
+    text: str  # the text, or the caption of the attachments
     is_private: bool = True
     # The platform's id of this message (e.g. "<chat>:<message>"), so a message redelivered
     # after a crash is recognised instead of persisted and answered twice.
     message_id: str | None = None
+    attachments: tuple[Attachment, ...] = ()

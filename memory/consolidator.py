@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from memory import clock
 from memory.boundary import pick_boundary
 from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMError
+from memory.media import is_ref, ref_text
 from memory.store import MEMORY_TEMPLATE, SECTIONS
 from memory.text import valid_text
 from memory.tokens import TokenEstimator
@@ -90,11 +91,13 @@ def _content_text(content: Any) -> str:
         for part in content:
             if isinstance(part, dict) and isinstance(part.get("text"), str):
                 pieces.append(part["text"])
+            elif is_ref(part):
+                pieces.append(ref_text(part))  # a picture as "[image: caption]"
             elif isinstance(part, dict):
                 pieces.append(f"[{part.get('type', 'part')}]")
             else:
                 pieces.append(str(part))
-        text = " ".join(pieces)
+        text = " ".join(piece for piece in pieces if piece)
     else:
         text = json.dumps(content, ensure_ascii=False, default=str)
     return re.sub(r"\s*[\r\n]+\s*", " ", text).strip()

@@ -9,7 +9,8 @@ What matches, case-insensitively and with any whitespace between its words:
   the prompt would be seen by the model and learnt again by the next consolidation. The
   `last_consolidated` cursor is moved back by the consolidated messages removed;
 - stored media (`media/`): each file whose name (words may be joined by "-", "_" or ".") or
-  text holds it is deleted.
+  text holds it is deleted, and so is each picture, voice message or file that only removed
+  messages refer to (a picture whose caption holds the phrase goes with its message).
 
 This is the one exception to "transcripts and HISTORY.md are append-only": each file that changes
 is replaced whole and atomically (memory.atomic), so a crash at any instant leaves every file as
@@ -31,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from memory.atomic import atomic_write_text, remove_stale_temp_files
+from memory.media import MEDIA_DIR, referenced_files
 from memory.session import METADATA_TYPE
 from memory.store import ENTRY_STAMP
 from memory.workspace import Workspace
 
 MIN_PHRASE_CHARS = 3
-MEDIA_DIR = "media"
 # A HISTORY.md entry starts at the top of the file or after a blank line, with its stamp.
 _ENTRY_START = re.compile(r"\n[ \t]*\n(?=" + ENTRY_STAMP + ")")
 
@@ -129,12 +130,14 @@ def _run(workspace: Workspace, words: str, *, apply: bool) -> Findings:
             found.versions += 1
             found.version_lines += len(removed)
     found.history_entries = _forget_entries(workspace.history_path, pattern, apply)
+    refs = _Refs()
     for key in list(workspace.sessions.keys()):  # a SessionStore, not a dict
-        removed_messages = _forget_messages(workspace, key, pattern, apply)
+        removed_messages = _forget_messages(workspace, key, pattern, apply, refs)
         if removed_messages:
             found.sessions += 1
             found.messages += removed_messages
-    found.media = _forget_media(workspace.root / MEDIA_DIR, pattern, apply)
+    orphaned = refs.removed - refs.kept
+    found.media = _forget_media(workspace.root / MEDIA_DIR, pattern, apply, orphaned)
     return found
 
 
@@ -182,6 +185,15 @@ def _forget_entries(path: Path, pattern: re.Pattern[str], apply: bool) -> list[s
 # ---- transcripts: messages ------------------------------------------------------------------
 
 
+@dataclass
+class _Refs:
+    """The media files that removed messages and kept messages refer to (all transcripts)."""
+
+    removed: set[str] = field(default_factory=set)
+    kept: set[str] = field(default_factory=set)
+
+
+
 def _strings(value: Any) -> Iterator[str]:
     """Every string inside a record (content parts, tool-call arguments, names…)."""
     if isinstance(value, str):
@@ -200,7 +212,9 @@ def _matches(raw: bytes, record: Any, pattern: re.Pattern[str]) -> bool:
     return any(pattern.search(text) for text in _strings(record))
 
 
-def _forget_messages(workspace: Workspace, key: str, pattern: re.Pattern[str], apply: bool) -> int:
+def _forget_messages(
+    workspace: Workspace, key: str, pattern: re.Pattern[str], apply: bool, refs: _Refs
+) -> int:
     """Remove matching message lines from one transcript; the in-memory session follows."""
     session = workspace.sessions.get(key)
     try:
@@ -220,11 +234,14 @@ def _forget_messages(workspace: Workspace, key: str, pattern: re.Pattern[str], a
         if isinstance(record, dict) and record.get("_type") == METADATA_TYPE:
             continue  # replaced by one fresh record at the top
         is_message = isinstance(record, dict) and isinstance(record.get("role"), str)
+        content = record.get("content") if isinstance(record, dict) else None
         if _matches(raw, record, pattern):
+            refs.removed |= referenced_files(content)
             removed += 1
             if is_message and index < session.last_consolidated:
                 removed_before_cursor += 1
         else:
+            refs.kept |= referenced_files(content)
             kept.append(raw)
             if is_message:
                 messages.append(record)
@@ -257,10 +274,19 @@ def _json_line(record: dict[str, Any]) -> bytes:
 # ---- media ----------------------------------------------------------------------------------
 
 
-def _forget_media(folder: Path, pattern: re.Pattern[str], apply: bool) -> list[str]:
+def _forget_media(
+    folder: Path, pattern: re.Pattern[str], apply: bool, orphaned: set[str]
+) -> list[str]:
+    """Files matching the phrase, and those only removed messages referred to."""
     removed = []
     for path in _regular_files(folder):
         relative = str(path.relative_to(folder))
+        if relative in orphaned:
+            removed.append(relative)
+            if apply:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            continue
         try:
             text = path.read_bytes().decode("utf-8", "replace")
         except OSError:

@@ -29,7 +29,7 @@ MESSAGE_OVERHEAD = 4  # role and separators, as OpenAI's chat format adds per me
 REPLY_PRIMING = 3  # the tokens that start the assistant's answer
 LONG_TEXT_CHARS = 256  # shorter texts are cheaper to count than to remember
 LONG_TEXTS_KEPT = 1024  # about one system prompt per recently active session
-IMAGE_PART_TOKENS = 85  # a low-detail image part; we never see the image itself
+IMAGE_PART_TOKENS = 85  # default cost of one picture ([llm] image_tokens); we never see it
 # Tokenizers of other providers count within about this range of cl100k on the same text.
 FACTOR_BOUNDS = (0.75, 1.5)
 FACTOR_SMOOTHING = 0.3  # weight of the newest observation (one odd request cannot swing it)
@@ -96,8 +96,13 @@ def _warn_chars4() -> None:
 class TokenEstimator:
     """Counts tokens of prompts; one instance serves every session of the bot."""
 
-    def __init__(self, native_counter: Callable[[str], int] | None = None) -> None:
+    def __init__(
+        self,
+        native_counter: Callable[[str], int] | None = None,
+        image_tokens: int = IMAGE_PART_TOKENS,
+    ) -> None:
         self._native = native_counter
+        self.image_tokens = image_tokens
         self._encoding = _load_encoding()
         if native_counter is not None:
             self.method = "provider"
@@ -169,8 +174,8 @@ class TokenEstimator:
         if isinstance(part, dict):
             if isinstance(part.get("text"), str):
                 return self.count_text(part["text"])
-            if part.get("type") in ("image_url", "input_image", "image"):
-                return IMAGE_PART_TOKENS
+            if part.get("type") in ("image_url", "input_image", "image", "image_ref"):
+                return self.image_tokens
         return self.count_text(json.dumps(part, ensure_ascii=False, default=str))
 
     # -- sessions -------------------------------------------------------------------------------

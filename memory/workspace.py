@@ -10,6 +10,7 @@ from pathlib import Path
 
 from memory.atomic import atomic_write_text, remove_stale_temp_files
 from memory.keys import decode_key, encode_key, is_hashed_name
+from memory.media import MEDIA_DIR, MediaStore
 from memory.preferences import PREFERENCES_FILE, Preferences
 from memory.safefs import is_link, make_private_dir, read_bytes
 from memory.session import SessionStore
@@ -22,7 +23,7 @@ KEY_FILE = ".key"
 SESSIONS_DIR = "sessions"
 # Every name of a workspace that the bot opens; none of them may be a link.
 FILES = (MEMORY_FILE, HISTORY_FILE, KEY_FILE, PREFERENCES_FILE, USAGE_FILE)
-FOLDERS = (SESSIONS_DIR, VERSIONS_DIR)
+FOLDERS = (SESSIONS_DIR, VERSIONS_DIR, MEDIA_DIR)
 
 
 class WorkspaceError(ValueError):
@@ -43,6 +44,7 @@ class Workspace:
         self.memory = MemoryStore(root, keep_versions=keep_memory_versions)
         self.sessions = SessionStore(root / SESSIONS_DIR)
         self.preferences = Preferences(root)
+        self.media = MediaStore(root)
         # One writer of MEMORY.md at a time: the consolidator holds it across read → LLM → write,
         # so two sessions of one user cannot overwrite each other's update.
         self.memory_lock = asyncio.Lock()
@@ -147,7 +149,8 @@ class Workspaces:
 
 def _refuse_links(root: Path) -> None:
     """Refuse a workspace that is, or holds, a link where the bot reads or writes (the folder,
-    its files, sessions/ and .memory_versions/ and what is in them), saying where in the log."""
+    its files, sessions/, .memory_versions/, media/ and what is in them), saying where in the
+    log."""
     found = [root] if is_link(root) else []
     if not found:
         found = [root / name for name in (*FILES, *FOLDERS) if is_link(root / name)]

@@ -299,7 +299,7 @@ async def test_edits_and_non_text_messages(
     tg: FakeTelegram, fake_llm: FakeOpenAI, bot: TelegramAdapter
 ) -> None:
     tg.edited(42, "an edited message is not a new turn")
-    tg.photo(42)
+    tg.sticker(42)  # neither text nor a file the bot reads (pictures: tests/test_media.py)
     [reply] = await tg.wait_sent(42)
     await asyncio.sleep(0.1)
 

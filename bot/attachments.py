@@ -1,0 +1,240 @@
+"""A message's attachments, made into what the model reads and what the person is told.
+
+Pictures are kept in the workspace (memory/media.py) and referenced from the message; voice
+messages and audio are kept and transcribed, the transcript becoming the user's words, marked
+as spoken; text files and PDFs are kept and read as text with their file name. Whatever cannot
+be used gets one plain sentence (a note, said after the answer): too large, not supported, not
+transcribed. Nothing the person sent and the bot received is dropped: kept audio that could not
+be transcribed is saved with a message saying so, and can be transcribed by hand later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from bot import logsafe
+from bot.documents import DocumentError, read_pdf, read_text
+from bot.inbound import Attachment, Inbound
+from bot.media import (
+    AUDIO,
+    AUDIO_SUFFIXES,
+    IMAGE,
+    PDF,
+    SUPPORTED,
+    TEXT,
+    TOO_LARGE,
+    TOO_MANY,
+    UNAVAILABLE,
+    MediaRules,
+    extension,
+    sniff_image,
+)
+from bot.transcribe import Transcriber, TranscriptionError
+from memory.media import AUDIO_REF, FILE_REF, IMAGE_REF, MediaStore, media_ref
+
+log = logging.getLogger(__name__)
+
+CANNOT_SEE = "(I can't see pictures, so I only read the text of your message.)"
+CANNOT_SEE_ALONE = (
+    "I can't see pictures, sorry. Your picture is saved; tell me in words what it shows and "
+    "I'll gladly help."
+)
+NOT_SET_UP = (
+    "I can't listen to voice messages here: transcription is not set up. Your {what} is saved; "
+    "could you type what it says?"
+)
+NOT_TRANSCRIBED = (
+    "I couldn't transcribe your {what} just now. It is saved; please try again in a moment, "
+    "or type what it says."
+)
+NO_WORDS = "I couldn't make out any words in your {what}. It is saved; could you type it?"
+TOO_LONG = (
+    "Your {what} is {length} long; I can transcribe up to {limit}. It is saved; could you send "
+    "a shorter one, or type it?"
+)
+
+
+@dataclass
+class Prepared:
+    """The user message's parts, and what to tell the person besides the answer."""
+
+    text: str  # what the model reads: the text or caption, transcripts, files' text
+    parts: list[dict[str, Any]] = field(default_factory=list)  # media references
+    notes: list[str] = field(default_factory=list)
+    for_model: bool = False  # there is something the model can answer
+
+
+class AttachmentReader:
+    """Turns an Inbound's attachments into a Prepared message, within the configured limits."""
+
+    def __init__(
+        self,
+        rules: MediaRules,
+        transcriber: Transcriber | None,
+        *,
+        vision: bool,
+        max_seconds: float,
+    ) -> None:
+        self.rules = rules
+        self.transcriber = transcriber
+        self.vision = vision
+        self.max_seconds = max_seconds
+
+    async def prepare(self, inbound: Inbound, store: MediaStore) -> Prepared:
+        """Keep and read every attachment (OSError: one could not be kept)."""
+        texts = [inbound.text.strip()] if inbound.text.strip() else []
+        prepared = Prepared("", for_model=bool(texts))
+        caption = inbound.text.strip()[:500]
+        left_out = 0
+        images = 0
+        for attachment in inbound.attachments:
+            if attachment.skipped == TOO_MANY:
+                left_out += 1
+            elif attachment.skipped is not None or attachment.data is None:
+                prepared.notes.append(_skipped(attachment, self.rules))
+            elif attachment.kind == IMAGE:
+                images += self._image(attachment, attachment.data, caption, store, prepared)
+            elif attachment.kind == AUDIO:
+                texts.append(await self._audio(attachment, attachment.data, store, prepared))
+            elif attachment.kind in (TEXT, PDF):
+                text = await self._document(attachment, attachment.data, store, prepared)
+                if text:
+                    texts.append(text)
+        if left_out:
+            prepared.notes.append(
+                f"I take at most {self.rules.max_images_per_message} pictures per message, so I "
+                f"left out {left_out}."
+            )
+        if images and not self.vision:
+            prepared.notes.append(CANNOT_SEE if prepared.for_model else CANNOT_SEE_ALONE)
+        prepared.text = "\n\n".join(texts)
+        return prepared
+
+    def _image(
+        self, attachment: Attachment, data: bytes, caption: str, store: MediaStore, into: Prepared
+    ) -> int:
+        mime = sniff_image(data)
+        if mime is None:
+            into.notes.append(
+                f"{attachment.name} doesn't look like a picture I can read "
+                "(JPEG, PNG, WebP or GIF)."
+            )
+            return 0
+        ext = extension(mime, attachment.name)
+        digest = store.put(data, ext)
+        into.parts.append(media_ref(IMAGE_REF, digest, ext, mime, attachment.name, caption=caption))
+        into.for_model = into.for_model or self.vision
+        return 1
+
+    async def _audio(
+        self, attachment: Attachment, data: bytes, store: MediaStore, into: Prepared
+    ) -> str:
+        """The message's line for the audio: its transcript, or why there is none."""
+        ext = extension(attachment.mime, attachment.name)
+        digest = store.put(data, ext)
+        into.parts.append(
+            media_ref(
+                AUDIO_REF,
+                digest,
+                ext,
+                attachment.mime,
+                attachment.name,
+                seconds=attachment.seconds,
+                voice=attachment.voice or None,
+            )
+        )
+        what = "voice message" if attachment.voice else "audio"
+        label = what if attachment.voice else f"audio {attachment.name}"
+        if attachment.seconds:
+            label += f", {_duration(attachment.seconds)}"
+        transcript, note = await self._transcript(attachment, data, ext, what)
+        if transcript is None:
+            into.notes.append(note)
+            return f"[{label}: not transcribed]"
+        into.for_model = True
+        return f"[{label}] {transcript}"
+
+    async def _transcript(
+        self, attachment: Attachment, data: bytes, ext: str, what: str
+    ) -> tuple[str | None, str]:
+        if self.transcriber is None:
+            return None, NOT_SET_UP.format(what=what)
+        if attachment.seconds and attachment.seconds > self.max_seconds:
+            return None, TOO_LONG.format(
+                what=what,
+                length=_duration(attachment.seconds),
+                limit=_duration(self.max_seconds),
+            )
+        name = attachment.name
+        if PurePosixPath(name).suffix.lower().lstrip(".") not in AUDIO_SUFFIXES:
+            name = f"audio.{ext}"
+        try:
+            text = await self.transcriber.transcribe(data, name, attachment.mime)
+        except TranscriptionError as exc:
+            log.warning("transcription failed: %s", logsafe.mask(str(exc)))
+            return None, NOT_TRANSCRIBED.format(what=what)
+        if not text:
+            return None, NO_WORDS.format(what=what)
+        return text, ""
+
+    async def _document(
+        self, attachment: Attachment, data: bytes, store: MediaStore, into: Prepared
+    ) -> str | None:
+        """The file's text with its name around it; None (and a note) if it has none."""
+        name = attachment.name
+        header = f"[file: {name}]"
+        try:
+            if attachment.kind == PDF:
+                pdf = await asyncio.to_thread(read_pdf, data, self.rules.max_text_file_bytes)
+                text = pdf.text
+                header = f"[file: {name}, PDF, {pdf.pages} page{'s' * (pdf.pages != 1)}]"
+                if pdf.cut:
+                    into.notes.append(
+                        f"({name} is long: I read only the first {pdf.pages_read} of its "
+                        f"{pdf.pages} pages.)"
+                    )
+            else:
+                text = read_text(data)
+        except DocumentError as exc:
+            into.notes.append(f"I couldn't read {name}: {exc}.")
+            return None
+        ext = extension(attachment.mime, name)
+        digest = store.put(data, ext)
+        into.parts.append(media_ref(FILE_REF, digest, ext, attachment.mime, name))
+        into.for_model = True
+        return f"{header}\n{text}\n[end of file: {name}]"
+
+
+def _skipped(attachment: Attachment, rules: MediaRules) -> str:
+    """Why an attachment was not downloaded, in one sentence."""
+    name = attachment.name
+    if attachment.skipped == TOO_LARGE:
+        limit = attachment.limit or rules.max_bytes(attachment.kind)
+        size = f" is {_megabytes(attachment.size)}" if attachment.size else " is too large"
+        what = _NOUNS.get(attachment.kind, "files")
+        limit_text = _megabytes(limit)
+        return f"{name}{size}; I can take {what} up to {limit_text}, so I didn't download it."
+    if attachment.skipped == UNAVAILABLE:
+        return f"I couldn't download {name}; could you send it again?"
+    return f"I can't read {name}: I understand {SUPPORTED}."
+
+
+_NOUNS = {IMAGE: "pictures", AUDIO: "audio", TEXT: "text files", PDF: "PDFs"}
+
+
+def _megabytes(size: int | None) -> str:
+    size = size or 0
+    if size < 1_000_000:
+        return f"{max(1, round(size / 1000))} KB"
+    return f"{size / 1_000_000:.1f} MB".replace(".0 MB", " MB")
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    return f"{seconds // 60}:{seconds % 60:02d} min"
