@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import logging
+import mimetypes
 import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -30,6 +32,7 @@ from bot.commands import COMMANDS, Command
 from bot.formatting import split_message
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
+from bot.media import Candidate, MediaRules, collect
 from bot.metrics import watch_in_flight
 from bot.outbound import BufferedOutbound, Button, Reply, too_large_notice
 from bot.platform import PlatformStartError
@@ -71,6 +74,7 @@ class DiscordAdapter:
         self.guild_ready_timeout = guild_ready_timeout
         # Discord drops an interaction not answered within 3 s; past this we defer and follow up.
         self.defer_after_s = defer_after_s
+        self._media = MediaRules.from_config(config)
         self._client: discord.Client | None = None
         self._accepting = False
         self._inflight: set[asyncio.Task[Any]] = set()
@@ -187,7 +191,7 @@ class DiscordAdapter:
         else:
             return
         text = text.strip()
-        if not text:
+        if not text and not message.attachments:
             return  # nothing we can see (e.g. a reply without ping and no content intent)
         if not is_allowed(self.config.allow_from, author.id):
             log.info("discord: ignored a message from user %s (not in allow_from)", author.id)
@@ -203,6 +207,9 @@ class DiscordAdapter:
             is_private=guild_id is None,
         )
         async with _typing(message.channel):
+            if message.attachments:
+                found = await collect(_attachments(message), self._media)
+                inbound = dataclasses.replace(inbound, attachments=found)
             reply = await self._handle(inbound, BufferedOutbound())
         await self._deliver(message, reply, in_guild=guild_id is not None)
 
@@ -456,6 +463,26 @@ def _raise_connect_failure(connect: asyncio.Task[None]) -> None:
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def _attachments(message: discord.Message) -> list[Candidate]:
+    """The message's attachments as bot.media candidates (downloaded from Discord's CDN only
+    if they will be used)."""
+    candidates = []
+    for attachment in message.attachments:
+        name = attachment.filename or "file"
+        mime = attachment.content_type or mimetypes.guess_type(name)[0] or ""
+        candidates.append(
+            Candidate(
+                mime,
+                name,
+                attachment.size,
+                attachment.read,
+                voice=attachment.is_voice_message(),
+                seconds=attachment.duration,
+            )
+        )
+    return candidates
 
 
 def _from_a_person(message: discord.Message) -> bool:

@@ -81,7 +81,7 @@ class LLMConfig(Section):
     vision: bool = False
     # Pictures of the conversation sent along with each request, the newest first; older ones
     # reach the model as "[image: caption]".
-    max_images_in_context: int = setting(3, rule=NON_NEGATIVE_INT)
+    max_images_in_context: int = setting(4, rule=NON_NEGATIVE_INT)
     # What one picture counts for in the prompt-size estimate (providers count them differently).
     image_tokens: int = setting(765, rule=POSITIVE_INT)
 

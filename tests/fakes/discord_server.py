@@ -5,7 +5,9 @@ It speaks just enough of Discord for the real discord.py client: login (`/users/
 and follow-ups (JSON, or multipart with `payload_json` and attached files, which are recorded in
 `uploads`), and a gateway (HELLO, heartbeat ACK, IDENTIFY → READY + GUILD_CREATE). Tests push
 events with `dispatch(...)` (`slash` and `press` build interactions: a command, a pressed button)
-and read what the bot did from the recorded requests.
+and read what the bot did from the recorded requests. Files people attach (`attachment`) are
+served from the fake's CDN path, `GET /attachments/<channel>/<id>/<name>` (recorded in
+`downloads`; an unknown one is a 404, as an expired CDN link is).
 See /work/shared/TESTING.md (Discord) for the facts this relies on.
 """
 
@@ -24,6 +26,7 @@ from aiohttp import WSMsgType, web
 from tests.fakes.local_server import serve_locally
 
 MESSAGE_CONTENT_INTENT = 1 << 15
+IS_VOICE_MESSAGE = 1 << 13  # message flag
 PRIVILEGED_INTENTS = (1 << 1) | (1 << 8) | MESSAGE_CONTENT_INTENT
 
 
@@ -72,6 +75,8 @@ class FakeDiscord:
         self._seq = itertools.count(1)
         self._ws: web.WebSocketResponse | None = None
         self._runner: web.AppRunner | None = None
+        self.cdn: dict[str, bytes] = {}  # attachment path → bytes
+        self.downloads: list[str] = []
 
     # ---- addresses -------------------------------------------------------------------------
     @property
@@ -90,6 +95,7 @@ class FakeDiscord:
     async def start(self) -> FakeDiscord:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/gateway", self._gateway)
+        app.router.add_get("/attachments/{tail:.+}", self._attachment)
         app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
         self._runner, self.port = await serve_locally(app)
         return self
@@ -143,9 +149,15 @@ class FakeDiscord:
         guild_id: int | None = None,
         mentions: list[dict[str, Any]] | None = None,
         referenced: dict[str, Any] | None = None,
+        attachments: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """A MESSAGE_CREATE payload (a DM when `guild_id` is None)."""
+        """A MESSAGE_CREATE payload (a DM when `guild_id` is None); a voice message when its
+        one attachment is one (`attachment(voice=True)`)."""
         data = self._message(author, content, channel_id, mentions or [])
+        if attachments:
+            data["attachments"] = attachments
+            if any("waveform" in a for a in attachments):
+                data["flags"] = IS_VOICE_MESSAGE
         if guild_id is not None:
             data["guild_id"] = str(guild_id)
             data["member"] = _member()
@@ -158,6 +170,43 @@ class FakeDiscord:
                 **({"guild_id": str(guild_id)} if guild_id is not None else {}),
             }
         return data
+
+    def attachment(
+        self,
+        data: bytes,
+        filename: str,
+        content_type: str | None,
+        *,
+        channel_id: int,
+        voice_seconds: float | None = None,
+        size: int | None = None,
+    ) -> dict[str, Any]:
+        """An attachment object as Discord sends it, its bytes served by the fake CDN (`size`:
+        what Discord reports, if not len(data))."""
+        attachment_id = str(next(self._ids))
+        path = f"{channel_id}/{attachment_id}/{filename}"
+        self.cdn[path] = data
+        url = f"http://127.0.0.1:{self.port}/attachments/{path}"
+        payload: dict[str, Any] = {
+            "id": attachment_id,
+            "filename": filename,
+            "size": len(data) if size is None else size,
+            "url": url,
+            "proxy_url": url,
+        }
+        if content_type:
+            payload["content_type"] = content_type
+        if voice_seconds is not None:
+            payload["duration_secs"] = voice_seconds
+            payload["waveform"] = "AAAA"
+        return payload
+
+    async def _attachment(self, request: web.Request) -> web.Response:
+        path = request.match_info["tail"]
+        self.downloads.append(path)
+        if path not in self.cdn:
+            return web.Response(status=404, text="Not Found")
+        return web.Response(body=self.cdn[path], content_type="application/octet-stream")
 
     def slash(
         self,
