@@ -12,9 +12,10 @@ import logging
 from typing import TYPE_CHECKING
 
 import openai
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
 from bot import logsafe
+from bot.llm_http import AiohttpTransport
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -42,6 +43,7 @@ class Transcriber:
             api_key=api_key or "not-needed",
             timeout=timeout_s,
             max_retries=max_retries,
+            http_client=DefaultAsyncHttpxClient(transport=AiohttpTransport()),  # as bot/llm.py
         )
 
     @classmethod
