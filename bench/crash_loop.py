@@ -264,7 +264,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--users", type=int, default=20)
     parser.add_argument("--burst", type=int, default=2, help="unanswered messages per user")
     parser.add_argument("--latency", type=float, default=0.2, help="LLM latency, seconds")
-    parser.add_argument("--window", type=int, default=900, help="context_window_tokens")
+    parser.add_argument("--window", type=int, default=1400, help="context_window_tokens")
     parser.add_argument("--reply-words", type=int, default=40)
     parser.add_argument("--min-up", type=float, default=0.3, help="seconds up before a kill")
     parser.add_argument("--max-up", type=float, default=2.0)

@@ -137,7 +137,11 @@ class BenchLLM(FakeOpenAI):
         gen = self.generation
         user = _user_of(body)
         lines = [MEMORY_BEGIN.format(gen), "## User Information", f"- bench user {user}"]
-        lines += [f"- fact {i}: {filler(self.rng, 8)}" for i in range(self.memory_lines)]
+        # The same facts each time, as a model keeping the memory would (one that rewrote every
+        # line would have its answer refused as losing the existing facts).
+        facts = [filler(random.Random(f"{user}-{i}"), 8) for i in range(self.memory_lines)]
+        lines += [f"- fact {i}: {fact}" for i, fact in enumerate(facts)]
+        lines += ["## Preferences", "## Project Context", "## Important Notes"]  # all kept
         lines.append(MEMORY_END.format(gen))
         stamp = clock.history_stamp()  # as a model dates the conversation: in UTC
         begin, end = HISTORY_BEGIN.format(gen), HISTORY_END.format(gen)
@@ -253,6 +257,7 @@ def write_config(folder: Path, llm: FakeOpenAI, telegram: FakeTelegram, window_t
         "[llm]\n"
         f'base_url = "{llm.base_url}"\napi_key = "bench-key"\nmodel = "fake-model"\n'
         f"context_window_tokens = {window_tokens}\ntimeout_s = 30\n"
+        f"max_output_tokens = {max(64, window_tokens // 10)}\n"
         "[memory]\n"
         f"workspaces_dir = {json.dumps(str(workspaces))}\n"
         "[telegram]\n"

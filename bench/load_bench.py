@@ -214,7 +214,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--users", type=int, nargs="+", default=[100, 500])
     parser.add_argument("--messages", type=int, default=5, help="messages per user")
     parser.add_argument("--latency", type=float, default=0.2, help="LLM latency, seconds")
-    parser.add_argument("--window", type=int, default=1000, help="context_window_tokens")
+    parser.add_argument("--window", type=int, default=1600, help="context_window_tokens")
     parser.add_argument("--reply-words", type=int, default=40, help="words per LLM answer")
     parser.add_argument("--burst", action="store_true", help="each user sends all at once")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per run")

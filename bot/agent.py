@@ -40,12 +40,13 @@ from bot.llm import LLMClient
 from bot.media import MediaRules
 from bot.metrics import count_limit_refusal
 from bot.outbound import CONSOLIDATING, Outbound, Reply
-from bot.tools import TOOL_SCHEMAS, AgentTools
+from bot.tools import AgentTools
 from bot.transcribe import Transcriber
 from bot.usage import ChargedLLM, UsageBook, charged_to
+from bot.window import TOOLS_TEXT, llm_budget
 from memory import clock
 from memory.consolidator import MemoryConsolidator
-from memory.llm import ChatLLM, ChatResult, LLMError
+from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMContextOverflow, LLMError
 from memory.preferences import MEMORY_IN_GROUPS
 from memory.safefs import LinkRefusedError
 from memory.session import Session
@@ -56,8 +57,17 @@ from memory.workspace import UnsafeWorkspaceError, Workspace, Workspaces
 
 log = logging.getLogger(__name__)
 
+TOO_LONG_REPLY = (
+    "Sorry, this conversation has grown too long for my language model, even after I filed "
+    "away older messages. Your message is saved. Send /new to start a fresh conversation "
+    "(what I learned stays in my memory)."
+)
 STUCK_REPLY = "I went round in circles with my tools and stopped. Could you rephrase that?"
 EMPTY_REPLY = "(I had nothing to say to that. Could you rephrase?)"
+LLM_REFUSED_REPLY = (
+    "Sorry, my language model refused that request (not an outage: trying again will not "
+    "help). Your message is saved."
+)
 LLM_FAILED_REPLY = (
     "Sorry, I couldn't reach my language model just now. Your message is saved; please try "
     "again in a moment."
@@ -124,7 +134,14 @@ class Agent:
             max_seconds=config.transcription.max_seconds,
         )
         self.window = config.llm.context_window_tokens
-        self.consolidator = MemoryConsolidator(self.llm, self.estimator, self.window)
+        self.budget = llm_budget(config.llm)
+        self.consolidator = MemoryConsolidator(
+            self.llm,
+            self.estimator,
+            self.window,
+            answer_tokens=self.budget.answer,
+            margin_tokens=self.budget.margin,
+        )
         self.context = ContextBuilder(config.agent.bot_name)
         self._session_locks: dict[str, asyncio.Lock] = {}
         self._frozen_prompts: dict[str, tuple[int, bool, str]] = {}
@@ -139,8 +156,7 @@ class Agent:
         self.confirmations = Confirmations()
         if writer:
             sweep_wiped(self.workspaces.base_dir)  # what a crash mid-/wipe left behind
-        # The tool schemas ride on every request, so they count towards the window too.
-        self._tools_text = "\n" + json.dumps(TOOL_SCHEMAS)
+        self._tools_text = TOOLS_TEXT
 
     # ---- entry points -------------------------------------------------------------------
 
@@ -231,7 +247,7 @@ class Agent:
             if not prepared.for_model and not prepared.parts:
                 return Reply("\n\n".join(prepared.notes))  # nothing kept, nothing to answer
             user_message = self.context.user_message(prepared.text, now, prepared.parts)
-            too_long = self._too_long(user_message)
+            too_long = self._too_long(user_message, workspace, inbound)
             if too_long:
                 return Reply(too_long)
             user_message["timestamp"] = clock.iso(now)  # the instant the model is told
@@ -278,33 +294,70 @@ class Agent:
     async def _respond(
         self, workspace: Workspace, session: Session, inbound: Inbound, out: Outbound
     ) -> Reply:
-        """Answer the session's newest messages (the caller holds the session lock)."""
+        """Answer the session's newest messages (the caller holds the session lock).
+
+        Prompt and answer share the window: a prompt fits when prompt + max_output_tokens (+ a
+        margin) does. A provider that still refuses the request as too long gets one retry
+        after consolidating; an outage is told apart from a conversation grown too long."""
         system = self._system_prompt(workspace, session, inbound)
-        if self._estimate(system, session) > self.window:
+        if not self.budget.fits(self._estimate(system, session)):
             # The prompt cannot fit at all: make room before calling the model.
             await out.notice(CONSOLIDATING)
             await self._consolidate_first(workspace, session, inbound)
             system = self._system_prompt(workspace, session, inbound)
         try:
-            public = not self._memory_shown(workspace, inbound)
-            text = await self._run_model(workspace, session, system, public=public)
+            try:
+                public = not self._memory_shown(workspace, inbound)
+                text = await self._run_model(workspace, session, system, public=public)
+            except LLMContextOverflow as exc:
+                log.warning("the provider found the prompt too long for %s", inbound.session_key)
+                self._learn_from_overflow(exc, system, session)
+                await out.notice(CONSOLIDATING)
+                rounds = await self.consolidator.maybe_consolidate(
+                    workspace, session, self._cost_of_prompt(workspace, inbound), force=True
+                )
+                if not rounds:
+                    raise
+                system = self._system_prompt(workspace, session, inbound)
+                text = await self._run_model(workspace, session, system, public=public)
         except _NotSaved as failure:
             log.error("could not save the answer of %s: %s", inbound.session_key, failure.error)
             reason = disk_reason(failure.error)
             if failure.answer is None:
                 return Reply(STOPPED_NOT_SAVED.format(reason=reason))
             return Reply(f"{failure.answer}\n\n{ANSWER_NOT_SAVED.format(reason=reason)}")
+        except LLMContextOverflow as exc:
+            self._consolidate_later(workspace, session, inbound, system)
+            log.warning("still too long after consolidating: %s", logsafe.mask(str(exc)))
+            return Reply(TOO_LONG_REPLY)
         except LLMError as exc:
+            self._consolidate_later(workspace, session, inbound, system)
             return Reply(_llm_failed(inbound, exc))
-        if self._estimate(system, session) > self.window:
+        if not self.budget.fits(self._estimate(system, session)):
             await out.notice(CONSOLIDATING)
+        self._consolidate_later(workspace, session, inbound, system)
+        return Reply(text)
+
+    def _consolidate_later(
+        self, workspace: Workspace, session: Session, inbound: Inbound, system: str
+    ) -> None:
+        """After a turn (answered or not): consolidate in the background if the next prompt
+        would not fit, so the next turn does not fail the same way."""
+        if not self.budget.fits(self._estimate(system, session)):
             self._in_background(
                 self.consolidator.maybe_consolidate(
                     workspace, session, self._cost_of_prompt(workspace, inbound)
                 ),
                 inbound.user_key,
             )
-        return Reply(text)
+
+    def _learn_from_overflow(
+        self, exc: LLMContextOverflow, system: str, session: Session
+    ) -> None:
+        """A rejection that says how long the provider found the prompt is a usage report."""
+        if exc.prompt_tokens:
+            raw = self.estimator.raw_prompt_tokens(system + self._tools_text, session)
+            self.estimator.observe_usage(raw, exc.prompt_tokens)
 
     async def _consolidate_first(
         self, workspace: Workspace, session: Session, inbound: Inbound
@@ -357,11 +410,12 @@ class Agent:
         `public`: a group turn without the person's memory gets the tools that cannot read it."""
         tools = AgentTools(workspace, public=public)
         for _ in range(self.config.agent.max_tool_iterations):
-            estimated = self._estimate(system, session)
+            raw = self.estimator.raw_prompt_tokens(system + self._tools_text, session)
             messages = self.context.messages(system, self._with_media(workspace, session))
-            result = await self.llm.chat(messages, tools=tools.schemas)
+            # "auto" said explicitly: some servers read a missing tool_choice as "none".
+            result = await self.llm.chat(messages, tools=tools.schemas, tool_choice="auto")
             if result.prompt_tokens:
-                self.estimator.observe_usage(estimated, result.prompt_tokens)
+                self.estimator.observe_usage(raw, result.prompt_tokens)
             if not result.tool_calls:
                 text = (result.content or "").strip() or EMPTY_REPLY
                 _append(workspace, session, {"role": "assistant", "content": text}, answer=text)
@@ -383,10 +437,15 @@ class Agent:
         images = llm.max_images_in_context if llm.vision else 0
         return with_media(session.history(), workspace.media.read, max_images=images)
 
-    def _too_long(self, user_message: dict[str, Any]) -> str | None:
-        """A message that could never fit beside the memory is refused, with the reason."""
-        limit = self.window // 2
-        tokens = self.estimator.count_message(user_message)
+    def _too_long(
+        self, user_message: dict[str, Any], workspace: Workspace, inbound: Inbound
+    ) -> str | None:
+        """A message that could never fit beside the memory is refused, with the reason: more
+        than half of what the window leaves for conversation once the fixed part (system
+        prompt, tools) and the answer are counted."""
+        fixed = self.consolidator.fixed_tokens(self._cost_of_prompt(workspace, inbound)())
+        limit = max(0, self.budget.prompt_limit - fixed) // 2
+        tokens = self.estimator.corrected(self.estimator.count_message(user_message))
         if tokens <= limit:
             return None
         return (
@@ -487,7 +546,8 @@ class Agent:
         start = _conversation_start(session)
         return SessionStatus(
             model=getattr(self.llm, "model", "unknown"),
-            context_tokens=self._estimate(system, session),
+            context_tokens=self._estimate(system, session) + self.budget.answer,
+            answer_tokens=self.budget.answer,
             window_tokens=self.window,
             messages=len(session.messages) - start,
             unconsolidated=len(session.messages) - max(start, session.last_consolidated),
@@ -581,8 +641,11 @@ class Agent:
 def _llm_failed(inbound: Inbound, exc: LLMError) -> str:
     """The answer to a failed model call. The detail is the provider's own words, which may
     quote the request (an `Authorization: Bearer …` header, someone's text): it goes to the log,
-    masked, and the person gets one sentence that holds nothing of it."""
+    masked, and the person gets one sentence that holds nothing of it. A refusal (HTTP 400) is
+    not an outage, and is not worded as one."""
     log.warning("LLM call failed for %s: %s", inbound.session_key, logsafe.mask(str(exc)))
+    if isinstance(exc, LLMBadRequest):
+        return LLM_REFUSED_REPLY
     return LLM_FAILED_REPLY
 
 

@@ -135,6 +135,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     print(f"{describe_endpoint(config)}; memory in {where}{logs}", file=sys.stderr, flush=True)
     with _only_writer(config):
         agent = _new_agent(config)
+        await _warn_about_window(config)
         stop = asyncio.Event()
         try:
             adapter = factory(config, agent, user=args.user, log_file=args.log_file)
@@ -163,6 +164,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     log.info("connecting to %s; memory in %s", describe_endpoint(config), _workspaces(config))
     with _only_writer(config):
         agent = _new_agent(config, metered=True)
+        await _warn_about_window(config)
         stop = asyncio.Event()
         observe = None
         try:
@@ -363,6 +365,7 @@ async def cmd_doctor(args: argparse.Namespace) -> int:
     report(True, "config", f"{source}; {describe_endpoint(config)}; platforms: {platforms}")
     report(*_check_workspaces(config))
     report(*await _check_endpoint(config))
+    report(*await _check_window(config))
     report(*_check_tokens())
     return 0 if all(results) else EXIT_FAILURE
 
@@ -400,6 +403,19 @@ async def _check_endpoint(config: Config) -> tuple[bool, str, str]:
         await client.aclose()
     took = (time.monotonic() - started) * 1000
     return True, "endpoint", f"{where} answered with model {config.llm.model} in {took:.0f} ms"
+
+
+async def _check_window(config: Config) -> tuple[bool, str, str]:
+    from bot.window import check_window
+
+    fine, detail = await check_window(config)
+    return fine, "context window", detail
+
+
+async def _warn_about_window(config: Config) -> None:
+    from bot.window import warn_about_window
+
+    await warn_about_window(config)
 
 
 def _endpoint_hint(reason: str) -> str:

@@ -50,7 +50,8 @@ class SessionStatus:
     """The figures /status shows, measured by the core."""
 
     model: str
-    context_tokens: int
+    context_tokens: int  # the prompt and the answer's share: what the provider counts
+    answer_tokens: int
     window_tokens: int
     messages: int
     unconsolidated: int
@@ -366,7 +367,8 @@ async def cmd_status(ctx: CommandContext, args: str) -> str:
     return (
         f"Model: {status.model}\n"
         f"Context: ~{status.context_tokens:,} of {status.window_tokens:,} tokens "
-        f"({status.context_tokens * 100 // max(1, status.window_tokens)}%)\n"
+        f"({status.context_tokens * 100 // max(1, status.window_tokens)}%, "
+        f"{status.answer_tokens:,} of them kept for the answer)\n"
         f"Messages in this conversation: {status.messages} "
         f"({status.unconsolidated} not yet filed)\n"
         f"Last consolidation: {status.last_consolidation}"

@@ -73,6 +73,8 @@ class LLMConfig(Section):
     model: str = setting("gpt-4o-mini", rule=NON_EMPTY)
     context_window_tokens: int = setting(65536, rule=POSITIVE_INT)
     max_output_tokens: int = setting(2048, rule=POSITIVE_INT)
+    # Tokens of the window kept free for estimate error; None: about 5 % of the window.
+    context_margin_tokens: int | None = setting(None, rule=NON_NEGATIVE_INT)
     temperature: float = setting(0.7, rule=Rule("a number from 0 to 2", lambda v: 0 <= v <= 2))
     timeout_s: float = setting(60.0, rule=Rule("a positive number of seconds", lambda v: v > 0))
     max_retries: int = setting(2, rule=NON_NEGATIVE_INT)

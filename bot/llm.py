@@ -17,7 +17,8 @@ from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
 from bot import logsafe
 from bot.llm_http import AiohttpTransport
-from memory.llm import ChatResult, LLMBadRequest, LLMError, ToolCall
+from bot.overflow import context_overflow
+from memory.llm import ChatResult, LLMBadRequest, LLMContextOverflow, LLMError, ToolCall
 from memory.text import valid_text
 
 if TYPE_CHECKING:
@@ -101,14 +102,20 @@ class LLMClient:
             kwargs["temperature"] = self.temperature
         try:
             response = await self._create(kwargs)
-        except openai.BadRequestError as exc:
-            raise LLMBadRequest(f"the model provider rejected the request: {_reason(exc)}") from exc
+        except openai.APIStatusError as exc:
+            overflow, counted = context_overflow(exc.body, str(exc))
+            if overflow:
+                reason = f"the request is longer than the model's context: {_reason(exc)}"
+                raise LLMContextOverflow(reason, counted) from exc
+            if isinstance(exc, openai.BadRequestError):
+                raise LLMBadRequest(
+                    f"the model provider rejected the request: {_reason(exc)}"
+                ) from exc
+            raise LLMError(f"the model provider answered HTTP {exc.status_code}") from exc
         except openai.APITimeoutError as exc:
             raise LLMError("the model provider timed out") from exc
         except openai.APIConnectionError as exc:
             raise LLMError("the model provider could not be reached") from exc
-        except openai.APIStatusError as exc:
-            raise LLMError(f"the model provider answered HTTP {exc.status_code}") from exc
         except openai.OpenAIError as exc:
             reason = type(exc).__name__
             raise LLMError(f"the model provider's answer was unusable: {reason}") from exc

@@ -175,7 +175,7 @@ def _parse_arguments(raw: Any) -> dict[str, Any]:
         return raw
     if isinstance(raw, str):
         try:
-            value = json.loads(raw or "{}")
+            value = json.loads(raw or "{}", strict=False)  # raw newlines from some grammars
         except json.JSONDecodeError as exc:
             raise ValueError(f"the arguments are not valid JSON ({exc.msg})") from exc
         if isinstance(value, dict):

@@ -43,6 +43,22 @@ def _blocked_ends(messages: list[dict[str, Any]], start: int) -> list[bool]:
     return blocked
 
 
+def valid_ends(messages: list[dict[str, Any]], start: int) -> list[int]:
+    """Every end a chunk messages[start:end] may have, ascending: a user message after start,
+    not after the newest user message, splitting no tool exchange."""
+    newest_user = next(
+        (i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None
+    )
+    if newest_user is None or newest_user <= start:
+        return []
+    blocked = _blocked_ends(messages, start)
+    return [
+        end
+        for end in range(start + 1, newest_user + 1)
+        if messages[end].get("role") == "user" and not blocked[end]
+    ]
+
+
 def pick_boundary(
     messages: list[dict[str, Any]],
     start: int,
@@ -55,17 +71,8 @@ def pick_boundary(
     tool exchange is split. The first such end that sheds `tokens_to_shed` (per `count`) wins;
     if none sheds enough, the largest valid end does.
     """
-    newest_user = next(
-        (i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None
-    )
-    if newest_user is None or newest_user <= start:
-        return None
-    blocked = _blocked_ends(messages, start)
-    best: int | None = None
-    for end in range(start + 1, newest_user + 1):
-        if messages[end].get("role") != "user" or blocked[end]:
-            continue
-        best = end
+    ends = valid_ends(messages, start)
+    for end in ends:
         if count(start, end) >= tokens_to_shed:
             return end
-    return best
+    return ends[-1] if ends else None

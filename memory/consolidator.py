@@ -15,16 +15,19 @@ import logging
 import math
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memory import clock
-from memory.boundary import pick_boundary
-from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMError
+from memory.boundary import pick_boundary, valid_ends
+from memory.budget import HISTORY_ENTRY_TOKENS, Budget
+from memory.checks import check_history_entry, check_memory_update, echo_fragments
+from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMContextOverflow, LLMError
 from memory.media import is_ref, ref_text
 from memory.store import MEMORY_TEMPLATE, SECTIONS
 from memory.text import valid_text
-from memory.tokens import TokenEstimator
+from memory.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenEstimator
 
 if TYPE_CHECKING:
     from memory.session import Session
@@ -125,7 +128,9 @@ def format_messages(messages: list[dict[str, Any]]) -> str:
 
 
 def _as_object(arguments: Any) -> dict[str, Any] | None:
-    """The arguments as a dict: given as a dict, a JSON string (maybe twice encoded), or a list."""
+    """The arguments as a dict: given as a dict, a JSON string (maybe twice encoded), or a list.
+
+    Parsed with strict=False: some servers' grammars let raw newlines and tabs into strings."""
     for _ in range(3):
         if isinstance(arguments, dict):
             return arguments
@@ -133,7 +138,7 @@ def _as_object(arguments: Any) -> dict[str, Any] | None:
             arguments = next((a for a in arguments if isinstance(a, dict | str)), None)
         elif isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments)
+                arguments = json.loads(arguments, strict=False)
             except ValueError:
                 return None
         else:
@@ -169,19 +174,26 @@ def _message_time(message: dict[str, Any]) -> datetime | None:
 
 
 class MemoryConsolidator:
-    """Keeps each session's prompt under the window by consolidating its oldest turns."""
+    """Keeps each session's prompt under the window by consolidating its oldest turns.
+
+    `answer_tokens` and `margin_tokens` are the answer's share of the window and the room kept
+    for estimate error (see memory.budget): a prompt "fits" when prompt + answer + margin does.
+    """
 
     def __init__(
         self,
         llm: ChatLLM,
         estimator: TokenEstimator,
         context_window_tokens: int,
+        *,
+        answer_tokens: int = 0,
+        margin_tokens: int = 0,
         max_rounds: int = 5,
         max_failures: int = 3,
     ) -> None:
         self.llm = llm
         self.estimator = estimator
-        self.window = context_window_tokens
+        self.budget = Budget(context_window_tokens, answer_tokens, margin_tokens)
         self.max_rounds = max_rounds
         self.max_failures = max_failures
         self.last_consolidated_at: dict[str, str] = {}
@@ -190,6 +202,17 @@ class MemoryConsolidator:
         self._failures: dict[tuple[str, str], int] = {}
         # Told "consolidated" or "raw_archive" after each chunk (the bot counts them).
         self.on_outcome: Callable[[str], None] = lambda outcome: None
+        # A span done in pieces: (start, end, pieces done), so a retry never repeats a piece.
+        self._pieces_done: dict[tuple[str, str], tuple[int, int, int]] = {}
+        self._echoes = echo_fragments(SYSTEM_PROMPT, *_descriptions(SAVE_MEMORY_TOOL))
+
+    @property
+    def window(self) -> int:
+        return self.budget.window
+
+    @window.setter
+    def window(self, tokens: int) -> None:
+        self.budget = replace(self.budget, window=tokens)
 
     def _id(self, workspace: Workspace, session: Session) -> tuple[str, str]:
         return (workspace.user_key, session.key)
@@ -201,28 +224,47 @@ class MemoryConsolidator:
         """Consecutive failed attempts on this session (for /status and tests)."""
         return self._failures.get(self._id(workspace, session), 0)
 
+    def fixed_tokens(self, system_prompt: str) -> int:
+        """The part of every turn's prompt that consolidation cannot shrink (system, tools)."""
+        return self.estimator.corrected(
+            MESSAGE_OVERHEAD + self.estimator.count_text(system_prompt) + REPLY_PRIMING
+        )
+
+    def target_tokens(self, system_prompt: str) -> int:
+        return self.budget.target(self.fixed_tokens(system_prompt))
+
     # -- the loop -------------------------------------------------------------------------------
 
     async def maybe_consolidate(
-        self, workspace: Workspace, session: Session, system_prompt: Callable[[], str]
+        self,
+        workspace: Workspace,
+        session: Session,
+        system_prompt: Callable[[], str],
+        *,
+        force: bool = False,
     ) -> int:
-        """Consolidate while the prompt is above the window, down to half of it (≤ max_rounds).
+        """Consolidate while the prompt does not fit, down to the target (≤ max_rounds).
 
-        Returns the number of rounds that advanced the cursor. A failed round stops the loop:
-        the next turn tries again (and the failure count leads to a raw archive eventually).
+        `force`: the provider rejected a prompt we estimated as fitting; shed at least half of
+        the conversation anyway. Returns the number of rounds that advanced the cursor. A failed
+        round stops the loop: the next turn tries again (and the failure count leads to a raw
+        archive eventually).
         """
         if self.window <= 0:
             return 0
         async with self._lock(workspace, session):
-            estimate = self.estimator.prompt_tokens(system_prompt(), session)
-            if estimate <= self.window:
+            prompt = system_prompt()
+            estimate = self.estimator.prompt_tokens(prompt, session)
+            if self.budget.fits(estimate) and not force:
                 return 0
-            target = self.window // 2
-            factor = self.estimator.factor
+            fixed = self.fixed_tokens(prompt)
+            target = self.budget.target(fixed)
+            if force:
+                target = min(target, fixed + (estimate - fixed) // 2)
             rounds = 0
             while rounds < self.max_rounds and estimate > target:
                 start = session.last_consolidated
-                to_shed = math.ceil((estimate - target) / factor)
+                to_shed = math.ceil((estimate - target) / self.estimator.factor)
                 end = pick_boundary(
                     session.messages,
                     start,
@@ -230,55 +272,167 @@ class MemoryConsolidator:
                     lambda s, e: self.estimator.session_tokens(session, s, e),
                 )
                 if end is None:
-                    log.info("session over the window but no turn can be consolidated yet")
+                    log.info("the prompt is over the window but only the newest turn is left")
                     break
-                if not await self._consolidate_chunk(workspace, session, end):
+                if not await self._consolidate_span(workspace, session, end):
                     break
                 rounds += 1
                 estimate = self.estimator.prompt_tokens(system_prompt(), session)
             return rounds
 
-    async def consolidate_chunk(self, workspace: Workspace, session: Session, end: int) -> bool:
-        """Consolidate messages[last_consolidated:end]; True if the cursor advanced."""
-        async with self._lock(workspace, session):
-            return await self._consolidate_chunk(workspace, session, end)
+    async def _consolidate_span(self, workspace: Workspace, session: Session, end: int) -> bool:
+        """Consolidate up to `end`, or less when that chunk would not fit one request; a first
+        turn too big for any request goes in pieces. True if the cursor advanced."""
+        start = session.last_consolidated
+        if min(end, len(session.messages)) <= start:
+            return False  # someone else already got there
+        room = self._chunk_room(workspace.memory.read())
+        sizes = [self._line_tokens(m) for m in session.messages[start:end]]
+        ends = [e for e in valid_ends(session.messages, start) if e <= end]
+        fitting = [e for e in ends if sum(sizes[: e - start]) <= room]
+        if fitting:
+            return await self._consolidate_chunk(workspace, session, fitting[-1])
+        return await self._consolidate_pieces(workspace, session, ends[0], room)
 
     async def _consolidate_chunk(self, workspace: Workspace, session: Session, end: int) -> bool:
         start = session.last_consolidated
-        end = min(end, len(session.messages))
-        if end <= start:
-            return False  # someone else already got there
         chunk = session.messages[start:end]
-        key = self._id(workspace, session)
         if await self._save(workspace, chunk):
             self._succeeded(workspace, session, end)
             return True
-        self._failures[key] = self._failures.get(key, 0) + 1
-        if self._failures[key] < self.max_failures:
-            log.warning(
-                "consolidation failed (%d of %d before a raw archive)",
-                self._failures[key],
-                self.max_failures,
-            )
+        if not self._failed_too_often(workspace, session):
             return False
         self._raw_archive(workspace, session, chunk, end)
         return True
 
-    async def archive_all(self, workspace: Workspace, session: Session) -> None:
-        """For /new: consolidate everything not yet consolidated as one chunk, however it ends.
+    async def _consolidate_pieces(
+        self, workspace: Workspace, session: Session, end: int, room: int
+    ) -> bool:
+        """messages[start:end] is one turn too big for a request: one request per piece that
+        fits; a message too big on its own is archived verbatim, with a note saying why."""
+        key = self._id(workspace, session)
+        start = session.last_consolidated
+        pieces = self._pieces(session.messages[start:end], room)
+        done = self._pieces_done.get(key, (start, end, 0))
+        first = done[2] if done[:2] == (start, end) else 0
+        for index in range(first, len(pieces)):
+            piece, too_big = pieces[index]
+            if too_big:
+                note = (
+                    f"(kept verbatim: about {self._line_tokens(piece[0]):,} tokens, more than "
+                    f"a consolidation request can hold, about {room:,})"
+                )
+                workspace.memory.append_history(
+                    f"[RAW] 1 messages\n{note}\n{format_messages(piece)}",
+                    when=_message_time(piece[0]),
+                )
+                log.warning("a message too long to summarise was archived verbatim")
+                self.on_outcome("raw_archive")
+            elif not await self._save(workspace, piece):
+                self._pieces_done[key] = (start, end, index)
+                if not self._failed_too_often(workspace, session):
+                    return False
+                rest = [m for p, _ in pieces[index:] for m in p]
+                self._pieces_done.pop(key, None)
+                self._raw_archive(workspace, session, rest, end)
+                return True
+            self._pieces_done[key] = (start, end, index + 1)
+        self._pieces_done.pop(key, None)
+        self._succeeded(workspace, session, end)
+        return True
 
-        Up to max_failures attempts, then a raw archive; the cursor ends at len(messages).
+    def _pieces(
+        self, messages: list[dict[str, Any]], room: int
+    ) -> list[tuple[list[dict[str, Any]], bool]]:
+        """Consecutive runs of messages each fitting `room`; (run, too big for any request)."""
+        pieces: list[tuple[list[dict[str, Any]], bool]] = []
+        run: list[dict[str, Any]] = []
+        used = 0
+        for message in messages:
+            size = self._line_tokens(message)
+            if run and used + size > room:
+                pieces.append((run, False))
+                run, used = [], 0
+            if size > room:
+                pieces.append(([message], True))
+                continue
+            run.append(message)
+            used += size
+        if run:
+            pieces.append((run, False))
+        return pieces
+
+    def _failed_too_often(self, workspace: Workspace, session: Session) -> bool:
+        key = self._id(workspace, session)
+        self._failures[key] = self._failures.get(key, 0) + 1
+        if self._failures[key] >= self.max_failures:
+            return True
+        log.warning(
+            "consolidation failed (%d of %d before a raw archive)",
+            self._failures[key],
+            self.max_failures,
+        )
+        return False
+
+    async def archive_all(self, workspace: Workspace, session: Session) -> None:
+        """For /new: consolidate everything not yet consolidated, however it ends.
+
+        In as few requests as fit the window (one when it all fits), up to max_failures
+        attempts each, then a raw archive; the cursor ends at len(messages).
         """
         async with self._lock(workspace, session):
-            start, end = session.last_consolidated, len(session.messages)
-            if end <= start:
-                return
-            chunk = session.messages[start:end]
-            for _ in range(self.max_failures):
-                if await self._save(workspace, chunk):
-                    self._succeeded(workspace, session, end)
-                    return
-            self._raw_archive(workspace, session, chunk, end)
+            while session.last_consolidated < len(session.messages):
+                start, end = session.last_consolidated, len(session.messages)
+                room = self._chunk_room(workspace.memory.read())
+                sizes = [self._line_tokens(m) for m in session.messages[start:end]]
+                fits = sum(sizes) <= room
+                if not fits:
+                    ends = valid_ends(session.messages, start)
+                    fitting = [e for e in ends if sum(sizes[: e - start]) <= room]
+                    fits = bool(fitting)
+                    end = fitting[-1] if fitting else ends[0] if ends else end
+                await self._archive_span(workspace, session, end, room, fits)
+
+    async def _archive_span(
+        self, workspace: Workspace, session: Session, end: int, room: int, fits: bool
+    ) -> None:
+        """Attempts until the cursor reaches `end` (a raw archive after max_failures)."""
+        while session.last_consolidated < end:
+            if fits:
+                await self._consolidate_chunk(workspace, session, end)
+            else:
+                await self._consolidate_pieces(workspace, session, end, room)
+
+    # -- sizes ----------------------------------------------------------------------------------
+
+    def _line_tokens(self, message: dict[str, Any]) -> int:
+        """Raw tokens of one message as the consolidation request shows it (one line)."""
+        return self.estimator.count_text(format_messages([message])) + 1
+
+    def _answer_tokens(self, current: str) -> int:
+        """The answer rewrites MEMORY.md whole: its budget must hold it, plus the entry."""
+        if self.budget.answer <= 0:
+            return 0  # not budgeted (the provider's default applies)
+        memory = self.estimator.corrected(self.estimator.count_text(current), "consolidation")
+        return max(self.budget.answer, memory + HISTORY_ENTRY_TOKENS)
+
+    def _chunk_room(self, current: str) -> int:
+        """Raw tokens of conversation lines one consolidation request can carry: instructions,
+        MEMORY.md, the chunk and the answer's budget must fit in the window together."""
+        raw = self._request_raw(current, [])
+        fixed = self.estimator.corrected(raw, "consolidation")
+        limit = self.window - self._answer_tokens(current) - self.budget.margin
+        factor = self.estimator.calibration("consolidation").factor
+        return max(0, math.floor((limit - fixed) / max(factor, 0.1)))
+
+    def _request(self, current: str, chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": self._request_text(current, chunk)},
+        ]
+
+    def _request_raw(self, current: str, chunk: list[dict[str, Any]]) -> int:
+        return self.estimator.raw_request_tokens(self._request(current, chunk), _TOOL_TEXT)
 
     # -- one attempt ----------------------------------------------------------------------------
 
@@ -303,34 +457,47 @@ class MemoryConsolidator:
         """One consolidation attempt (forced tool choice, then "auto"); True if applied.
 
         MEMORY.md is read, sent and rewritten under the workspace's memory lock, so two sessions
-        of one user consolidating at once each build on the other's result.
+        of one user consolidating at once each build on the other's result. MEMORY.md is written
+        before the history entry is appended: a failed write leaves no entry behind, so the
+        retry cannot append the same entry twice (a rewrite of MEMORY.md is harmless to repeat).
         """
         async with workspace.memory_lock:
             current = workspace.memory.read()
-            messages = [
-                {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": self._request_text(current, chunk)},
-            ]
-            parsed = await self._ask(messages)
+            messages = self._request(current, chunk)
+            raw = self._request_raw(current, chunk)
+            parsed = await self._ask(messages, raw, self._answer_tokens(current))
             if parsed is None:
                 return False
             entry, memory = parsed
+            problem = check_history_entry(entry, self._echoes)
+            if problem is None:
+                problem, memory = check_memory_update(current, memory, self._echoes)
+            if problem is not None:
+                log.warning("consolidation answer not written: %s", problem)
+                return False
             try:
-                # An entry the model left undated gets the time of the chunk's last message.
-                workspace.memory.append_history(entry, when=_message_time(chunk[-1]))
                 if memory.strip() != current.strip():
                     workspace.memory.write(memory)
+                # An entry the model left undated gets the time of the chunk's last message.
+                workspace.memory.append_history(entry, when=_message_time(chunk[-1]))
             except OSError as exc:
                 log.error("could not write the consolidated memory: %s", exc)
                 return False
             return True
 
-    async def _ask(self, messages: list[dict[str, Any]]) -> tuple[str, str] | None:
+    async def _ask(
+        self, messages: list[dict[str, Any]], raw: int, answer_tokens: int
+    ) -> tuple[str, str] | None:
         for choice in (_FORCED_CHOICE, "auto"):
             try:
-                result = await self.llm.chat(messages, tools=[SAVE_MEMORY_TOOL], tool_choice=choice)
+                result = await self.llm.chat(
+                    messages,
+                    tools=[SAVE_MEMORY_TOOL],
+                    tool_choice=choice,
+                    max_tokens=answer_tokens or None,
+                )
             except LLMBadRequest as exc:
-                if choice == "auto":
+                if choice == "auto" or isinstance(exc, LLMContextOverflow):
                     log.warning("consolidation request rejected: %s", exc)
                     return None
                 log.info("provider rejected the forced tool choice; retrying with auto")
@@ -338,6 +505,8 @@ class MemoryConsolidator:
             except LLMError as exc:
                 log.warning("consolidation call failed: %s", exc)
                 return None
+            if result.prompt_tokens:
+                self.estimator.observe_usage(raw, result.prompt_tokens, "consolidation")
             if any(c.name == "save_memory" for c in result.tool_calls):
                 parsed = parse_save_memory(result)
                 if parsed is None:
@@ -355,3 +524,14 @@ class MemoryConsolidator:
             f"{format_messages(chunk)}\n\n"
             "Call save_memory with the history entry and the complete updated MEMORY.md."
         )
+
+
+def _descriptions(tool: dict[str, Any]) -> list[str]:
+    """Every description text of a tool schema (what a confused model copies back)."""
+    function = tool["function"]
+    texts = [function["description"]]
+    texts += [p["description"] for p in function["parameters"]["properties"].values()]
+    return texts
+
+
+_TOOL_TEXT = json.dumps([SAVE_MEMORY_TOOL])

@@ -45,3 +45,13 @@ class ChatLLM(Protocol):
         tool_choice: str | dict[str, Any] | None = None,
         max_tokens: int | None = None,
     ) -> ChatResult: ...
+
+
+class LLMContextOverflow(LLMBadRequest):
+    """The provider refused the request as longer than the model's context window.
+
+    `prompt_tokens` is the prompt size the provider counted, when its message says so."""
+
+    def __init__(self, message: str, prompt_tokens: int | None = None) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens

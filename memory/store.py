@@ -32,6 +32,11 @@ _HEADING = re.compile(r"^(#{1,2})[ \t]+(.*?)[ \t#]*$")
 _VERSION_NAME = re.compile(r"^MEMORY\.\d{8}T\d{6}Z?\.(\d{20})\.md$")
 
 
+def memory_prompt_section(memory: str) -> str:
+    """The block of the system prompt that carries MEMORY.md's text."""
+    return f"# Memory\n## Long-term Memory\n{memory}"
+
+
 class MemoryEditError(ValueError):
     """An edit of MEMORY.md that cannot be applied; the message is meant for the model."""
 
@@ -73,7 +78,7 @@ class MemoryStore:
 
     def prompt_section(self) -> str:
         """The block of the system prompt that carries long-term memory."""
-        return f"# Memory\n## Long-term Memory\n{self.read()}"
+        return memory_prompt_section(self.read())
 
     def _numbered_versions(self) -> list[tuple[int, Path]]:
         try:

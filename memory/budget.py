@@ -1,0 +1,48 @@
+"""How one context window is shared: the prompt, the answer, and a margin for estimate error.
+
+A provider counts prompt and answer against the same window: a request whose prompt fits but
+whose `max_tokens` does not is rejected (or, on some servers, silently truncated). So every check
+here compares `prompt + answer + margin` with the window, never the prompt alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Room MEMORY.md may take in every prompt (and in a consolidation's answer, which rewrites it).
+MEMORY_BUDGET_TOKENS = 512
+# The user's side of one ordinary exchange: a message of a few sentences, its time stamp.
+EXCHANGE_TOKENS = 128
+# What a consolidation's answer needs besides the new MEMORY.md: the history entry, the JSON.
+HISTORY_ENTRY_TOKENS = 200
+
+
+def default_margin(window: int) -> int:
+    """About 5 % of the window: what an estimate may still be off after learning the server."""
+    return max(16, window // 20) if window > 0 else 0
+
+
+@dataclass(frozen=True)
+class Budget:
+    window: int
+    answer: int = 0  # max_output_tokens: the answer's share of the window
+    margin: int = 0
+
+    @property
+    def prompt_limit(self) -> int:
+        """The largest prompt whose request still fits: window − answer − margin."""
+        return max(0, self.window - self.answer - self.margin)
+
+    def fits(self, prompt_tokens: int) -> bool:
+        return prompt_tokens <= self.prompt_limit
+
+    def target(self, fixed_tokens: int) -> int:
+        """Where consolidation stops: the fixed part (system prompt, tools) plus half of what
+        remains for conversation. Half of the window would be unreachable whenever the fixed
+        part alone is larger than that, and every turn would then consolidate in vain."""
+        room = max(0, self.prompt_limit - fixed_tokens)
+        return fixed_tokens + room // 2
+
+    def smallest_window(self, fixed_tokens: int) -> int:
+        """The window a bot needs: fixed part, a full MEMORY.md, one exchange, answer, margin."""
+        return fixed_tokens + MEMORY_BUDGET_TOKENS + EXCHANGE_TOKENS + self.answer + self.margin
