@@ -17,6 +17,7 @@ import asyncio
 import base64
 import binascii
 import json
+import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -112,6 +113,11 @@ class FakeOpenAI:
         self._runner: web.AppRunner | None = None
         self.port = 0
         self._arrived = asyncio.Condition()
+        # What the server says about its window, if it is one that can: llama.cpp's /props,
+        # vLLM's max_model_len in /v1/models, Ollama's /api/show. None: not that server.
+        self.props: dict[str, Any] | None = None
+        self.max_model_len: int | None = None
+        self.ollama_show: dict[str, Any] | None = None
 
     @property
     def base_url(self) -> str:
@@ -130,6 +136,8 @@ class FakeOpenAI:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+        app.router.add_get("/props", self._props)
+        app.router.add_post("/api/show", self._show)
         self._runner, self.port = await serve_locally(app)
         return self
 
@@ -138,8 +146,20 @@ class FakeOpenAI:
             await self._runner.cleanup()
 
     async def _models(self, request: web.Request) -> web.Response:
-        models = [{"id": "fake-model", "object": "model"}]
-        return web.json_response({"object": "list", "data": models})
+        model: dict[str, Any] = {"id": "fake-model", "object": "model"}
+        if self.max_model_len is not None:
+            model["max_model_len"] = self.max_model_len
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def _props(self, request: web.Request) -> web.Response:
+        if self.props is None:
+            raise web.HTTPNotFound()
+        return web.json_response(self.props)
+
+    async def _show(self, request: web.Request) -> web.Response:
+        if self.ollama_show is None:
+            raise web.HTTPNotFound()
+        return web.json_response(self.ollama_show)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -255,3 +275,109 @@ def _valid_image_url(value: Any) -> bool:
 def _refusal(status: int, message: str) -> web.Response:
     error = {"message": message, "type": "invalid_request_error"}
     return web.json_response({"error": error}, status=status)
+# -- servers that behave like real ones at their limits -------------------------------------------
+
+CONTEXT_ERRORS: dict[str, Callable[[int, int, int], tuple[int, Any]]] = {
+    # (window, prompt tokens, max_tokens) → (HTTP status, body), as each server words it.
+    "openai": lambda n, p, m: (400, {"error": {
+        "message": f"This model's maximum context length is {n} tokens. However, your messages "
+        f"resulted in {p} tokens. Please reduce the length of the messages.",
+        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded",
+    }}),
+    "vllm": lambda n, p, m: (400, {
+        "object": "error",
+        "message": f"This model's maximum context length is {n} tokens. However, you requested "
+        f"{p + m} tokens ({p} in the messages, {m} in the completion). Please reduce the length "
+        "of the messages or completion.",
+        "type": "BadRequestError", "param": None, "code": 400,
+    }),
+    "llama.cpp": lambda n, p, m: (400, {"error": {
+        "code": 400, "message": "the request exceeds the available context size, try "
+        "increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": p, "n_ctx": n,
+    }}),
+    "llama-cpp-python": lambda n, p, m: (400, {"error": {
+        "message": f"This model's maximum context length is {n} tokens. However, you requested "
+        f"{p + m} tokens ({p} in the messages, {m} in the completion). Please reduce the length "
+        "of the messages or completion.",
+        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded",
+    }}),
+    "ollama": lambda n, p, m: (400, {"error": {
+        "message": f"prompt too long; exceeded max context length by {p + m - n} tokens",
+        "type": "api_error", "param": None, "code": None,
+    }}),
+}  # fmt: skip
+
+
+def _server_tokens(text: str) -> int:
+    """The server's own tokenizer: not ours (tiktoken), so estimates must learn it."""
+    return len(re.findall(r"\w+|[^\w\s]", text))
+
+
+class ContextLimited:
+    """A default answer for FakeOpenAI that enforces a context length as servers do: a request
+    whose prompt + max_tokens exceeds `length` is rejected in the wording of `server`; others
+    are answered by `answer`, with usage.prompt_tokens as this server counts them. Servers that
+    do not render the tool schemas (llama-cpp-python without a tool chat format) count them not
+    at all: `render_tools=False`."""
+
+    def __init__(
+        self,
+        length: int,
+        answer: Callable[[dict[str, Any]], Any],
+        *,
+        server: str = "llama-cpp-python",
+        render_tools: bool = True,
+        default_max_tokens: int = 0,
+    ) -> None:
+        self.length = length
+        self.answer = answer
+        self.server = server
+        self.render_tools = render_tools
+        self.default_max_tokens = default_max_tokens
+        self.rejected: list[dict[str, Any]] = []
+        self.largest = 0  # the largest prompt + max_tokens it was asked for
+
+    def prompt_tokens(self, request: dict[str, Any]) -> int:
+        parts = []
+        for message in request.get("messages") or []:
+            content = message.get("content")
+            text = content if isinstance(content, str) else json.dumps(content)
+            calls = json.dumps(message.get("tool_calls")) if message.get("tool_calls") else ""
+            parts.append(f"<|im_start|>{message.get('role')}\n{text}{calls}<|im_end|>")
+        if self.render_tools and request.get("tools"):
+            parts.append(json.dumps(request["tools"]))
+        return _server_tokens("\n".join(parts)) + 3
+
+    def __call__(self, request: dict[str, Any]) -> Any:
+        prompt = self.prompt_tokens(request)
+        wanted = request.get("max_tokens") or self.default_max_tokens
+        self.largest = max(self.largest, prompt + wanted)
+        if prompt + wanted > self.length:
+            self.rejected.append(request)
+            status, body = CONTEXT_ERRORS[self.server](self.length, prompt, wanted)
+            return Status(status, body)
+        item = self.answer(request)
+        if isinstance(item, dict) and "usage" in item:
+            item = {**item, "usage": {**item["usage"], "prompt_tokens": prompt}}
+        return item
+
+
+def schema_echo(request: dict[str, Any]) -> dict[str, Any]:
+    """A confused model: save_memory called with the tool's own parameter descriptions."""
+    tool = next(t for t in request["tools"] if t["function"]["name"] == "save_memory")
+    props = tool["function"]["parameters"]["properties"]
+    return save_memory_call(
+        props["history_entry"]["description"], props["memory_update"]["description"]
+    )
+
+
+def garbage_save(request: dict[str, Any]) -> dict[str, Any]:
+    """What SmolLM2-135M wrote once: no sections, a history entry of punctuation."""
+    return save_memory_call("][", "${MEMORY.md}</mmar-delete-function|$[MEMORAGE_UPDATE_FILE]")
+
+
+def raw_newline_call(name: str, fields: dict[str, str], call_id: str = "call_1") -> dict[str, Any]:
+    """A tool call whose JSON arguments hold raw newlines inside strings (llama.cpp grammars
+    allow them; strict JSON does not)."""
+    body = ", ".join(f'"{key}": "{value}"' for key, value in fields.items())
+    return completion(None, [tool_call(name, "{" + body + "}", call_id)])

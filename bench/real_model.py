@@ -1,0 +1,239 @@
+"""Consolidation against a real model: a scripted conversation with planted facts.
+
+    python bench/real_model.py --base-url http://127.0.0.1:8777/v1 [--model M] [--window 2048]
+
+Any OpenAI-compatible endpoint. The real Agent (real openai client) talks to it through a small
+recording proxy on 127.0.0.1, so every request and the server's answer are counted as the
+server saw them. The window is small, so consolidation runs. Printed: turns answered / failed,
+requests rejected for length, consolidation requests (forced, auto) and outcomes (failed, raw),
+MEMORY.md sections intact after each write, planted facts in MEMORY.md / HISTORY.md, the
+answers to the questions, and time per turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import aiohttp  # noqa: E402
+from aiohttp import web  # noqa: E402
+
+from bot.agent import TOO_LONG_REPLY, Agent  # noqa: E402
+from bot.config import Config, LLMConfig, MemoryConfig  # noqa: E402
+from bot.inbound import Inbound  # noqa: E402
+from bot.overflow import context_overflow  # noqa: E402
+from memory.store import SECTIONS  # noqa: E402
+
+# (text, facts it plants: lower-case words to find in the files later)
+SCRIPT: list[tuple[str, list[str]]] = [
+    ("Hi! My name is Marisol.", ["marisol"]),
+    ("I live in Porto, in Portugal.", []),
+    ("I work as a marine biologist at the aquarium.", ["biologist"]),
+    ("What do you think about the ocean?", []),
+    ("I have a tortoise called Pebble.", ["pebble"]),
+    ("Pebble is 12 years old and loves strawberries.", []),
+    ("Can you suggest a weekend activity?", []),
+    ("I prefer green tea to coffee, always.", ["green tea"]),
+    ("Tell me a short fact about octopuses.", []),
+    ("I study coral reefs most days.", []),
+    ("What should I cook tonight?", []),
+    ("My favourite book is about whales.", []),
+    ("Actually, I moved from Porto to Lisbon last month.", ["lisbon"]),
+    ("Lisbon is sunny, I like it here.", []),
+    ("Give me a tip for sleeping better.", []),
+    ("I go diving on Sundays.", []),
+    ("How do tides work, briefly?", []),
+    ("I am learning to play the ukulele.", []),
+    ("Recommend a film for tonight.", []),
+]
+QUESTIONS: list[tuple[str, str]] = [
+    ("What is my name?", "marisol"),
+    ("Which city do I live in now?", "lisbon"),
+    ("What is my job?", "biolog"),
+    ("What is my pet called?", "pebble"),
+    ("What do I like to drink?", "tea"),
+    ("How old is my tortoise?", "12"),
+]
+FACTS = ["marisol", "biologist", "pebble", "green tea", "lisbon"]
+
+
+@dataclass
+class Recorder:
+    """What went over the wire: one row per chat request."""
+
+    upstream: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        url = self.upstream.rstrip("/") + "/" + request.match_info["tail"]
+        headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
+        started = time.monotonic()
+        async with aiohttp.ClientSession() as session, session.request(
+            request.method, url, data=body, headers=headers
+        ) as answer:
+            data = await answer.read()
+            status = answer.status
+        if request.path.endswith("/chat/completions"):
+            self._record(json.loads(body or b"{}"), status, data, time.monotonic() - started)
+        return web.Response(status=status, body=data, content_type="application/json")
+
+    def _record(self, sent: dict[str, Any], status: int, data: bytes, took: float) -> None:
+        try:
+            answer = json.loads(data)
+        except ValueError:
+            answer = data.decode(errors="replace")
+        tools = [t.get("function", {}).get("name") for t in sent.get("tools") or []]
+        overflow = status != 200 and context_overflow(answer)[0]
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        self.rows.append(
+            {
+                "consolidation": "save_memory" in tools,
+                "forced": isinstance(sent.get("tool_choice"), dict),
+                "status": status,
+                "overflow": overflow,
+                "prompt_tokens": (usage or {}).get("prompt_tokens"),
+                "seconds": took,
+            }
+        )
+
+
+class LogCount(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def count(self, text: str) -> int:
+        return sum(text in m for m in self.messages)
+
+
+def sections_intact(text: str) -> bool:
+    return all(f"## {name}" in text for name in SECTIONS)
+
+
+async def first_model(base_url: str) -> str:
+    async with aiohttp.ClientSession() as session, session.get(f"{base_url}/models") as answer:
+        return (await answer.json())["data"][0]["id"]
+
+
+async def run(args: argparse.Namespace) -> None:
+    recorder = Recorder(args.base_url)
+    app = web.Application(client_max_size=64 * 1024**2)
+    app.router.add_route("*", "/v1/{tail:.*}", recorder.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    model = args.model or await first_model(args.base_url)
+    logs = LogCount()
+    logging.getLogger().addHandler(logs)
+    logging.getLogger().setLevel(logging.INFO)
+    folder = Path(tempfile.mkdtemp(prefix="lightgrep-real-"))
+    config = Config(
+        llm=LLMConfig(
+            base_url=f"http://127.0.0.1:{port}/v1",
+            api_key="bench",
+            model=model,
+            context_window_tokens=args.window,
+            max_output_tokens=args.max_output,
+            temperature=0.2,
+            timeout_s=args.timeout,
+            max_retries=0,
+        ),
+        memory=MemoryConfig(workspaces_dir=folder, keep_memory_versions=1000),
+    )
+    agent = Agent(config)
+    workspace = agent.workspaces.get("bench-user")
+    inbound = Inbound(
+        platform="terminal", session_key="terminal:bench", user_key="bench-user", text=""
+    )
+    times: list[float] = []
+    answered = failed = too_long = 0
+    answers: list[tuple[str, str, bool]] = []
+    turns = [(t, "") for t, _ in SCRIPT] + list(QUESTIONS)
+    for i, (text, expected) in enumerate(turns):
+        started = time.monotonic()
+        reply = await agent.handle(Inbound(**{**inbound.__dict__, "text": text}))
+        times.append(time.monotonic() - started)
+        if "couldn't reach" in reply.text or "refused that request" in reply.text:
+            failed += 1
+        elif reply.text == TOO_LONG_REPLY:
+            too_long += 1
+        else:
+            answered += 1
+        if expected:
+            answers.append((text, reply.text, expected in reply.text.lower()))
+        if args.verbose:
+            print(f"[{i + 1:2}] {text}\n     → {reply.text[:160]!r} ({times[-1]:.1f} s)")
+        await asyncio.gather(*list(agent._background), return_exceptions=True)
+    await agent.aclose()
+    await runner.cleanup()
+
+    memory = workspace.memory.read()
+    history = workspace.history_path.read_text() if workspace.history_path.exists() else ""
+    versions = [p.read_text() for p in workspace.memory.versions()]
+    writes = [*versions[1:], memory] if versions else ([memory] if memory else [])
+    rows = recorder.rows
+    turn_rows = [r for r in rows if not r["consolidation"]]
+    cons = [r for r in rows if r["consolidation"]]
+    print(f"model {model} at {args.base_url}, window {args.window}, answer {args.max_output}")
+    print(f"turns: {len(turns)}  answered {answered}  failed {failed}  too long {too_long}")
+    print(
+        f"requests: {len(turn_rows)} turn, {len(cons)} consolidation; rejected for length: "
+        f"{sum(r['overflow'] for r in rows)} (turn {sum(r['overflow'] for r in turn_rows)}, "
+        f"consolidation {sum(r['overflow'] for r in cons)}); other errors "
+        f"{sum(r['status'] != 200 and not r['overflow'] for r in rows)}"
+    )
+    print(
+        f"consolidation requests: forced {sum(r['forced'] for r in cons)}, auto "
+        f"{sum(not r['forced'] for r in cons)}; failed attempts "
+        f"{logs.count('consolidation failed')}, answers refused by the checks "
+        f"{logs.count('answer not written')}, raw archives {history.count('[RAW]')}, "
+        f"history entries {history.count(chr(10) + '[') + (1 if history.startswith('[') else 0)}"
+    )
+    intact = sum(sections_intact(w) for w in writes)
+    print(f"MEMORY.md writes: {len(writes)}, sections intact in {intact}")
+    print("facts in MEMORY.md: " + ", ".join(f"{f} {f in memory.lower()}" for f in FACTS))
+    print("facts in HISTORY.md: " + ", ".join(f"{f} {f in history.lower()}" for f in FACTS))
+    print(f"questions answered right: {sum(ok for *_, ok in answers)} of {len(answers)}")
+    peak = max((r["prompt_tokens"] or 0) for r in rows) if rows else 0
+    print(f"largest prompt the server counted: {peak}")
+    print(
+        f"time per turn: median {statistics.median(times):.2f} s, max {max(times):.2f} s, "
+        f"total {sum(times):.0f} s"
+    )
+    print(f"workspace kept in {folder}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8777/v1")
+    parser.add_argument("--model", help="default: the first model the server lists")
+    parser.add_argument("--window", type=int, default=2048, help="context_window_tokens")
+    parser.add_argument("--max-output", type=int, default=256, help="max_output_tokens")
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
