@@ -20,7 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from aiohttp import web  # noqa: E402
 from bot.agent import TOO_LONG_REPLY, Agent  # noqa: E402
 from bot.config import Config, LLMConfig, MemoryConfig  # noqa: E402
 from bot.inbound import Inbound  # noqa: E402
+from bot.outbound import BufferedOutbound  # noqa: E402
 from bot.overflow import context_overflow  # noqa: E402
 from memory.store import SECTIONS  # noqa: E402
 
@@ -170,7 +171,9 @@ async def run(args: argparse.Namespace) -> None:
     turns = [(t, "") for t, _ in SCRIPT] + list(QUESTIONS)
     for i, (text, expected) in enumerate(turns):
         started = time.monotonic()
-        reply = await agent.handle(Inbound(**{**inbound.__dict__, "text": text}))
+        out = BufferedOutbound()
+        await agent.handle(replace(inbound, text=text), out)
+        reply = out.reply
         times.append(time.monotonic() - started)
         if "couldn't reach" in reply.text or "refused that request" in reply.text:
             failed += 1

@@ -36,7 +36,8 @@ _PROMPT_COUNTS = (
 def _flatten(body: Any) -> tuple[str, int | None]:
     """The error's text (message, code, type) and llama.cpp's n_prompt_tokens, if given."""
     if isinstance(body, dict):
-        error = body.get("error") if isinstance(body.get("error"), dict) else body
+        inner = body.get("error")
+        error: dict[str, Any] = inner if isinstance(inner, dict) else body
         parts = [str(error.get(k) or "") for k in ("message", "code", "type")]
         n = error.get("n_prompt_tokens")
         return " ".join(parts), n if isinstance(n, int) else None

@@ -20,7 +20,7 @@ from memory.consolidator import MemoryConsolidator
 from memory.store import MEMORY_TEMPLATE
 from memory.tokens import TokenEstimator
 from memory.workspace import Workspace, Workspaces
-from tests.agent_helpers import dm, make_agent, session_records, user_home
+from tests.agent_helpers import ask, dm, make_agent, session_records, user_home
 from tests.fakes.openai_server import (
     CONTEXT_ERRORS,
     ContextLimited,
@@ -65,7 +65,7 @@ async def test_no_turn_is_rejected_when_the_window_is_the_servers(
     server = ContextLimited(2000, chat_or_save)
     fake_llm.default = server
     agent = make_agent(fake_llm, workspaces_dir, window=2000, max_output_tokens=400)
-    replies = [(await agent.handle(dm("42", message(i)))).text for i in range(16)]
+    replies = [(await ask(agent, dm("42", message(i)))).text for i in range(16)]
     await agent.aclose()
 
     assert server.rejected == []
@@ -78,7 +78,7 @@ async def test_status_counts_the_answer_in_the_window(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
     agent = make_agent(fake_llm, workspaces_dir, window=4000, max_output_tokens=500)
-    status = (await agent.handle(dm("42", "/status"))).text
+    status = (await ask(agent, dm("42", "/status"))).text
     await agent.aclose()
     used = int(re.search(r"Context: ~([\d,]+) of 4,000", status).group(1).replace(",", ""))
     assert used > 500 and "500 of them kept for the answer" in status
@@ -97,7 +97,7 @@ async def test_a_context_rejection_consolidates_and_the_turn_is_answered(
     limited = ContextLimited(1500, chat_or_save, server=server)
     fake_llm.default = limited
     agent = make_agent(fake_llm, workspaces_dir, window=8000, max_output_tokens=200)
-    replies = [(await agent.handle(dm("42", message(i)))).text for i in range(10)]
+    replies = [(await ask(agent, dm("42", message(i)))).text for i in range(10)]
     await agent.aclose()
 
     assert limited.rejected, "the server never rejected: the test proves nothing"
@@ -112,7 +112,7 @@ async def test_a_rejection_consolidation_cannot_fix_says_so_plainly(
     """Nothing to consolidate (the first message) and still too long for the server."""
     fake_llm.default = ContextLimited(300, chat_or_save, server="vllm")
     agent = make_agent(fake_llm, workspaces_dir, window=8000, max_output_tokens=200)
-    reply = await agent.handle(dm("42", "Hello there, I'm Ada."))
+    reply = await ask(agent, dm("42", "Hello there, I'm Ada."))
     await agent.aclose()
 
     assert OUTAGE not in reply.text
@@ -125,7 +125,7 @@ async def test_the_agent_offers_its_tools_with_tool_choice_auto(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
     agent = make_agent(fake_llm, workspaces_dir)
-    await agent.handle(dm("42", "hello"))
+    await ask(agent, dm("42", "hello"))
     await agent.aclose()
     (request,) = fake_llm.requests
     assert request["tools"] and request["tool_choice"] == "auto"
@@ -215,7 +215,7 @@ async def test_with_a_big_fixed_part_recent_turns_stay_in_the_prompt(
     fake_llm.default = chat_or_save
     agent = make_agent(fake_llm, workspaces_dir, window=1060, max_output_tokens=60)
     for i in range(14):
-        await agent.handle(dm("42", f"thing {i}: " + "meow " * 25))
+        await ask(agent, dm("42", f"thing {i}: " + "meow " * 25))
     await agent.aclose()
 
     assert fake_llm.consolidation_requests
@@ -299,7 +299,7 @@ async def test_raw_newlines_in_the_agents_tool_arguments_are_accepted(
         completion("Noted."),
     )
     agent = make_agent(fake_llm, workspaces_dir)
-    await agent.handle(dm("42", "I like tea and cake"))
+    await ask(agent, dm("42", "I like tea and cake"))
     await agent.aclose()
     assert "Likes tea" in (user_home(workspaces_dir, "42") / "MEMORY.md").read_text()
 
@@ -402,6 +402,6 @@ async def test_ollama_without_num_ctx_is_flagged(
 async def test_outage_is_still_an_outage(fake_llm: FakeOpenAI, workspaces_dir: Path) -> None:
     fake_llm.queue(Status(503, {"error": {"message": "overloaded"}}))
     agent = make_agent(fake_llm, workspaces_dir)
-    reply = await agent.handle(dm("42", "hello"))
+    reply = await ask(agent, dm("42", "hello"))
     await agent.aclose()
     assert OUTAGE in reply.text
