@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import logging
+import re
 import statistics
 import sys
 import tempfile
@@ -68,6 +69,7 @@ QUESTIONS: list[tuple[str, str]] = [
     ("What do I like to drink?", "tea"),
     ("How old is my tortoise?", "12"),
 ]
+ENTRY = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d\]", re.M)  # (a [RAW] copy's lines have a T)
 FACTS = ["marisol", "biologist", "pebble", "green tea", "lisbon"]
 
 
@@ -209,7 +211,7 @@ async def run(args: argparse.Namespace) -> None:
         f"{sum(not r['forced'] for r in cons)}; failed attempts "
         f"{logs.count('consolidation failed')}, answers refused by the checks "
         f"{logs.count('answer not written')}, raw archives {history.count('[RAW]')}, "
-        f"history entries {history.count(chr(10) + '[') + (1 if history.startswith('[') else 0)}"
+        f"history entries {len(ENTRY.findall(history))}"
     )
     intact = sum(sections_intact(w) for w in writes)
     print(f"MEMORY.md writes: {len(writes)}, sections intact in {intact}")

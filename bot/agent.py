@@ -414,6 +414,10 @@ class Agent:
             messages = self.context.messages(system, self._with_media(workspace, session))
             # "auto" said explicitly: some servers read a missing tool_choice as "none".
             result = await self.llm.chat(messages, tools=tools.schemas, tool_choice="auto")
+            if not result.tool_calls and not (result.content or "").strip():
+                # Some servers (llama-cpp-python's function-calling format with a small model)
+                # answer "auto" with an empty message; asked without tools, they answer.
+                result = await self.llm.chat(messages, tools=tools.schemas, tool_choice="none")
             if result.prompt_tokens:
                 self.estimator.observe_usage(raw, result.prompt_tokens)
             if not result.tool_calls:

@@ -131,6 +131,21 @@ async def test_the_agent_offers_its_tools_with_tool_choice_auto(
     assert request["tools"] and request["tool_choice"] == "auto"
 
 
+async def test_an_empty_answer_to_auto_is_asked_again_without_tools(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """llama-cpp-python's function-calling format with a small model answers "auto" with an
+    empty message; with tool_choice "none" it answers in prose."""
+    fake_llm.default = lambda req: completion(
+        "" if req.get("tool_choice") == "auto" else "Hello Ada!"
+    )
+    agent = make_agent(fake_llm, workspaces_dir)
+    reply = await ask(agent, dm("42", "Hi, I'm Ada."))
+    await agent.aclose()
+    assert reply.text == "Hello Ada!"
+    assert [r["tool_choice"] for r in fake_llm.requests] == ["auto", "none"]
+
+
 # -- 3. consolidation requests fit ---------------------------------------------------------------
 
 
