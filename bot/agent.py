@@ -694,4 +694,6 @@ def _assistant_with_calls(result: ChatResult) -> dict[str, Any]:
         }
         for call in result.tool_calls
     ]
-    return {"role": "assistant", "content": result.content, "tool_calls": calls}
+    # "" rather than null: llama-cpp-python's server refuses (HTTP 500) an assistant message
+    # whose content is null, and the session would fail on every later turn.
+    return {"role": "assistant", "content": result.content or "", "tool_calls": calls}

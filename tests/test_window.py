@@ -146,6 +146,19 @@ async def test_an_empty_answer_to_auto_is_asked_again_without_tools(
     assert [r["tool_choice"] for r in fake_llm.requests] == ["auto", "none"]
 
 
+async def test_a_tool_calling_message_is_sent_back_with_string_content(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """llama-cpp-python's server answers HTTP 500 to an assistant message with null content."""
+    call = raw_newline_call("search_history", {"query": "tea"})
+    fake_llm.queue(call, completion("Nothing about tea yet."))
+    agent = make_agent(fake_llm, workspaces_dir)
+    await ask(agent, dm("42", "what did I say about tea?"))
+    await agent.aclose()
+    sent = fake_llm.requests[1]["messages"]
+    assert all(isinstance(m.get("content"), str) for m in sent if m["role"] == "assistant")
+
+
 # -- 3. consolidation requests fit ---------------------------------------------------------------
 
 
