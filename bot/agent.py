@@ -16,6 +16,7 @@ import contextlib
 import errno
 import json
 import logging
+import math
 import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -414,12 +415,13 @@ class Agent:
             messages = self.context.messages(system, self._with_media(workspace, session))
             # "auto" said explicitly: some servers read a missing tool_choice as "none".
             result = await self.llm.chat(messages, tools=tools.schemas, tool_choice="auto")
-            if not result.tool_calls and not (result.content or "").strip():
-                # Some servers (llama-cpp-python's function-calling format with a small model)
-                # answer "auto" with an empty message; asked without tools, they answer.
-                result = await self.llm.chat(messages, tools=tools.schemas, tool_choice="none")
             if result.prompt_tokens:
                 self.estimator.observe_usage(raw, result.prompt_tokens)
+            if not result.tool_calls and not (result.content or "").strip():
+                # Some servers (llama-cpp-python's function-calling format with a small model)
+                # answer "auto" with an empty message; asked without tools, they answer. (Its
+                # usage is not learned from: such a server leaves the schemas out then.)
+                result = await self.llm.chat(messages, tools=tools.schemas, tool_choice="none")
             if not result.tool_calls:
                 text = (result.content or "").strip() or EMPTY_REPLY
                 _append(workspace, session, {"role": "assistant", "content": text}, answer=text)
@@ -449,7 +451,8 @@ class Agent:
         prompt, tools) and the answer are counted."""
         fixed = self.consolidator.fixed_tokens(self._cost_of_prompt(workspace, inbound)())
         limit = max(0, self.budget.prompt_limit - fixed) // 2
-        tokens = self.estimator.corrected(self.estimator.count_message(user_message))
+        # The factor only: the learned offset belongs to whole prompts, not to one message.
+        tokens = math.ceil(self.estimator.count_message(user_message) * self.estimator.factor)
         if tokens <= limit:
             return None
         return (

@@ -159,6 +159,21 @@ async def test_a_tool_calling_message_is_sent_back_with_string_content(
     assert all(isinstance(m.get("content"), str) for m in sent if m["role"] == "assistant")
 
 
+async def test_a_short_message_is_never_refused_after_learning_a_large_offset(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """A server counting ~600 tokens more than we do on every prompt (its own tool template):
+    that offset is the prompt's, not each message's."""
+    fake_llm.default = ContextLimited(4000, chat_or_save)
+    fake_llm.default.answer = lambda req: completion("Sure.", prompt_tokens=10)
+    agent = make_agent(fake_llm, workspaces_dir, window=2048, max_output_tokens=256)
+    for raw in (700, 760, 820, 900):
+        agent.estimator.observe_usage(raw, raw + 600)
+    reply = await ask(agent, dm("42", "What is my name?"))
+    await agent.aclose()
+    assert "too long" not in reply.text
+
+
 # -- 3. consolidation requests fit ---------------------------------------------------------------
 
 
