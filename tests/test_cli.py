@@ -568,6 +568,7 @@ async def test_doctor_says_a_read_only_workspaces_folder_is_not_writable(
         "OK    config",
         "FAIL  workspaces",
         "OK    endpoint",
+        "OK    context window",
         "OK    token counter",
     ]
     assert lines[1] == f"FAIL  workspaces: {base} is not writable (Permission denied)"

@@ -156,11 +156,13 @@ async def test_an_unwritable_history_never_holds_up_an_answer(
 
     def answer(request: dict) -> object:
         if is_consolidation(request):
-            return save_memory_call("[2026-01-01 10:00] Talked about tea.", "Likes tea.")
+            return save_memory_call("[2026-01-01 10:00] Talked about tea.", "## Preferences\n- tea")
         return completion("tea " * 150)
 
     fake_llm.default = answer
-    config = write_config(tmp_path, fake_llm, "context_window_tokens = 1200\n")
+    config = write_config(
+        tmp_path, fake_llm, "context_window_tokens = 1200\nmax_output_tokens = 150\n"
+    )
     workspace = tmp_path / "workspaces" / "cli-tester"
     workspace.mkdir(parents=True)
     history = workspace / "HISTORY.md"

@@ -335,7 +335,7 @@ async def test_wipe_names_what_goes_then_erases_every_session_and_the_next_messa
 async def test_wipe_during_a_running_turn_waits_for_it_and_cancels_consolidation(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
-    agent = make_agent(fake_llm, workspaces_dir, window=400)
+    agent = make_agent(fake_llm, workspaces_dir, window=1200)
     workspace = agent.workspaces.get("telegram-42")
     fill(workspace)
     started = asyncio.Event()

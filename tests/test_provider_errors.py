@@ -41,7 +41,7 @@ async def test_a_400_quoting_a_bearer_token_reaches_neither_the_user_nor_the_log
         assert secret not in reply.text
         assert secret not in caplog.text
     assert "Invalid header" not in reply.text and "fake-model" not in reply.text
-    assert "couldn't reach my language model" in reply.text and "saved" in reply.text
+    assert "refused that request" in reply.text and "saved" in reply.text  # not an outage
     # The operator still learns what went wrong.
     assert "Invalid header 'Authorization: Bearer ***'" in caplog.text
     assert "is not allowed to use model fake-model" in caplog.text

@@ -119,12 +119,13 @@ async def test_logs_go_to_the_log_file_and_consolidation_is_announced(
 
     fake_llm.default = answer
     fake_llm.queue(Status(400, {"error": {"message": "the model is unhappy"}}))
-    config = write_config(tmp_path, fake_llm, "context_window_tokens = 1000\nmax_retries = 0\n")
+    settings = "context_window_tokens = 1000\nmax_output_tokens = 100\nmax_retries = 0\n"
+    config = write_config(tmp_path, fake_llm, settings)
     proc, terminal = await start_chat(config, child_env, "--user", "cy")
     try:
         await terminal.expect("you>")
         terminal.type("hello\r")
-        await terminal.expect("couldn't reach my language model")
+        await terminal.expect("refused that request")  # a 400 is not an outage
         await terminal.expect("you>")
         terminal.type("tell me about tea\r")
         await terminal.expect("tea tea")
