@@ -447,10 +447,10 @@ class Agent:
         self, user_message: dict[str, Any], workspace: Workspace, inbound: Inbound
     ) -> str | None:
         """A message that could never fit beside the memory is refused, with the reason: more
-        than half of what the window leaves for conversation once the fixed part (system
-        prompt, tools) and the answer are counted."""
+        than what the window leaves for conversation once the fixed part (system prompt,
+        tools) and the answer are counted."""
         fixed = self.consolidator.fixed_tokens(self._cost_of_prompt(workspace, inbound)())
-        limit = max(0, self.budget.prompt_limit - fixed) // 2
+        limit = max(0, self.budget.prompt_limit - fixed)
         # The factor only: the learned offset belongs to whole prompts, not to one message.
         tokens = math.ceil(self.estimator.count_message(user_message) * self.estimator.factor)
         if tokens <= limit:
