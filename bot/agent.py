@@ -35,6 +35,7 @@ from bot.commands import (
 from bot.config import Config
 from bot.confirm import Confirmations
 from bot.context import ContextBuilder, with_media
+from bot.control import memory_notice
 from bot.inbound import Inbound
 from bot.limits import Limits, Refusal
 from bot.llm import LLMClient
@@ -53,6 +54,7 @@ from memory.safefs import LinkRefusedError
 from memory.session import Session
 from memory.text import valid_text
 from memory.tokens import TokenEstimator
+from memory.versions import held_update
 from memory.wipe import delete, hide, sweep_wiped
 from memory.workspace import UnsafeWorkspaceError, Workspace, Workspaces
 
@@ -142,6 +144,7 @@ class Agent:
             self.window,
             answer_tokens=self.budget.answer,
             margin_tokens=self.budget.margin,
+            memory_budget_tokens=config.memory.max_memory_tokens,
         )
         self.context = ContextBuilder(config.agent.bot_name)
         self._session_locks: dict[str, asyncio.Lock] = {}
@@ -265,7 +268,16 @@ class Agent:
                 self._ids_of(session)[inbound.message_id] = len(session.messages) - 1
             if not prepared.for_model:
                 return self._notes_only(workspace, session, prepared.notes)
-            return _with_notes(await self._respond(workspace, session, inbound, out), prepared)
+            reply = _with_notes(await self._respond(workspace, session, inbound, out), prepared)
+            return self._with_memory_notice(reply, inbound)
+
+    def _with_memory_notice(self, reply: Reply, inbound: Inbound) -> Reply:
+        """The answer, then once what an earlier consolidation did to the person's memory
+        (held back, or kept over its budget). Told in a private chat only: it is theirs."""
+        event = self.consolidator.take_event(inbound.user_key) if inbound.is_private else None
+        if event is None:
+            return reply
+        return replace(reply, text="\n\n".join([reply.text, memory_notice(event)]))
 
     # ---- attachments (bot/attachments.py) ---------------------------------------------------
 
@@ -559,6 +571,9 @@ class Agent:
             messages=len(session.messages) - start,
             unconsolidated=len(session.messages) - max(start, session.last_consolidated),
             last_consolidation=when,
+            memory_tokens=self.consolidator.memory_tokens(workspace.memory.read()),
+            memory_budget_tokens=self.consolidator.memory_budget,
+            held=held_update(workspace.memory),
         )
 
     # ---- one user's files, held still: /memory undo, /forget, /wipe --------------------------
@@ -605,6 +620,7 @@ class Agent:
             hidden = hide(self.workspaces.root_of(user_key))  # from here on they have nothing
             self.workspaces.evict(user_key)
             self.confirmations.drop_user(user_key)
+            self.consolidator.take_event(user_key)
             for key in self._user_sessions.pop(user_key, set()):
                 self.consolidator.last_consolidated_at.pop(key, None)
         if hidden is not None:

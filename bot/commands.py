@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.confirm import Confirmations
-from bot.control import cmd_export, cmd_forget, cmd_wipe, memory_history, memory_undo
+from bot.control import (
+    cmd_export,
+    cmd_forget,
+    cmd_wipe,
+    held_text,
+    memory_history,
+    memory_undo,
+)
 from bot.inbound import Inbound
 from bot.limits import UsageReport
 from bot.outbound import Outbound, Reply
@@ -24,6 +31,7 @@ from memory.preferences import MEMORY_IN_GROUPS
 from memory.search import SearchError, SearchResult, search_history
 from memory.session import Session
 from memory.usage import Totals
+from memory.versions import HeldUpdate
 from memory.workspace import Workspace
 
 RECALL_PAGE_SIZE = 5
@@ -56,6 +64,9 @@ class SessionStatus:
     messages: int
     unconsolidated: int
     last_consolidation: str
+    memory_tokens: int = 0  # MEMORY.md's size, and its budget ([memory] max_memory_tokens)
+    memory_budget_tokens: int = 0
+    held: HeldUpdate | None = None  # an update held back since MEMORY.md was last written
 
 
 @dataclass(frozen=True)
@@ -364,15 +375,28 @@ async def cmd_help(ctx: CommandContext, args: str) -> str:
 
 async def cmd_status(ctx: CommandContext, args: str) -> str:
     status = ctx.status()
-    return (
+    text = (
         f"Model: {status.model}\n"
         f"Context: ~{status.context_tokens:,} of {status.window_tokens:,} tokens "
         f"({status.context_tokens * 100 // max(1, status.window_tokens)}%, "
         f"{status.answer_tokens:,} of them kept for the answer)\n"
         f"Messages in this conversation: {status.messages} "
         f"({status.unconsolidated} not yet filed)\n"
-        f"Last consolidation: {status.last_consolidation}"
+        f"Last consolidation: {status.last_consolidation}\n"
     )
+    if not ctx.inbound.is_private:  # the memory is the person's own business
+        return text + "Memory: shown by /status in a private chat"
+    return text + _memory_status(status)
+
+
+def _memory_status(status: SessionStatus) -> str:
+    used, budget = status.memory_tokens, status.memory_budget_tokens
+    text = f"Memory: ~{used:,} of {budget:,} tokens ({used * 100 // max(1, budget)}%)"
+    if used > budget:
+        text += ": over its budget; /forget removes what you no longer need"
+    if status.held is not None:
+        text += "\n" + held_text(status.held)
+    return text
 
 
 COMMANDS: tuple[Command, ...] = (

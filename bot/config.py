@@ -117,6 +117,8 @@ class MemoryConfig(Section):
     # Left unset, load_config puts it in the user's data folder: data_home() / "workspaces".
     workspaces_dir: Path = Path("workspaces")
     keep_memory_versions: int = setting(10, rule=NON_NEGATIVE_INT)
+    # MEMORY.md's size budget in tokens; 0: a quarter of [llm] context_window_tokens.
+    max_memory_tokens: int = setting(0, rule=NON_NEGATIVE_INT)
 
 
 @dataclass(repr=False)

@@ -16,11 +16,12 @@ from bot.confirm import CONFIRM_TTL_S, Answer
 from bot.outbound import Button, OutFile, Reply
 from memory.export import ARCHIVE_MIME, archive_name, write_archive
 from memory.forget import Findings, ForgetError, find, forget, phrase_pattern
-from memory.versions import NoVersionError, list_versions, restore
+from memory.versions import HeldUpdate, NoVersionError, list_versions, restore
 from memory.wipe import contents
 
 if TYPE_CHECKING:
     from bot.commands import CommandContext
+    from memory.consolidator import MemoryEvent
 
 # The largest file any of our platforms takes from a bot (Telegram: 50 MB); an adapter whose
 # platform takes less says so itself (bot.outbound.too_large_notice).
@@ -44,12 +45,47 @@ def memory_history(ctx: CommandContext) -> str:
         "Earlier versions, newest first (each compared with the one before it):",
     ]
     for v in versions:
+        if v.held:
+            lines.append(
+                f"{v.number}. held {v.kept_at}, never applied (it would have dropped too "
+                f"much): {v.size:,} bytes, {v.lines} lines (+{v.added} −{v.removed} against "
+                "your memory then)"
+            )
+            continue
         lines.append(
             f"{v.number}. replaced {v.kept_at}: {v.size:,} bytes, {v.lines} lines "
             f"(+{v.added} −{v.removed})"
         )
     lines.append("/memory undo brings back version 1; /memory undo N brings back version N.")
+    if any(v.held for v in versions):
+        lines.append("A held version is an update I did not apply; /memory undo N applies it.")
     return "\n".join(lines)
+
+
+# ---- what a consolidation did to the memory: /status and the next answer -------------------
+
+
+def held_text(held: HeldUpdate) -> str:
+    return (
+        f"A memory update is held ({held.kept_at}): it would drop {held.dropped} of your "
+        f"{held.facts} facts, so your memory is unchanged. /memory history lists it as held; "
+        f"/memory undo {held.number} applies it."
+    )
+
+
+def memory_notice(event: MemoryEvent) -> str:
+    """One sentence after the next answer about what the last consolidation did."""
+    if event.kind == "held":
+        return (
+            f"(I held back a memory update that would have dropped {event.dropped} of your "
+            f"{event.facts} facts: your memory is unchanged. /memory history lists it as "
+            "held; /memory undo 1 applies it.)"
+        )
+    return (
+        f"(Your memory is over its budget: about {event.tokens:,} of {event.budget:,} tokens, "
+        "even after I tried to shorten it. /memory shows it; /forget removes what you no "
+        "longer need.)"
+    )
 
 
 async def memory_undo(ctx: CommandContext, args: str) -> str:

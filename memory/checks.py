@@ -5,6 +5,23 @@ description copied back, fragments of the prompt, a MEMORY.md without its sectio
 entry like "][". Written, it would replace the user's memory (the old text survives only in
 .memory_versions/, where nobody looks). Rejected, the attempt counts as a failure: retried, and
 after repeated failures the chunk is archived verbatim, so nothing is lost either way.
+
+What happens to a `memory_update`, in this order (the thresholds are the constants below):
+
+1. Refused (a failed attempt: retried, then the chunk archived raw) when it copies the
+   instructions or the conversation back, has none of the ## sections, drops a section that
+   held facts, or keeps fewer than half (MIN_KEPT_SHARE) of the existing fact lines
+   (`check_memory_update`). The history entry is not written either.
+2. Held when it passes 1 but would drop more than a quarter (HOLD_DROP_SHARE) of the existing
+   fact lines, and at least HOLD_MIN_DROPPED of them (`held_because`): MEMORY.md stays as it
+   is, the proposed text is kept as a held version (/memory history, /memory undo N), the
+   history entry is written. Not a failure: the chunk is filed and never retried.
+3. Otherwise written. If it is over the memory budget, the model is asked once to condense it
+   (keeping the sections; the condensed text must pass 1 against the update); if it is still
+   over, it is written anyway and the person is told.
+
+A fact line is a non-empty line that is not a heading (a list item, mostly); it counts as kept
+when its text, without list markers, appears in the update.
 """
 
 from __future__ import annotations
@@ -23,6 +40,9 @@ _CONVERSATION_LINE = re.compile(
 _WORD = re.compile(r"[^\W\d_]{3,}")
 MIN_ECHO_CHARS = 30  # a shared phrase shorter than this may be coincidence
 MIN_LINES_TO_COMPARE = 3  # with fewer lines, "most of them" is one or two: a correction, maybe
+MIN_KEPT_SHARE = 0.5  # an update keeping fewer of the fact lines is refused
+HOLD_DROP_SHARE = 0.25  # an update dropping more of them is held, not written
+HOLD_MIN_DROPPED = 2  # one changed line is a correction, whatever the share
 
 
 def _norm(text: str) -> str:
@@ -89,14 +109,32 @@ def check_memory_update(
     dropped = [h for h in headings if before.get(h) and h not in after]
     if dropped:
         return f"it drops the section ## {dropped[0]}", update
-    old_lines = [_norm(line.strip(" -*")) for lines in before.values() for line in lines]
-    old_lines = [line for line in old_lines if line]
-    if len(old_lines) >= MIN_LINES_TO_COMPARE:
-        normal = _norm(update)
-        kept = sum(1 for line in old_lines if line in normal)
-        if kept * 2 < len(old_lines):
-            return f"it keeps only {kept} of the {len(old_lines)} existing lines", update
+    kept, total = kept_fact_lines(current, update)
+    if total >= MIN_LINES_TO_COMPARE and kept < total * MIN_KEPT_SHARE:
+        return f"it keeps only {kept} of the {total} existing lines", update
     missing = [h for h in headings if h not in after]
     if missing:
         update = update.rstrip("\n") + "\n" + "".join(f"\n## {h}\n" for h in missing)
     return None, update
+
+
+def fact_lines(text: str) -> list[str]:
+    """The fact lines of a MEMORY.md, normalised (list markers and spacing gone)."""
+    lines = [_norm(line.strip(" -*")) for lines in _sections(text).values() for line in lines]
+    return [line for line in lines if line]
+
+
+def kept_fact_lines(current: str, update: str) -> tuple[int, int]:
+    """(fact lines of `current` that `update` still holds, fact lines of `current`)."""
+    old_lines = fact_lines(current)
+    normal = _norm(update)
+    return sum(1 for line in old_lines if line in normal), len(old_lines)
+
+
+def held_because(current: str, update: str) -> str | None:
+    """Why `update` (which passed check_memory_update) is held instead of written, or None."""
+    kept, total = kept_fact_lines(current, update)
+    dropped = total - kept
+    if dropped >= HOLD_MIN_DROPPED and dropped > total * HOLD_DROP_SHARE:
+        return f"it would drop {dropped} of the {total} facts"
+    return None

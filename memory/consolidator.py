@@ -5,6 +5,10 @@ MEMORY.md. Providers differ: some reject a forced tool_choice (HTTP 400), some i
 answer in prose, so a second attempt uses "auto". A session whose chunk keeps failing is
 raw-archived after `max_failures` attempts so the prompt cannot grow without bound; the JSONL
 keeps every message regardless.
+
+MEMORY.md has a budget (`memory_budget_tokens`, by default a quarter of the window): the request
+states it and the current size, and an update over it gets one request to condense. What is
+refused, held or written, in which order, is memory.checks' docstring.
 """
 
 from __future__ import annotations
@@ -15,14 +19,20 @@ import logging
 import math
 import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memory import clock
 from memory.boundary import pick_boundary, valid_ends
 from memory.budget import HISTORY_ENTRY_TOKENS, Budget
-from memory.checks import check_history_entry, check_memory_update, echo_fragments
+from memory.checks import (
+    check_history_entry,
+    check_memory_update,
+    echo_fragments,
+    held_because,
+    kept_fact_lines,
+)
 from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMContextOverflow, LLMError
 from memory.media import is_ref, ref_text
 from memory.store import MEMORY_TEMPLATE, SECTIONS
@@ -77,6 +87,28 @@ SYSTEM_PROMPT = (
 )
 
 _FORCED_CHOICE = {"type": "function", "function": {"name": "save_memory"}}
+
+CONDENSE_PROMPT = (
+    "You shorten a user's MEMORY.md so that it fits its size budget. Answer with the complete "
+    "shortened MEMORY.md and nothing else. Keep the sections "
+    + ", ".join(f"## {name}" for name in SECTIONS)
+    + ". Keep each fact on its own line: shorten the wording, drop repetition and what "
+    "matters least, and never invent anything."
+)
+_FENCE = re.compile(r"^```[\w-]*\n(.*?)\n?```$", re.S)
+
+
+@dataclass(frozen=True)
+class MemoryEvent:
+    """What the person should hear about their memory after a consolidation (plain data: the
+    bot words it). "held": an update was held back (`dropped` of `facts` fact lines);
+    "over_budget": MEMORY.md was written over its budget (`tokens` of `budget`)."""
+
+    kind: str
+    tokens: int = 0
+    budget: int = 0
+    dropped: int = 0
+    facts: int = 0
 
 
 def _content_text(content: Any) -> str:
@@ -190,6 +222,7 @@ class MemoryConsolidator:
         margin_tokens: int = 0,
         max_rounds: int = 5,
         max_failures: int = 3,
+        memory_budget_tokens: int = 0,
     ) -> None:
         self.llm = llm
         self.estimator = estimator
@@ -205,6 +238,10 @@ class MemoryConsolidator:
         # A span done in pieces: (start, end, pieces done), so a retry never repeats a piece.
         self._pieces_done: dict[tuple[str, str], tuple[int, int, int]] = {}
         self._echoes = echo_fragments(SYSTEM_PROMPT, *_descriptions(SAVE_MEMORY_TOOL))
+        self._condense_echoes = echo_fragments(CONDENSE_PROMPT)
+        self._memory_budget = max(0, memory_budget_tokens)  # 0: a quarter of the window
+        # The newest event of each user not yet told (taken by their next answer).
+        self._events: dict[str, MemoryEvent] = {}
 
     @property
     def window(self) -> int:
@@ -213,6 +250,19 @@ class MemoryConsolidator:
     @window.setter
     def window(self, tokens: int) -> None:
         self.budget = replace(self.budget, window=tokens)
+
+    @property
+    def memory_budget(self) -> int:
+        """Tokens MEMORY.md may take: as configured, else a quarter of the window."""
+        return self._memory_budget or self.window // 4
+
+    def memory_tokens(self, memory: str) -> int:
+        """About how many tokens `memory` takes in a prompt."""
+        return math.ceil(self.estimator.count_text(memory) * self.estimator.factor)
+
+    def take_event(self, user_key: str) -> MemoryEvent | None:
+        """The memory event this user has not been told about yet; told once."""
+        return self._events.pop(user_key, None)
 
     def _id(self, workspace: Workspace, session: Session) -> tuple[str, str]:
         return (workspace.user_key, session.key)
@@ -475,15 +525,79 @@ class MemoryConsolidator:
             if problem is not None:
                 log.warning("consolidation answer not written: %s", problem)
                 return False
+            held = held_because(current, memory)
+            changed = memory.strip() != current.strip()
+            if held is None and changed:
+                memory = await self._within_budget(workspace, memory)
             try:
-                if memory.strip() != current.strip():
+                if held is not None:
+                    workspace.memory.keep_held(memory)
+                elif changed:
                     workspace.memory.write(memory)
                 # An entry the model left undated gets the time of the chunk's last message.
                 workspace.memory.append_history(entry, when=_message_time(chunk[-1]))
             except OSError as exc:
                 log.error("could not write the consolidated memory: %s", exc)
                 return False
+            if held is not None:
+                self._held(workspace, current, memory, held)
             return True
+
+    def _held(self, workspace: Workspace, current: str, memory: str, why: str) -> None:
+        kept, facts = kept_fact_lines(current, memory)
+        log.warning(
+            "memory update of %s held: %s; MEMORY.md unchanged, the update kept as a held "
+            "version (/memory history)",
+            workspace.user_key,
+            why,
+        )
+        self._events[workspace.user_key] = MemoryEvent("held", dropped=facts - kept, facts=facts)
+
+    async def _within_budget(self, workspace: Workspace, memory: str) -> str:
+        """`memory`, condensed by one more request when it is over the budget. Still over (or
+        the condensed text refused): written as it is, and the person is told."""
+        budget = self.memory_budget
+        used = self.memory_tokens(memory)
+        if used <= budget:
+            return memory
+        condensed = await self._condense(memory, used, budget)
+        if condensed is not None:
+            problem, condensed = check_memory_update(memory, condensed, self._condense_echoes)
+            if problem is not None:
+                log.warning("condensed memory not used: %s", problem)
+            elif self.memory_tokens(condensed) < used:
+                memory, used = condensed, self.memory_tokens(condensed)
+        if used > budget:
+            log.warning(
+                "MEMORY.md of %s kept over its budget: about %d of %d tokens",
+                workspace.user_key,
+                used,
+                budget,
+            )
+            self._events[workspace.user_key] = MemoryEvent("over_budget", used, budget)
+        return memory
+
+    async def _condense(self, memory: str, used: int, budget: int) -> str | None:
+        """One request to shorten `memory` to `budget` tokens; its answer, or None."""
+        messages = [
+            {"role": "system", "content": CONDENSE_PROMPT},
+            {
+                "role": "user",
+                "content": (
+                    f"This MEMORY.md takes about {used:,} tokens; its budget is {budget:,}. "
+                    f"Shorten it to fit.\n\n{memory.strip()}"
+                ),
+            },
+        ]
+        try:
+            result = await self.llm.chat(messages, max_tokens=self._answer_tokens(memory) or None)
+        except LLMError as exc:
+            log.warning("the request to condense the memory failed: %s", exc)
+            return None
+        text = valid_text((result.content or "").strip())
+        fenced = _FENCE.match(text)
+        text = fenced.group(1).strip() if fenced else text
+        return text + "\n" if text else None
 
     async def _ask(
         self, messages: list[dict[str, Any]], raw: int, answer_tokens: int
@@ -515,13 +629,15 @@ class MemoryConsolidator:
             log.info("reply without a save_memory call (tool_choice=%s)", choice)
         return None
 
-    @staticmethod
-    def _request_text(current: str, chunk: list[dict[str, Any]]) -> str:
+    def _request_text(self, current: str, chunk: list[dict[str, Any]]) -> str:
         return (
             "## Current MEMORY.md\n"
             f"{current.strip() or MEMORY_TEMPLATE.strip()}\n\n"
             "## Conversation to process\n"
             f"{format_messages(chunk)}\n\n"
+            f"## Memory budget\nMEMORY.md may take about {self.memory_budget:,} tokens; it "
+            f"takes about {self.memory_tokens(current):,} now. Keep the update within the "
+            "budget: shorten the wording before dropping a fact that still holds.\n\n"
             "Call save_memory with the history entry and the complete updated MEMORY.md."
         )
 

@@ -28,8 +28,10 @@ ENTRY_STAMP = r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\]"
 _STAMP = re.compile(ENTRY_STAMP)
 _BLANK_LINES = re.compile(r"\n(?:[ \t\r]*\n)+")
 _HEADING = re.compile(r"^(#{1,2})[ \t]+(.*?)[ \t#]*$")
-# MEMORY.<UTC time>Z.<ns since the epoch>.md (older names, in local time, lack the Z).
-_VERSION_NAME = re.compile(r"^MEMORY\.\d{8}T\d{6}Z?\.(\d{20})\.md$")
+# MEMORY.<UTC time>Z.<ns since the epoch>.md (older names, in local time, lack the Z); a held
+# update (a consolidation's text that was not written, see memory.checks) ends in .held.md.
+_VERSION_NAME = re.compile(r"^MEMORY\.\d{8}T\d{6}Z?\.(\d{20})(?:\.held)?\.md$")
+HELD_SUFFIX = ".held.md"
 
 
 def memory_prompt_section(memory: str) -> str:
@@ -72,6 +74,15 @@ class MemoryStore:
         self._prune_versions()
         return True
 
+    def keep_held(self, content: str) -> Path:
+        """Keep an update that was held back as the newest version, MEMORY.md untouched.
+
+        /memory history shows it as held and /memory undo N applies it. It is kept even when
+        keep_versions is 0 (until the next write prunes it): it exists nowhere else."""
+        path = self._keep_version(content, held=True)
+        self._prune_versions(max(1, self.keep_versions))
+        return path
+
     def versions(self) -> list[Path]:
         """Earlier MEMORY.md contents, oldest first."""
         return [path for _, path in self._numbered_versions()]
@@ -92,17 +103,20 @@ class MemoryStore:
                 found.append((int(match.group(1)), path))
         return sorted(found)
 
-    def _keep_version(self, content: str) -> None:
+    def _keep_version(self, content: str, *, held: bool = False) -> Path:
         # Names sort by time and stay unique and increasing even when the clock does not move.
         make_private_dir(self.versions_dir)
         existing = self._numbered_versions()
         ns = max(time.time_ns(), existing[-1][0] + 1 if existing else 0)
         stamp = datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y%m%dT%H%M%SZ")
-        atomic_write_text(self.versions_dir / f"MEMORY.{stamp}.{ns:020d}.md", content)
+        path = self.versions_dir / f"MEMORY.{stamp}.{ns:020d}{HELD_SUFFIX if held else '.md'}"
+        atomic_write_text(path, content)
+        return path
 
-    def _prune_versions(self) -> None:
+    def _prune_versions(self, keep: int | None = None) -> None:
         existing = self._numbered_versions()
-        for _, path in existing[: max(0, len(existing) - self.keep_versions)]:
+        keep = self.keep_versions if keep is None else keep
+        for _, path in existing[: max(0, len(existing) - keep)]:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 

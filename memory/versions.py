@@ -3,6 +3,11 @@
 MemoryStore keeps the text each write replaces (in `.memory_versions/`, named by the UTC time it
 was replaced). Undo restores one of them through the same write, so the text it replaces is kept
 as a version in turn: an undo never destroys anything and can itself be undone.
+
+A held version (`.held.md`, see memory.checks) is a consolidation's update that was not written
+because it would drop too many facts. It never was the memory, so it is compared with the memory
+it would have replaced (the next ordinary version, or MEMORY.md now), and the ordinary versions
+are compared with each other, skipping held ones.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memory.store import MemoryStore
+from memory.checks import kept_fact_lines
+from memory.store import HELD_SUFFIX, MemoryStore
 
-_NS = re.compile(r"\.(\d{20})\.md$")
+_NS = re.compile(r"\.(\d{20})(?:\.held)?\.md$")
 
 
 class NoVersionError(ValueError):
@@ -25,11 +31,22 @@ class NoVersionError(ValueError):
 @dataclass(frozen=True)
 class Version:
     number: int  # 1 = the newest earlier version; what `/memory undo N` takes
-    kept_at: str  # when this text was replaced, "YYYY-MM-DD HH:MM:SS UTC"
+    kept_at: str  # when this text was replaced (held: proposed), "YYYY-MM-DD HH:MM:SS UTC"
     size: int  # bytes
     lines: int
-    added: int  # lines added compared with the version before it
+    added: int  # lines added compared with the version before it (held: the memory then)
     removed: int
+    held: bool = False  # an update held back, never the memory
+
+
+@dataclass(frozen=True)
+class HeldUpdate:
+    """The newest version is a held update: nothing has been written since it was held."""
+
+    number: int  # for /memory undo N (always 1)
+    kept_at: str
+    dropped: int  # fact lines of MEMORY.md it would drop
+    facts: int  # fact lines of MEMORY.md
 
 
 @dataclass(frozen=True)
@@ -77,14 +94,24 @@ def _kept_at(path: Path) -> str:
     return when.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def is_held(path: Path) -> bool:
+    return path.name.endswith(HELD_SUFFIX)
+
+
 def list_versions(store: MemoryStore) -> list[Version]:
     """The earlier versions, newest first, each compared with the one before it."""
     paths = store.versions()  # oldest first
     texts = [_read(path) for path in paths]
+    held = [is_held(path) for path in paths]
     found = []
     for index, (path, text) in enumerate(zip(paths, texts, strict=True)):
-        before = texts[index - 1] if index else ""
-        added, removed = line_changes(before, text)
+        if held[index]:  # compared with the memory it would have replaced
+            later = [texts[i] for i in range(index + 1, len(paths)) if not held[i]]
+            base = later[0] if later else store.read()
+            added, removed = line_changes(base, text)
+        else:
+            earlier = [texts[i] for i in range(index) if not held[i]]
+            added, removed = line_changes(earlier[-1] if earlier else "", text)
         found.append(
             Version(
                 number=len(paths) - index,
@@ -93,9 +120,19 @@ def list_versions(store: MemoryStore) -> list[Version]:
                 lines=len(text.splitlines()),
                 added=added,
                 removed=removed,
+                held=held[index],
             )
         )
     return found[::-1]
+
+
+def held_update(store: MemoryStore) -> HeldUpdate | None:
+    """The update held back since the last write of MEMORY.md, if there is one."""
+    paths = store.versions()
+    if not paths or not is_held(paths[-1]):
+        return None
+    kept, facts = kept_fact_lines(store.read(), _read(paths[-1]))
+    return HeldUpdate(1, _kept_at(paths[-1]), facts - kept, facts)
 
 
 def restore(store: MemoryStore, number: int = 1) -> Restored:

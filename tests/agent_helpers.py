@@ -21,11 +21,13 @@ def make_agent(
     *,
     window: int = 50_000,
     limits: LimitsConfig | None = None,
+    memory: dict[str, Any] | None = None,
     **settings: Any,
 ) -> Agent:
     """An Agent whose real openai client talks to `llm` (a fake server or its base URL).
     Retries are off unless asked for, so failures show at once; `settings` are [llm] keys. The
-    answer's budget is an eighth of the window unless given: it shares the window."""
+    answer's budget is an eighth of the window unless given: it shares the window. `memory`:
+    [memory] keys besides the folder."""
     base_url = llm if isinstance(llm, str) else llm.base_url
     options: dict[str, Any] = {
         "max_retries": 0,
@@ -41,7 +43,7 @@ def make_agent(
             context_window_tokens=window,
             **options,
         ),
-        memory=MemoryConfig(workspaces_dir=workspaces),
+        memory=MemoryConfig(workspaces_dir=workspaces, **(memory or {})),
         limits=limits or LimitsConfig(),
     )
     return Agent(config)

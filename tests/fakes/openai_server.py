@@ -96,6 +96,12 @@ def save_memory_call(history_entry: str, memory_update: str) -> dict[str, Any]:
     return completion(None, [tool_call("save_memory", args)])
 
 
+def is_condense(request: dict[str, Any]) -> bool:
+    """True for the consolidator's request to shorten a MEMORY.md over its budget."""
+    messages = request.get("messages") or [{}]
+    return str(messages[0].get("content") or "").startswith("You shorten a user's MEMORY.md")
+
+
 def is_consolidation(request: dict[str, Any]) -> bool:
     """True for the consolidator's request (it offers the save_memory tool)."""
     tools = request.get("tools") or []
@@ -208,12 +214,16 @@ class FakeOpenAI:
 
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
-        """Requests of the agent (not the consolidator)."""
-        return [r for r in self.requests if not is_consolidation(r)]
+        """Requests of the agent (not the consolidator's)."""
+        return [r for r in self.requests if not is_consolidation(r) and not is_condense(r)]
 
     @property
     def consolidation_requests(self) -> list[dict[str, Any]]:
         return [r for r in self.requests if is_consolidation(r)]
+
+    @property
+    def condense_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if is_condense(r)]
 
 
 AUDIO_FORMATS = {"flac", "m4a", "mp3", "mp4", "mpeg", "mpga", "oga", "ogg", "wav", "webm"}
