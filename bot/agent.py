@@ -38,10 +38,11 @@ from bot.context import ContextBuilder, with_media
 from bot.control import memory_notice
 from bot.inbound import Inbound
 from bot.limits import Limits, Refusal
-from bot.llm import LLMClient
+from bot.llm_stream import StreamingLLMClient
 from bot.media import MediaRules
 from bot.metrics import count_limit_refusal
 from bot.outbound import CONSOLIDATING, Outbound, Reply
+from bot.streaming import AnswerStream
 from bot.tools import AgentTools
 from bot.transcribe import Transcriber
 from bot.usage import ChargedLLM, UsageBook, charged_to
@@ -127,7 +128,7 @@ class Agent:
         # Every model call, the consolidator's too, is booked to the user it was made for.
         self.usage = UsageBook(self.workspaces)
         self.limits = Limits(config.limits, self.usage)
-        self.llm: ChatLLM = ChargedLLM(llm or LLMClient.from_config(config.llm), self.usage)
+        self.llm = ChargedLLM(llm or StreamingLLMClient.from_config(config.llm), self.usage)
         self.estimator = TokenEstimator(image_tokens=config.llm.image_tokens)
         self.transcriber = Transcriber.from_config(config)
         self.attachments = AttachmentReader(
@@ -176,9 +177,11 @@ class Agent:
                 await run_command(command, lambda: self._command_context(inbound), out)
                 return
             await out.begin(private=False)
-            reply = await self._answer(inbound, out)
-            if reply.text:
-                await out.add_text(reply.text)
+            stream = AnswerStream(out) if self.config.agent.stream else None
+            reply = await self._answer(inbound, stream or out)
+            text = stream.rest_of(reply.text) if stream else reply.text
+            if text:
+                await out.add_text(text)
             await out.finish()
 
     async def _answer(self, inbound: Inbound, out: Outbound) -> Reply:
@@ -321,7 +324,7 @@ class Agent:
         try:
             try:
                 public = not self._memory_shown(workspace, inbound)
-                text = await self._run_model(workspace, session, system, public=public)
+                text = await self._run_model(workspace, session, system, public=public, out=out)
             except LLMContextOverflow as exc:
                 log.warning("the provider found the prompt too long for %s", inbound.session_key)
                 self._learn_from_overflow(exc, system, session)
@@ -332,7 +335,7 @@ class Agent:
                 if not rounds:
                     raise
                 system = self._system_prompt(workspace, session, inbound)
-                text = await self._run_model(workspace, session, system, public=public)
+                text = await self._run_model(workspace, session, system, public=public, out=out)
         except _NotSaved as failure:
             log.error("could not save the answer of %s: %s", inbound.session_key, failure.error)
             reason = disk_reason(failure.error)
@@ -417,7 +420,13 @@ class Agent:
         return await self._respond(workspace, session, inbound, out)
 
     async def _run_model(
-        self, workspace: Workspace, session: Session, system: str, *, public: bool = False
+        self,
+        workspace: Workspace,
+        session: Session,
+        system: str,
+        *,
+        public: bool = False,
+        out: Outbound | None = None,
     ) -> str:
         """The tool loop, bounded; every assistant and tool message is persisted as sent.
         `public`: a group turn without the person's memory gets the tools that cannot read it."""
@@ -426,14 +435,14 @@ class Agent:
             raw = self.estimator.raw_prompt_tokens(system + self._tools_text, session)
             messages = self.context.messages(system, self._with_media(workspace, session))
             # "auto" said explicitly: some servers read a missing tool_choice as "none".
-            result = await self.llm.chat(messages, tools=tools.schemas, tool_choice="auto")
+            result = await self._ask(messages, tools.schemas, out, tool_choice="auto")
             if result.prompt_tokens:
                 self.estimator.observe_usage(raw, result.prompt_tokens)
             if not result.tool_calls and not (result.content or "").strip():
                 # Some servers (llama-cpp-python's function-calling format with a small model)
                 # answer "auto" with an empty message; asked without tools, they answer. (Its
                 # usage is not learned from: such a server leaves the schemas out then.)
-                result = await self.llm.chat(messages, tools=tools.schemas, tool_choice="none")
+                result = await self._ask(messages, tools.schemas, out, tool_choice="none")
             if not result.tool_calls:
                 text = (result.content or "").strip() or EMPTY_REPLY
                 _append(workspace, session, {"role": "assistant", "content": text}, answer=text)
@@ -448,6 +457,22 @@ class Agent:
                 )
         _append(workspace, session, {"role": "assistant", "content": STUCK_REPLY}, STUCK_REPLY)
         return STUCK_REPLY
+
+    async def _ask(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        out: Outbound | None,
+        **options: Any,
+    ) -> ChatResult:
+        """One model call; streamed through `out` when it is the turn's AnswerStream (bot/
+        streaming.py: each call is a round of the answer shown as it is written)."""
+        if not isinstance(out, AnswerStream):
+            return await self.llm.chat(messages, tools=tools, **options)
+        out.new_round()
+        result = await self.llm.stream(messages, on_text=out.add_text, tools=tools, **options)
+        out.end_round()
+        return result
 
     def _with_media(self, workspace: Workspace, session: Session) -> list[dict[str, Any]]:
         """The session's history with its pictures as the model takes them (bot/context.py)."""

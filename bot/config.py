@@ -128,6 +128,9 @@ class AgentConfig(Section):
     # In a group chat the answer is public: by default the model gets neither MEMORY.md nor the
     # history search there. A person may choose otherwise for themselves (/privacy).
     memory_in_groups: bool = False
+    # Show the answer while the model writes it (Telegram drafts or edits, Discord edits, the
+    # terminal as it comes); false: the whole answer at once, when it is done.
+    stream: bool = True
 
 
 @dataclass(repr=False)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,35 @@ class ChargedLLM:
         result = await self.inner.chat(
             messages, tools=tools, tool_choice=tool_choice, max_tokens=max_tokens
         )
+        self.book.record(_charged.get(), result)
+        return result
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        on_text: Callable[[str], Awaitable[None]],
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+    ) -> ChatResult:
+        """`chat`, its text handed to `on_text` as it is written (bot/llm_stream.py), booked the
+        same way. A client that cannot stream answers whole: its text is then one piece."""
+        stream = getattr(self.inner, "stream", None)
+        if stream is None:
+            result = await self.inner.chat(
+                messages, tools=tools, tool_choice=tool_choice, max_tokens=max_tokens
+            )
+            if result.content and not result.tool_calls:
+                await on_text(result.content)
+        else:
+            result = await stream(
+                messages,
+                on_text=on_text,
+                tools=tools,
+                tool_choice=tool_choice,
+                max_tokens=max_tokens,
+            )
         self.book.record(_charged.get(), result)
         return result
 

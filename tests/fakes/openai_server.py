@@ -9,6 +9,14 @@ does not know (our own `image_ref` must never reach a provider) or an `image_url
 a base64 data URL of a PNG, JPEG, GIF or WebP picture. `/v1/audio/transcriptions` takes the
 multipart upload the SDK sends (recorded in `transcriptions`), refuses a file format or size
 OpenAI refuses, and answers from `transcripts` (text, or a Status) in order, else `transcript`.
+
+A request with `"stream": true` is answered as OpenAI streams (server-sent events of
+`chat.completion.chunk`s, then `data: [DONE]`): a completion body is cut into chunks of about a
+word (tool calls by index: name first, arguments in pieces), with the usage as a last chunk when
+`stream_options.include_usage` asks for it; a `Streamed` item sets the pieces, their pace and a
+connection cut mid-answer. Like OpenAI, `stream_options` without `stream` is refused (400), and
+`refuse_stream_options` plays a server that does not know the parameter. Something that is not a
+completion (a string, a body of the wrong shape) is sent as it is, not as events.
 """
 
 from __future__ import annotations
@@ -50,6 +58,22 @@ class Transcription:
 class Delay:
     seconds: float
     item: Any
+
+
+@dataclass
+class Streamed:
+    """A streamed answer: `pieces` of text, one chunk each, `every_s` apart (a model writing
+    at 20 tokens/s: every_s=0.05), then `tool_calls` (tool_call dicts); `cut_after`: the
+    connection drops after that many pieces, without [DONE] (the far end crashed)."""
+
+    pieces: list[Any]  # str, unless a test plays a provider sending something else
+    tool_calls: list[dict[str, Any]] | None = None
+    every_s: float = 0.0
+    cut_after: int | None = None
+    first_after_s: float = 0.0  # before the first piece: the model reading the prompt
+    prompt_tokens: int | None = 10  # None: no usage reported, even when asked for
+    completion_tokens: int | None = None  # None: one per piece
+    no_choice: bool = False  # every chunk's choices empty (a broken server)
 
 
 def completion(
@@ -124,6 +148,8 @@ class FakeOpenAI:
         self.props: dict[str, Any] | None = None
         self.max_model_len: int | None = None
         self.ollama_show: dict[str, Any] | None = None
+        self.refuse_stream_options = False
+        self.streamed = 0  # requests answered as a stream
 
     @property
     def base_url(self) -> str:
@@ -172,7 +198,7 @@ class FakeOpenAI:
         self.requests.append(body)
         async with self._arrived:
             self._arrived.notify_all()
-        problem = _invalid_content(body.get("messages") or [])
+        problem = _invalid_content(body.get("messages") or []) or self._invalid_stream(body)
         if problem:
             error = {"message": problem, "type": "invalid_request_error"}
             return web.json_response({"error": error}, status=400)
@@ -188,7 +214,83 @@ class FakeOpenAI:
         if isinstance(item, Status):
             text = item.body if isinstance(item.body, str) else json.dumps(item.body or {})
             return web.Response(status=item.code, text=text, content_type=item.content_type)
+        if body.get("stream") is True:
+            streamed = item if isinstance(item, Streamed) else _as_streamed(item)
+            if streamed is not None:
+                usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                return await self._stream(request, streamed, usage)
+        if isinstance(item, Streamed):
+            item = completion("".join(item.pieces), item.tool_calls)
         return web.json_response(item)
+
+    def _invalid_stream(self, body: dict[str, Any]) -> str | None:
+        if "stream_options" not in body:
+            return None
+        if self.refuse_stream_options:
+            return "Unrecognized request argument supplied: stream_options"
+        if body.get("stream") is not True:
+            return "The 'stream_options' parameter is only allowed when 'stream' is enabled."
+        return None
+
+    async def _stream(
+        self, request: web.Request, item: Streamed, usage: bool
+    ) -> web.StreamResponse:
+        """Server-sent events, each written and flushed when due."""
+        self.streamed += 1
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        created = int(time.time())
+
+        async def event(delta: dict[str, Any] | None, **extra: Any) -> None:
+            chunk: dict[str, Any] = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": "fake-model",
+                "choices": [] if delta is None else [{"index": 0, "delta": delta, **extra}],
+            }
+            if delta is None:
+                chunk["usage"] = extra
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        if item.no_choice:
+            await response.write(
+                b'data: {"id": "x", "object": "chat.completion.chunk", '
+                b'"created": 0, "model": "fake-model", "choices": []}\n\n'
+            )
+            await response.write(b"data: [DONE]\n\n")
+            return response
+        await event({"role": "assistant", "content": ""}, finish_reason=None)
+        await asyncio.sleep(item.first_after_s)
+        for number, piece in enumerate(item.pieces):
+            if item.cut_after is not None and number >= item.cut_after:
+                assert request.transport is not None
+                request.transport.close()  # mid-answer, as a crashed server does
+                return response
+            if number and item.every_s:
+                await asyncio.sleep(item.every_s)
+            await event({"content": piece}, finish_reason=None)
+        for index, call in enumerate(item.tool_calls or []):
+            function = call["function"]
+            head = {"index": index, "id": call["id"], "type": "function"}
+            await event(
+                {"tool_calls": [{**head, "function": {"name": function["name"], "arguments": ""}}]}
+            )
+            arguments = function["arguments"]
+            for part in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
+                await event({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
+        await event({}, finish_reason="tool_calls" if item.tool_calls else "stop")
+        if usage and item.prompt_tokens is not None:
+            pieces = len(item.pieces) if item.completion_tokens is None else item.completion_tokens
+            await event(
+                None,
+                prompt_tokens=item.prompt_tokens,
+                completion_tokens=pieces,
+                total_tokens=item.prompt_tokens + pieces,
+            )
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     async def _transcribe(self, request: web.Request) -> web.Response:
         form = await request.post()
@@ -235,6 +337,28 @@ _MAGIC = {
     "gif": (b"GIF87a", b"GIF89a"),
     "webp": (b"RIFF",),
 }
+
+
+def pieces_of(text: str) -> list[str]:
+    """Text cut the way a model streams it: about a word per chunk, spaces kept."""
+    return re.findall(r"\s*\S+|\s+", text)
+
+
+def _as_streamed(item: Any) -> Streamed | None:
+    """A completion body as the stream that would have carried it; None if it is not one."""
+    if isinstance(item, dict) and item.get("choices") == []:
+        return Streamed([], no_choice=True)
+    try:
+        choice = item["choices"][0]
+        message = choice["message"]
+        content = message.get("content") or ""
+        calls = message.get("tool_calls")
+        usage = item.get("usage") or {}
+        prompt, answer = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    pieces = pieces_of(content) if isinstance(content, str) else [content]  # as the provider had it
+    return Streamed(pieces, calls, prompt_tokens=prompt, completion_tokens=answer)
 
 
 def image_urls(request: dict[str, Any]) -> list[str]:

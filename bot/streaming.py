@@ -1,0 +1,77 @@
+"""A turn's answer passed on while the model writes it, and what is left to add at the end.
+
+The reply port has no way to take text back, so what has been shown stays part of the answer:
+- Each model call of the turn is a round. Text a round streams before it turns out to call a
+  tool stays shown (a model says "Let me look that up" and does), and the next round's text
+  follows it after a blank line. The session keeps each round's text in its own message.
+- Leading and trailing white space of a round is held back until text follows it, so what was
+  shown of a finished round is exactly the text the core saves (`content.strip()`).
+- At the end the core's whole answer is known (the last round's text, perhaps with notes about
+  attachments or a sentence saying it could not be saved; or an apology when the model failed
+  mid-answer). `rest_of` says what of it has not been shown yet: the core adds that as the last
+  piece, so the person sees the answer whole and each part of it once.
+"""
+
+from __future__ import annotations
+
+from bot.outbound import Button, Notice, Outbound, OutFile
+
+SEPARATOR = "\n\n"
+
+
+class AnswerStream:
+    """The Outbound the core answers a turn through when [agent] stream is on: text pieces go
+    on to `out` at once (tidied as the module docstring says); the rest is passed through."""
+
+    def __init__(self, out: Outbound) -> None:
+        self._out = out
+        self.shown = ""  # every piece passed on, concatenated
+        self._round = ""  # what was shown of the current round (without a separator)
+        self._held = ""  # trailing white space of the current round, not shown yet
+        self._complete = False  # the current round's model call returned
+
+    def new_round(self) -> None:
+        """A model call starts; white space the last one ended with is dropped."""
+        self._round, self._held, self._complete = "", "", False
+
+    def end_round(self) -> None:
+        """The model call returned its whole answer (it did not fail part way)."""
+        self._complete = True
+
+    async def add_text(self, text: str) -> None:
+        if not self._round:
+            text = text.lstrip()
+        pending = self._held + text
+        body = pending.rstrip()
+        self._held = pending[len(body) :]
+        if not body:
+            return
+        piece = body if self._round or not self.shown else SEPARATOR + body
+        self._round += body
+        self.shown += piece
+        await self._out.add_text(piece)
+
+    def rest_of(self, answer: str) -> str:
+        """What of the core's final `answer` has not been shown. It extends the last round's
+        text when that round was whole; anything else follows what was shown, after a blank
+        line (a partial answer cut by a failure, or a round that ended in tool calls)."""
+        if self._complete and self._round and answer.startswith(self._round):
+            return answer[len(self._round) :]
+        if self.shown and answer:
+            return SEPARATOR + answer
+        return answer
+
+    async def begin(self, *, private: bool = False) -> None:
+        await self._out.begin(private=private)
+
+    async def attach_file(self, file: OutFile) -> None:
+        await self._out.attach_file(file)
+
+    async def offer(self, buttons: tuple[Button, ...]) -> None:
+        await self._out.offer(buttons)
+
+    async def notice(self, what: Notice) -> None:
+        await self._out.notice(what)
+
+    async def finish(self) -> None:
+        await self._out.finish()
