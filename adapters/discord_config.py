@@ -30,8 +30,12 @@ class DiscordConfig(Section):
         required=True,
         hint='so nobody could talk to the bot: list user ids, or "*" for everyone',
     )
-    api_base: str | None = setting(None, url=HTTP)  # REST proxy, e.g. "http://127.0.0.1:9000/api/v10"
-    gateway_url: str | None = setting(None, url=WEBSOCKET)  # gateway proxy, e.g. "ws://127.0.0.1:9000/"
+    api_base: str | None = setting(
+        None, url=HTTP
+    )  # REST proxy, e.g. "http://127.0.0.1:9000/api/v10"
+    gateway_url: str | None = setting(
+        None, url=WEBSOCKET
+    )  # gateway proxy, e.g. "ws://127.0.0.1:9000/"
     message_content_intent: bool = False  # privileged; DMs and mentions work without it
     # Sync slash commands to one guild only (fast iteration).
     sync_guild_id: int | None = setting(

@@ -32,8 +32,6 @@ from urllib.parse import urlsplit
 from telegram import (
     Bot,
     BotCommand,
-    InlineKeyboardButton,
-    InlineKeyboardMarkup,
     InputFile,
     Message,
     MessageEntity,
@@ -41,7 +39,7 @@ from telegram import (
     Update,
     User,
 )
-from telegram.constants import ChatAction, ChatType, ParseMode
+from telegram.constants import ChatAction, ChatType
 from telegram.error import (
     BadRequest,
     Forbidden,
@@ -59,8 +57,15 @@ from telegram.ext import (
 )
 from telegram.warnings import PTBDeprecationWarning
 
+from adapters.live import Pacer
 from adapters.telegram_config import PLATFORM, TelegramConfig
-from adapters.telegram_format import markdown_to_html
+from adapters.telegram_live import (
+    ChatSurface,
+    TelegramAnswer,
+    keyboard,
+    send_chunk,
+    telegram_chunks,
+)
 from adapters.telegram_polling import (
     Intake,
     PerChatInterval,
@@ -74,12 +79,11 @@ from adapters.telegram_webhook import WebhookServer
 from bot import logsafe
 from bot.access import is_allowed
 from bot.commands import COMMANDS
-from bot.formatting import split_message
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.media import Candidate, MediaRules, collect
 from bot.metrics import watch_in_flight
-from bot.outbound import BufferedOutbound, Button, OutFile, Reply, too_large_notice
+from bot.outbound import Button, OutFile, Reply, too_large_notice
 from bot.platform import PlatformStartError
 from bot.repeating import repeating
 
@@ -88,7 +92,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LIMIT = 4096  # characters per message, counted by Telegram in UTF-16 code units
 MAX_CONCURRENT_UPDATES = 256
 # Every running turn may hold one Bot API connection (typing, then its answer); a connection
 # pool smaller than that, or a short wait for a free connection, fails sends under load with
@@ -131,6 +134,7 @@ class TelegramAdapter:
         self._me: User | None = None
         self._commands = {command.name for command in COMMANDS}
         self._refusals = PerChatInterval(REFUSAL_INTERVAL_S)
+        self._pacer = Pacer()  # edits of answers being written, per chat
         self.intake: Intake | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -336,14 +340,15 @@ class TelegramAdapter:
             # Unique per chat, so a redelivery is recognised.
             message_id=event or f"{msg.chat.id}:{msg.message_id}",
         )
-        out = BufferedOutbound()
+        out = self._answer_in(bot, msg)
         try:
-            async with self._typing(bot, msg):
+            async with self._typing(bot, msg, until=out.shown):
                 if media:
                     attachments = await collect(media, self._media, DOWNLOAD_LIMIT)
                     inbound = replace(inbound, attachments=attachments)
                 await self._agent.handle(inbound, out)
         except Exception:
+            await out.close()
             log.exception("telegram: turn failed for session %s", inbound.session_key)
             await self._send(bot, msg, FAILED, markup=False)
             return
@@ -353,8 +358,22 @@ class TelegramAdapter:
         if reply.private and not private:
             await self._answer_privately(bot, msg, reply, user)
         else:
-            await self._send(bot, msg, reply.text, buttons=reply.buttons)
+            await out.conclude()
             await self._send_files(bot, msg.chat.id, reply.files)
+
+    def _answer_in(self, bot: Bot, msg: Message) -> TelegramAnswer:
+        """The reply port of a turn answered in `msg`'s chat (in groups as a reply to it, in its
+        forum topic), shown while it is written: as a draft in a private chat."""
+        private = msg.chat.type == ChatType.PRIVATE
+        surface = ChatSurface(
+            bot,
+            msg.chat.id,
+            self._pacer,
+            drafts=private,
+            thread=msg.message_thread_id if msg.is_topic_message else None,
+            reply_to=None if private else msg.message_id,
+        )
+        return TelegramAnswer(surface, in_group=not private)
 
     def _addressed_text(self, msg: Message, private: bool) -> str | None:
         """The text for the core if the message is for this bot, else None.
@@ -494,53 +513,26 @@ class TelegramAdapter:
         for number, chunk in enumerate(chunks):
             extra: dict[str, Any] = {}
             if buttons and number == len(chunks) - 1:
-                row = [InlineKeyboardButton(b.label, callback_data=b.command) for b in buttons]
-                extra["reply_markup"] = InlineKeyboardMarkup([row])
+                extra["reply_markup"] = keyboard(buttons)
             if thread is not None:
                 extra["message_thread_id"] = thread
             if number == 0 and reply_to is not None:
                 extra["reply_parameters"] = ReplyParameters(
                     reply_to, allow_sending_without_reply=True
                 )
-            await self._send_chunk(bot, chat_id, chunk, markup, extra)
+            await send_chunk(bot, chat_id, chunk, markup, extra)
 
-    @staticmethod
-    async def _send_chunk(
-        bot: Bot, chat_id: int, chunk: str, markup: bool, extra: dict[str, Any]
-    ) -> None:
-        if markup:
-            html = markdown_to_html(chunk)
-            try:
-                await flood_safe(
-                    lambda: bot.send_message(chat_id, html, parse_mode=ParseMode.HTML, **extra)
-                )
-                return
-            except BadRequest as exc:
-                if not _is_markup_error(exc):
-                    raise
-                log.warning("telegram rejected the markup (%s); sending plain text", exc.message)
-        await flood_safe(lambda: bot.send_message(chat_id, chunk, **extra))
-
-    def _typing(self, bot: Bot, msg: Message) -> contextlib.AbstractAsyncContextManager[None]:
-        """Keep "typing…" showing in the chat while the body runs."""
+    def _typing(
+        self, bot: Bot, msg: Message, until: asyncio.Event | None = None
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Keep "typing…" showing in the chat while the body runs, until the answer shows."""
         thread = msg.message_thread_id if msg.is_topic_message else None
 
         async def show_typing() -> None:
             with contextlib.suppress(TelegramError):
                 await bot.send_chat_action(msg.chat.id, ChatAction.TYPING, message_thread_id=thread)
 
-        return repeating(show_typing, self.typing_interval_s)
-
-
-def telegram_chunks(text: str) -> list[str]:
-    """Chunks within Telegram's limit, which counts UTF-16 code units (emoji count twice)."""
-    chunks: list[str] = []
-    for chunk in split_message(text, LIMIT):
-        if _utf16_len(chunk) > LIMIT:
-            chunks.extend(split_message(chunk, LIMIT // 2))
-        else:
-            chunks.append(chunk)
-    return [chunk for chunk in chunks if chunk.strip()]
+        return repeating(show_typing, self.typing_interval_s, until=until)
 
 
 def _attachments(bot: Bot, msg: Message) -> list[Candidate]:
@@ -607,10 +599,6 @@ def _start_error(exc: TelegramError, where: str) -> str:
     return f"telegram getMe failed: {type(exc).__name__}"
 
 
-def _utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
-
-
 def _command(msg: Message) -> tuple[str, str, str] | None:
     """(name, @target or "", rest of the text) when the message starts with a bot command."""
     text = msg.text or msg.caption or ""
@@ -620,8 +608,3 @@ def _command(msg: Message) -> tuple[str, str, str] | None:
     token = text[: entities[0].length]
     name, _, target = token[1:].partition("@")
     return name, target, text[entities[0].length :]
-
-
-def _is_markup_error(exc: BadRequest) -> bool:
-    message = exc.message.lower()
-    return any(word in message for word in ("parse", "entit", "tag"))

@@ -130,7 +130,7 @@ async def cmd_memory(ctx: CommandContext, args: str) -> str:
 
 
 RECALL_HELP = (
-    "Tell me what to look for, e.g. `/recall holiday plans`. Options: \"quotes\" for a phrase, "
+    'Tell me what to look for, e.g. `/recall holiday plans`. Options: "quotes" for a phrase, '
     "`--regex PATTERN` (or `-r`) for a regular expression, `--page N` for more results."
 )
 NO_HISTORY = (
@@ -435,8 +435,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("new", "Start a fresh conversation (the old one is filed)", cmd_new),
     Command("help", "What I can do", cmd_help),
     Command("status", "Model, context used, last consolidation", cmd_status),
-    Command("usage", "Your token usage today and this month, and your limits", cmd_usage,
-            private=True),
+    Command(
+        "usage", "Your token usage today and this month, and your limits", cmd_usage, private=True
+    ),
     Command(
         "privacy",
         "Whether I use your memory in group chats: /privacy groups on|off",

@@ -146,7 +146,7 @@ class LimitsConfig(Section):
 
 
 def is_host_port(value: str) -> bool:
-    """"host:port" (an IPv6 host in brackets), port 1-65535."""
+    """ "host:port" (an IPv6 host in brackets), port 1-65535."""
     host, _, port = value.rpartition(":")
     return bool(host.strip("[]")) and port.isdigit() and 0 < int(port) < 65536
 
@@ -154,9 +154,7 @@ def is_host_port(value: str) -> bool:
 @dataclass(repr=False)
 class MetricsConfig(Section):
     # Where /metrics (Prometheus) and /healthz listen, e.g. "127.0.0.1:9464"; unset: off.
-    listen: str | None = setting(
-        None, rule=Rule('host:port, e.g. "127.0.0.1:9464"', is_host_port)
-    )
+    listen: str | None = setting(None, rule=Rule('host:port, e.g. "127.0.0.1:9464"', is_host_port))
 
 
 CORE_SECTIONS: dict[str, type[Section]] = {
@@ -404,8 +402,16 @@ class _Loader:
         if optional and text == "":
             return None
         if kind is bool:
-            words = {"true": True, "1": True, "yes": True, "on": True,
-                     "false": False, "0": False, "no": False, "off": False}
+            words = {
+                "true": True,
+                "1": True,
+                "yes": True,
+                "on": True,
+                "false": False,
+                "0": False,
+                "no": False,
+                "off": False,
+            }
             if text.lower() not in words:
                 self.fail(section, key, bad)
             return words[text.lower()]
@@ -431,7 +437,7 @@ class _Loader:
                     self._set(section, key, self._from_env(section, key, text, *kind))
 
     def _apply_prefixed(self, name: str, text: str) -> None:
-        rest = name[len(ENV_PREFIX):].lower()
+        rest = name[len(ENV_PREFIX) :].lower()
         # The longest section name that fits, so a plugin may have "_" in its name.
         fits = [s for s in self.types if rest.startswith(f"{s}_")]
         if not fits:

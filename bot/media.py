@@ -85,8 +85,9 @@ def kind_of(mime: str, name: str) -> str:
     suffix = PurePosixPath(name or "").suffix.lower().lstrip(".")
     if mime in IMAGE_TYPES:
         return IMAGE
-    if mime.startswith("audio/") or (mime in ("", "application/octet-stream", "video/ogg")
-                                     and suffix in AUDIO_SUFFIXES):
+    if mime.startswith("audio/") or (
+        mime in ("", "application/octet-stream", "video/ogg") and suffix in AUDIO_SUFFIXES
+    ):
         return AUDIO
     if mime == "application/pdf" or suffix == "pdf":
         return PDF

@@ -14,8 +14,11 @@ FINISH_TIMEOUT_S = 5.0
 
 
 @contextlib.asynccontextmanager
-async def repeating(action: Callable[[], Awaitable[object]], every_s: float) -> AsyncIterator[None]:
-    """Run `action` now and every `every_s` seconds until the body ends.
+async def repeating(
+    action: Callable[[], Awaitable[object]], every_s: float, until: asyncio.Event | None = None
+) -> AsyncIterator[None]:
+    """Run `action` now and every `every_s` seconds until the body ends (or `until` is set:
+    "typing…" stops once the answer itself shows).
 
     An indicator is a courtesy: an action that raises stops repeating, and never fails the body.
     At the end, a pause between actions is cut short, but an action under way is let finish:
@@ -23,7 +26,7 @@ async def repeating(action: Callable[[], Awaitable[object]], every_s: float) -> 
     done = asyncio.Event()
 
     async def loop() -> None:
-        while not done.is_set():
+        while not done.is_set() and not (until is not None and until.is_set()):
             await action()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), every_s)

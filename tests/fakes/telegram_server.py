@@ -13,6 +13,12 @@ exists (the user started the bot). `sendDocument` takes a multipart upload (reco
 `file_path` (and refuses a file over 20 MB: "file is too big"), then `GET /file/bot<token>/<path>`
 returns the bytes; both are recorded (`file_requests`, `downloads`). `press` plays a person
 pressing an inline-keyboard button of a sent message (a `callback_query` update).
+Answers being written: `sendMessageDraft` (private chats only, draft_id non-zero, the same markup
+and length checks; recorded in `drafts`, never kept: a person sees a draft only until the final
+message) and `editMessageText` (a message the bot sent in that chat; refused as Telegram refuses:
+empty or over-long text, invalid markup, "message is not modified" when nothing changes, and 429
+with retry_after when an edit in the same chat comes sooner than `edit_interval_s` after the
+last, recorded in `too_fast`). A Sent message holds its current text; `edits` records each edit.
 Failures can be scripted per method with `fail_next`. In webhook mode `setWebhook` records the
 URL and secret token, and `deliver` POSTs a pushed update there the way Telegram does: again
 after an answer other than 200.
@@ -113,6 +119,31 @@ class Sent:
     message_id: int
     params: dict[str, Any]
     at: float = field(default_factory=time.monotonic)
+    reply_markup: str | None = None  # as last set (sendMessage or an edit)
+
+    def __post_init__(self) -> None:
+        if self.reply_markup is None:
+            self.reply_markup = self.params.get("reply_markup")
+
+
+@dataclass
+class Draft:
+    """One sendMessageDraft: what the person saw, for a moment, as the answer was written."""
+
+    chat_id: int
+    draft_id: int
+    text: str
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Edit:
+    """One accepted editMessageText."""
+
+    chat_id: int
+    message_id: int
+    text: str
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -169,6 +200,13 @@ class FakeTelegram:
         self.port = 0
         self.webhook: dict[str, Any] | None = None  # setWebhook's parameters
         self.webhook_answers: list[int] = []  # status of every webhook POST (0: no answer)
+        self.drafts: list[Draft] = []
+        self.refused: list[tuple[str, str]] = []  # (method, description) of every call refused
+        self.edits: list[Edit] = []
+        self.edit_interval_s = 1.0  # edits in one chat at most this often
+        self.too_fast: list[tuple[int, float]] = []  # (chat, seconds since the last edit)
+        self.drafts_supported = True  # False: an older Bot API without sendMessageDraft
+        self._last_edit: dict[int, float] = {}
 
     @property
     def api_base(self) -> str:
@@ -514,7 +552,10 @@ class FakeTelegram:
         handler = getattr(self, f"_m_{method.lower()}", None)
         if handler is None:
             return _error(404, "Not Found")
-        return await handler(params)
+        response = await handler(params)
+        if response.status != 200:
+            self.refused.append((method, json.loads(response.text or "{}").get("description", "")))
+        return response
 
     async def _send_document(
         self, params: dict[str, Any], files: dict[str, tuple[str, bytes]]
@@ -613,20 +654,83 @@ class FakeTelegram:
             self.delivered[update["update_id"]] += 1
         return _ok(batch)
 
+    def seen_in(self, chat_id: int) -> str:
+        """What a person reads in the chat now: the bot's kept messages in order, each as it
+        was last edited (drafts are gone once the answer is sent), one blank line apart."""
+        return "\n\n".join(sent.text for sent in self.sent_to(chat_id))
+
+    async def _m_sendmessagedraft(self, params: dict[str, Any]) -> web.Response:
+        if not self.drafts_supported:
+            return _error(404, "Not Found")
+        chat_id = int(params["chat_id"])
+        if chat_id < 0:
+            return _error(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        if chat_id not in self.started_users:
+            return _error(403, "Forbidden: bot can't initiate conversation with a user")
+        if int(params.get("draft_id") or 0) == 0:
+            return _error(400, "Bad Request: draft_id must be non-zero")
+        text, problem = _checked_text(params, empty_ok=True)
+        if problem is not None:
+            return problem
+        self.drafts.append(Draft(chat_id, int(params["draft_id"]), text))
+        await self._notify()
+        return _ok(True)
+
+    async def _m_editmessagetext(self, params: dict[str, Any]) -> web.Response:
+        chat_id, message_id = int(params["chat_id"]), int(params["message_id"])
+        target = next((m for m in self.sent_to(chat_id) if m.message_id == message_id), None)
+        if target is None:
+            return _error(400, "Bad Request: message to edit not found")
+        now = time.monotonic()
+        last = self._last_edit.get(chat_id)
+        if last is not None and now - last < self.edit_interval_s:
+            self.too_fast.append((chat_id, now - last))
+            wait = max(1, round(self.edit_interval_s - (now - last)))
+            return _error(429, f"Too Many Requests: retry after {wait}", {"retry_after": wait})
+        text, problem = _checked_text(params)
+        if problem is not None:
+            return problem
+        markup = params.get("reply_markup")
+        if (
+            text == target.text
+            and params.get("text") == target.raw
+            and (markup == target.reply_markup)
+        ):
+            return _error(
+                400,
+                "Bad Request: message is not modified: specified new message content and reply "
+                "markup are exactly the same as a current content and reply markup of the message",
+            )
+        self._last_edit[chat_id] = now
+        target.text, target.raw, target.parse_mode = (
+            text,
+            params.get("text", ""),
+            params.get("parse_mode"),
+        )
+        target.reply_markup = markup
+        self.edits.append(Edit(chat_id, message_id, text))
+        await self._notify()
+        chat = {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"}
+        return _ok(
+            {
+                "message_id": message_id,
+                "date": int(time.time()),
+                "edit_date": int(time.time()),
+                "chat": chat,
+                "from": self.bot,
+                "text": text,
+            }
+        )
+
     async def _m_sendmessage(self, params: dict[str, Any]) -> web.Response:
         chat_id = int(params["chat_id"])
         if chat_id > 0 and chat_id not in self.started_users:
             return _error(403, "Forbidden: bot can't initiate conversation with a user")
         raw = params.get("text", "")
         mode = params.get("parse_mode")
-        try:
-            text = visible_text(raw) if mode == "HTML" else raw
-        except MarkupError as exc:
-            return _error(400, f"Bad Request: can't parse entities: {exc}")
-        if not text.strip():
-            return _error(400, "Bad Request: message text is empty")
-        if _utf16_len(text) > 4096:
-            return _error(400, "Bad Request: message is too long")
+        text, problem = _checked_text(params)
+        if problem is not None:
+            return problem
         self._next_message += 1
         self.sent.append(Sent(chat_id, text, raw, mode, self._next_message, params))
         await self._notify()
@@ -640,6 +744,22 @@ class FakeTelegram:
                 "text": text,
             }
         )
+
+
+def _checked_text(
+    params: dict[str, Any], *, empty_ok: bool = False
+) -> tuple[str, web.Response | None]:
+    """The visible text of a message's `text`, or the error Telegram answers for it."""
+    raw = params.get("text", "")
+    try:
+        text = visible_text(raw) if params.get("parse_mode") == "HTML" else raw
+    except MarkupError as exc:
+        return "", _error(400, f"Bad Request: can't parse entities: {exc}")
+    if not text.strip() and not empty_ok:
+        return "", _error(400, "Bad Request: message text is empty")
+    if _utf16_len(text) > 4096:
+        return "", _error(400, "Bad Request: message is too long")
+    return text, None
 
 
 def _entities(text: str) -> list[dict[str, Any]]:
