@@ -26,6 +26,8 @@ from discord import app_commands
 
 from adapters.discord_config import PLATFORM, DiscordConfig
 from adapters.discord_endpoints import endpoints, rest_base
+from adapters.discord_live import MESSAGE_LIMIT, NO_MENTIONS, ChannelSurface, DiscordAnswer
+from adapters.live import Pacer
 from bot import logsafe
 from bot.access import is_allowed
 from bot.commands import COMMANDS, Command
@@ -44,13 +46,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MESSAGE_LIMIT = 2000  # characters per Discord message
 DESCRIPTION_LIMIT = 100  # characters per slash command description
 COMMAND_NAME = re.compile(r"^[a-z0-9_-]{1,32}$")
 REFUSAL = "Sorry, this bot only talks to people on its allow list."
 RESTARTING = "I'm restarting; please try again in a minute."
 FAILURE = "Sorry, something went wrong while answering. Please try again."
-NO_MENTIONS = discord.AllowedMentions.none()
 SHUTDOWN_GRACE_S = 120.0  # longest wait for running turns when stopping
 UPLOAD_LIMIT = 10 * 1024 * 1024  # bytes per attachment without boosts (an interaction says its own)
 
@@ -78,6 +78,7 @@ class DiscordAdapter:
         self._client: discord.Client | None = None
         self._accepting = False
         self._inflight: set[asyncio.Task[Any]] = set()
+        self._pacer = Pacer()  # edits of answers being written, per channel
         watch_in_flight(PLATFORM, lambda: len(self._inflight))
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -206,14 +207,25 @@ class DiscordAdapter:
             text=text,
             is_private=guild_id is None,
         )
-        async with _typing(message.channel):
+        out = self._answer_in(message, in_guild=guild_id is not None)
+        async with _typing(message.channel, until=out.shown):
             if message.attachments:
                 found = await collect(_attachments(message), self._media)
                 inbound = dataclasses.replace(inbound, attachments=found)
-            reply = await self._handle(inbound, BufferedOutbound())
-        await self._deliver(message, reply, in_guild=guild_id is not None)
+            reply = await self._handle(inbound, out)
+        await out.close()
+        await self._deliver(
+            message, reply, in_guild=guild_id is not None, live=out if out.finished else None
+        )
 
-    async def _handle(self, inbound: Inbound, out: BufferedOutbound) -> Reply:
+    def _answer_in(self, message: discord.Message, *, in_guild: bool) -> DiscordAnswer:
+        """The reply port of a message's turn, shown in its channel while it is written (in a
+        guild as a reply to the message)."""
+        reference = message.to_reference(fail_if_not_exists=False) if in_guild else None
+        surface = ChannelSurface(message.channel, message.channel.id, self._pacer, reference)
+        return DiscordAnswer(surface, in_group=in_guild)
+
+    async def _handle(self, inbound: Inbound, out: BufferedOutbound | DiscordAnswer) -> Reply:
         """The core's whole answer, or a short apology if the turn failed."""
         try:
             await self.agent.handle(inbound, out)
@@ -222,10 +234,24 @@ class DiscordAdapter:
             log.exception("discord: the turn for %s failed", inbound.session_key)
             return Reply(FAILURE)
 
-    async def _deliver(self, message: discord.Message, reply: Reply, *, in_guild: bool) -> None:
+    async def _deliver(
+        self,
+        message: discord.Message,
+        reply: Reply,
+        *,
+        in_guild: bool,
+        live: DiscordAnswer | None = None,
+    ) -> None:
+        """Send the answer; `live`: the one shown while it was written, whose rest is sent."""
         if reply.private and in_guild:
             notice = await self._deliver_privately(message.author, reply)
-            reply = Reply(notice)
+            reply, live = Reply(notice), None
+        if live is not None:
+            try:
+                await live.conclude(_messages(reply, UPLOAD_LIMIT))
+            except discord.HTTPException as exc:
+                log.warning("discord: could not send a message: %s", _reason(exc))
+            return
         for index, (chunk, extra) in enumerate(_messages(reply, UPLOAD_LIMIT)):
             if in_guild and index == 0:
                 extra["reference"] = message.to_reference(fail_if_not_exists=False)
@@ -529,7 +555,9 @@ async def _send(sending: Awaitable[Any]) -> None:
         log.warning("discord: could not send a message: %s", _reason(exc))
 
 
-def _typing(channel: discord.abc.Messageable) -> contextlib.AbstractAsyncContextManager[None]:
-    """Show "typing…" while the turn runs (one indicator lasts up to 10 s); a refused indicator
-    just stops, it is not worth failing the turn for."""
-    return repeating(channel.typing, every_s=8)
+def _typing(
+    channel: discord.abc.Messageable, until: asyncio.Event | None = None
+) -> contextlib.AbstractAsyncContextManager[None]:
+    """Show "typing…" while the turn runs (one indicator lasts up to 10 s) until the answer
+    shows; a refused indicator just stops, it is not worth failing the turn for."""
+    return repeating(channel.typing, every_s=8, until=until)

@@ -24,6 +24,7 @@ import time
 from typing import Protocol
 
 from bot.formatting import split_message
+from bot.outbound import BufferedOutbound, Button, Notice, OutFile, Reply
 
 log = logging.getLogger(__name__)
 
@@ -123,3 +124,51 @@ class Pacer:
             self._next = {c: t for c, t in self._next.items() if t > now}
         if at > now:
             await asyncio.sleep(at - now)
+
+
+class LiveAnswer:
+    """The reply port for one turn on a platform that shows answers as they are written: the
+    answer is collected whole (`reply`, as BufferedOutbound does) and, unless it is a private
+    answer asked in a group (never shown there: the adapter sends it privately), its text is
+    shown through `surface` as it comes. The adapter sends what is left once it is finished."""
+
+    def __init__(self, surface: Surface, limit: int, *, in_group: bool) -> None:
+        self.in_group = in_group
+        self.buffer = BufferedOutbound()
+        self.live = LiveText(surface, limit)
+        self.finished = False  # finish was called: the answer is whole
+
+    @property
+    def shown(self) -> asyncio.Event:
+        """Set once some of the answer is visible: the typing indicator stops."""
+        return self.live.shown
+
+    async def begin(self, *, private: bool = False) -> None:
+        await self.buffer.begin(private=private)
+
+    async def add_text(self, text: str) -> None:
+        await self.buffer.add_text(text)
+        if not (self.buffer.private and self.in_group):
+            self.live.add(text)
+
+    async def attach_file(self, file: OutFile) -> None:
+        await self.buffer.attach_file(file)
+
+    async def offer(self, buttons: tuple[Button, ...]) -> None:
+        await self.buffer.offer(buttons)
+
+    async def notice(self, what: Notice) -> None:
+        await self.buffer.notice(what)
+
+    async def finish(self) -> None:
+        await self.live.close()
+        await self.buffer.finish()
+        self.finished = True
+
+    async def close(self) -> None:
+        """The turn failed: stop showing (what is shown stays; the adapter apologises)."""
+        await self.live.close()
+
+    @property
+    def reply(self) -> Reply:
+        return self.buffer.reply

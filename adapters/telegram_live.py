@@ -24,11 +24,11 @@ from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Message, R
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
-from adapters.live import LiveText, Pacer
+from adapters.live import LiveAnswer, Pacer
 from adapters.telegram_format import markdown_to_html
 from adapters.telegram_polling import flood_safe, retry_seconds
 from bot.formatting import split_message
-from bot.outbound import BufferedOutbound, Button, Notice, OutFile, Reply
+from bot.outbound import Button
 
 log = logging.getLogger(__name__)
 
@@ -205,49 +205,12 @@ def _not_modified(exc: BadRequest) -> bool:
     return "message is not modified" in exc.message.lower()
 
 
-class TelegramAnswer:
-    """The reply port for one Telegram turn: the answer is collected whole (`reply`, as with
-    BufferedOutbound) and, unless it is a private answer asked in a group (which never shows
-    there), shown in `surface` while it is written. The adapter sends the rest (`conclude`)."""
+class TelegramAnswer(LiveAnswer):
+    """The reply port for one Telegram turn (adapters/live.py); `conclude` sends the rest."""
 
     def __init__(self, surface: ChatSurface, *, in_group: bool) -> None:
+        super().__init__(surface, LIMIT, in_group=in_group)
         self.surface = surface
-        self.in_group = in_group
-        self.buffer = BufferedOutbound()
-        self.live = LiveText(surface, LIMIT)
-
-    @property
-    def shown(self) -> asyncio.Event:
-        return self.live.shown
-
-    async def begin(self, *, private: bool = False) -> None:
-        await self.buffer.begin(private=private)
-
-    async def add_text(self, text: str) -> None:
-        await self.buffer.add_text(text)
-        if not (self.buffer.private and self.in_group):
-            self.live.add(text)
-
-    async def attach_file(self, file: OutFile) -> None:
-        await self.buffer.attach_file(file)
-
-    async def offer(self, buttons: tuple[Button, ...]) -> None:
-        await self.buffer.offer(buttons)
-
-    async def notice(self, what: Notice) -> None:
-        await self.buffer.notice(what)
-
-    async def finish(self) -> None:
-        await self.live.close()
-        await self.buffer.finish()
-
-    async def close(self) -> None:
-        """The turn failed: stop showing (what is shown stays; the adapter apologises)."""
-        await self.live.close()
-
-    @property
-    def reply(self) -> Reply:
-        return self.buffer.reply
 
     async def conclude(self) -> None:
         """Send what is not shown in its final form yet: the rest of the text, its buttons."""

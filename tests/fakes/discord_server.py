@@ -8,6 +8,11 @@ events with `dispatch(...)` (`slash` and `press` build interactions: a command, 
 and read what the bot did from the recorded requests. Files people attach (`attachment`) are
 served from the fake's CDN path, `GET /attachments/<channel>/<id>/<name>` (recorded in
 `downloads`; an unknown one is a 404, as an expired CDN link is).
+Messages the bot sends are kept (`posted`, by id) and may be edited
+(`PATCH /channels/<channel>/messages/<id>`, recorded in `edits`). Like Discord, a message with
+neither content nor files is refused (50006), content over 2000 characters too (50035), and an
+edit in a channel sooner than `edit_interval_s` after its last edit is answered 429 with
+`retry_after` (recorded in `too_fast`; discord.py waits and retries by itself).
 See /work/shared/TESTING.md (Discord) for the facts this relies on.
 """
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -77,6 +83,12 @@ class FakeDiscord:
         self._runner: web.AppRunner | None = None
         self.cdn: dict[str, bytes] = {}  # attachment path → bytes
         self.downloads: list[str] = []
+        self.posted: dict[str, dict[str, Any]] = {}  # message id → the message as it is now
+        self.edits: list[tuple[int, str, str, float]] = []  # (channel, message id, content, at)
+        self.edit_interval_s = 1.0
+        self.too_fast: list[tuple[int, float]] = []  # (channel, seconds since its last edit)
+        self.refused: list[tuple[str, str]] = []  # (path, Discord's message) of refusals
+        self._last_edit: dict[int, float] = {}
 
     # ---- addresses -------------------------------------------------------------------------
     @property
@@ -110,6 +122,10 @@ class FakeDiscord:
     def calls(self, method: str, prefix: str) -> list[Recorded]:
         """Recorded requests with this method whose path starts with `prefix` (after /api/v10)."""
         return [r for r in self.requests if r.method == method and r.path.startswith(prefix)]
+
+    def seen_in(self, channel_id: int) -> list[str]:
+        """The bot's messages in a channel as a person reads them now (edits applied)."""
+        return [m["content"] for m in self.posted.values() if m["channel_id"] == str(channel_id)]
 
     def sent_messages(self, channel_id: int | None = None) -> list[dict[str, Any]]:
         """Bodies of messages the bot posted (to one channel, or anywhere)."""
@@ -327,7 +343,19 @@ class FakeDiscord:
         if method == "POST" and parts[0] == "channels" and parts[-1] == "typing":
             return web.Response(status=204)
         if method == "POST" and parts[0] == "channels" and parts[-1] == "messages":
-            return _json(self._message(self.bot, body.get("content", ""), int(parts[1]), []))
+            refusal = self._refusal(path, body, bool(self.requests[-1].files))
+            if refusal is not None:
+                return refusal
+            sent = self._message(self.bot, (body or {}).get("content") or "", int(parts[1]), [])
+            self.posted[sent["id"]] = sent
+            return _json(sent)
+        if (
+            method == "PATCH"
+            and len(parts) == 4
+            and parts[0] == "channels"
+            and parts[2] == "messages"
+        ):
+            return self._edit(path, int(parts[1]), parts[3], body)
         if method == "POST" and path == "/users/@me/channels":
             recipient = user_payload(int(body["recipient_id"]), "someone")
             return _json({"id": str(next(self._ids)), "type": 1, "recipients": [recipient]})
@@ -337,6 +365,52 @@ class FakeDiscord:
             content = (body or {}).get("content", "") if isinstance(body, dict) else ""
             return _json(self._message(self.bot, content, 1, []))
         return _json({"message": "404: Not Found", "code": 0}, 404)
+
+    def _edit(self, path: str, channel: int, message_id: str, body: Any) -> web.Response:
+        target = self.posted.get(message_id)
+        if target is None or target["channel_id"] != str(channel):
+            return _json({"message": "Unknown Message", "code": 10008}, 404)
+        now = time.monotonic()
+        last = self._last_edit.get(channel)
+        if last is not None and now - last < self.edit_interval_s:
+            self.too_fast.append((channel, now - last))
+            wait = round(self.edit_interval_s - (now - last), 3)
+            limited = {
+                "message": "You are being rate limited.",
+                "retry_after": wait,
+                "global": False,
+            }
+            return _json(limited, 429)
+        content = (body or {}).get("content", target["content"]) or ""
+        refusal = self._refusal(path, {"content": content}, bool(target["attachments"]))
+        if refusal is not None:
+            return refusal
+        self._last_edit[channel] = now
+        target["content"] = content
+        target["edited_timestamp"] = _now()
+        if "components" in (body or {}):
+            target["components"] = body["components"]
+        self.edits.append((channel, message_id, content, now))
+        return _json(target)
+
+    def _refusal(self, path: str, body: Any, files: bool) -> web.Response | None:
+        """Discord's answer to a message body it does not take, or None."""
+        content = (body or {}).get("content") or ""
+        if not content and not files and not (body or {}).get("embeds"):
+            self.refused.append((path, "Cannot send an empty message"))
+            return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
+        if len(content) > 2000:
+            self.refused.append((path, "Must be 2000 or fewer in length."))
+            error = {"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 2000 or fewer in length."}
+            return _json(
+                {
+                    "message": "Invalid Form Body",
+                    "code": 50035,
+                    "errors": {"content": {"_errors": [error]}},
+                },
+                400,
+            )
+        return None
 
     def _application(self) -> dict[str, Any]:
         return {
