@@ -66,7 +66,8 @@ class Streamed:
     at 20 tokens/s: every_s=0.05), then `tool_calls` (tool_call dicts); `cut_after`: the
     connection drops after that many pieces, without [DONE] (the far end crashed)."""
 
-    pieces: list[Any]  # str, unless a test plays a provider sending something else
+    # str; {"error": {...}} is sent as an error event; anything else as a (broken) content
+    pieces: list[Any]
     tool_calls: list[dict[str, Any]] | None = None
     every_s: float = 0.0
     cut_after: int | None = None
@@ -269,6 +270,9 @@ class FakeOpenAI:
                 return response
             if number and item.every_s:
                 await asyncio.sleep(item.every_s)
+            if isinstance(piece, dict) and "error" in piece:  # an error event, as OpenAI sends
+                await response.write(f"data: {json.dumps(piece)}\n\n".encode())
+                continue
             await event({"content": piece}, finish_reason=None)
         for index, call in enumerate(item.tool_calls or []):
             function = call["function"]

@@ -1,0 +1,134 @@
+"""The core streaming an answer through the reply port: the real Agent and openai client against
+the fake OpenAI server's server-sent events. What reaches the port is what a person would see
+on a platform that shows each piece as it comes."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+from bot.agent import LLM_FAILED_REPLY, Agent
+from bot.inbound import Inbound
+from bot.outbound import BufferedOutbound
+from tests.agent_helpers import dm, make_agent, session_records, user_home
+from tests.fakes.openai_server import FakeOpenAI, Status, Streamed, completion, pieces_of, tool_call
+
+ANSWER = "Tea is a drink made by steeping leaves in hot water."
+
+
+class Pieces(BufferedOutbound):
+    """The whole-answer port that also keeps each piece as it came."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pieces: list[str] = []
+
+    async def add_text(self, text: str) -> None:
+        self.pieces.append(text)
+        await super().add_text(text)
+
+
+async def answer(agent: Agent, inbound: Inbound) -> Pieces:
+    out = Pieces()
+    await agent.handle(inbound, out)
+    return out
+
+
+async def test_the_answer_reaches_the_port_in_pieces_and_is_saved_whole(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    fake_llm.queue(Streamed(pieces_of("\n " + ANSWER + " \n")))
+    out = await answer(agent, dm("1", "what is tea?"))
+    await agent.aclose()
+    assert len(out.pieces) > 5 and out.reply.text == ANSWER  # white space at the ends held back
+    request = fake_llm.chat_requests[0]
+    assert request["stream"] is True and request["stream_options"] == {"include_usage": True}
+    assert session_records(workspaces_dir, "1")[-1]["content"] == ANSWER
+
+
+async def test_streamed_usage_is_counted_for_the_person(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    fake_llm.queue(Streamed(pieces_of(ANSWER), prompt_tokens=321, completion_tokens=12))
+    await answer(agent, dm("1", "what is tea?"))
+    await agent.aclose()
+    today = agent.usage.of("telegram-1").day(date.today())
+    assert (today.prompt_tokens, today.completion_tokens) == (321, 12)
+    assert (user_home(workspaces_dir, "1") / "usage.jsonl").exists()
+
+
+async def test_a_server_without_stream_options_is_asked_without_them(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    fake_llm.refuse_stream_options = True
+    agent = make_agent(fake_llm, workspaces_dir)
+    first = await answer(agent, dm("1", "one"))
+    second = await answer(agent, dm("1", "two"))
+    await agent.aclose()
+    assert first.reply.text == second.reply.text == "ok"
+    sent = [("stream_options" in r) for r in fake_llm.chat_requests]
+    assert sent == [True, False, False], "refused once, then never sent again"
+
+
+async def test_a_stream_cut_mid_answer_keeps_the_message_and_nothing_half_written(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    fake_llm.queue(Streamed(pieces_of("One two three four five"), cut_after=3))
+    out = await answer(agent, dm("1", "count"))
+    await agent.aclose()
+    assert out.reply.text == "One two three\n\n" + LLM_FAILED_REPLY
+    records = [r for r in session_records(workspaces_dir, "1") if "role" in r]
+    assert [r["role"] for r in records] == ["user"]  # the message, not the broken answer
+    assert records[0]["content"].endswith("count")
+
+
+async def test_an_error_event_mid_stream_is_an_outage_not_an_answer(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    fake_llm.queue(Streamed(["Half ", {"error": {"message": "overloaded"}}]))
+    out = await answer(agent, dm("1", "hi"))
+    await agent.aclose()
+    assert out.reply.text.endswith(LLM_FAILED_REPLY)
+
+
+async def test_a_refusal_before_the_stream_is_told_plainly(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    fake_llm.queue(Status(503, {"error": {"message": "busy"}}))
+    out = await answer(agent, dm("1", "hi"))
+    await agent.aclose()
+    assert out.pieces == [LLM_FAILED_REPLY]
+
+
+async def test_tool_calls_assembled_from_pieces_run_and_the_answer_follows(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    note = tool_call("edit_memory", {"old_text": "", "new_text": "Likes tea."}, "call_7")
+    fake_llm.queue(
+        Streamed([], [note]),  # no text before the call: nothing shown for that round
+        Streamed(pieces_of("Noted: you like tea.")),
+    )
+    out = await answer(agent, dm("1", "I like tea"))
+    await agent.aclose()
+    assert out.reply.text == "Noted: you like tea."
+    tool = fake_llm.chat_requests[1]["messages"][-1]
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "call_7"
+    calls = fake_llm.chat_requests[1]["messages"][-2]["tool_calls"]
+    assert calls[0]["function"]["arguments"] == note["function"]["arguments"]
+
+
+async def test_with_stream_false_the_model_is_asked_whole(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    agent.config.agent.stream = False
+    fake_llm.queue(completion(ANSWER))
+    out = await answer(agent, dm("1", "what is tea?"))
+    await agent.aclose()
+    assert out.pieces == [ANSWER] and "stream" not in fake_llm.chat_requests[0]
