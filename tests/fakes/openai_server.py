@@ -220,8 +220,9 @@ class FakeOpenAI:
             if streamed is not None:
                 usage = bool((body.get("stream_options") or {}).get("include_usage"))
                 return await self._stream(request, streamed, usage)
-        if isinstance(item, Streamed):
-            item = completion("".join(item.pieces), item.tool_calls)
+        if isinstance(item, Streamed):  # asked whole: answered once it is all written
+            await asyncio.sleep(item.first_after_s + item.every_s * max(0, len(item.pieces) - 1))
+            item = completion("".join(map(str, item.pieces)), item.tool_calls)
         return web.json_response(item)
 
     def _invalid_stream(self, body: dict[str, Any]) -> str | None:
