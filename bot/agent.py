@@ -38,7 +38,7 @@ from bot.context import ContextBuilder, with_media
 from bot.control import memory_notice
 from bot.inbound import Inbound
 from bot.limits import Limits, Refusal
-from bot.llm_stream import StreamingLLMClient
+from bot.llm import LLMClient
 from bot.media import MediaRules
 from bot.metrics import count_limit_refusal
 from bot.outbound import CONSOLIDATING, Outbound, Reply
@@ -128,7 +128,7 @@ class Agent:
         # Every model call, the consolidator's too, is booked to the user it was made for.
         self.usage = UsageBook(self.workspaces)
         self.limits = Limits(config.limits, self.usage)
-        self.llm = ChargedLLM(llm or StreamingLLMClient.from_config(config.llm), self.usage)
+        self.llm = ChargedLLM(llm or LLMClient.from_config(config.llm), self.usage)
         self.estimator = TokenEstimator(image_tokens=config.llm.image_tokens)
         self.transcriber = Transcriber.from_config(config)
         self.attachments = AttachmentReader(
@@ -367,9 +367,7 @@ class Agent:
                 inbound.user_key,
             )
 
-    def _learn_from_overflow(
-        self, exc: LLMContextOverflow, system: str, session: Session
-    ) -> None:
+    def _learn_from_overflow(self, exc: LLMContextOverflow, system: str, session: Session) -> None:
         """A rejection that says how long the provider found the prompt is a usage report."""
         if exc.prompt_tokens:
             raw = self.estimator.raw_prompt_tokens(system + self._tools_text, session)

@@ -2,21 +2,26 @@
 
 It serves both the agent and the consolidator (it satisfies memory.llm.ChatLLM). Provider
 failures, after the SDK's own retries, become memory.llm.LLMError (LLMBadRequest for a 400),
-so callers handle one exception type. Token usage is totalled in `LLMClient.usage`.
+so callers handle one exception type. Token usage is totalled in `LLMClient.usage`. `stream`
+asks for the answer as it is written (bot/llm_stream.py) and returns what `chat` would.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import httpx2
 import openai
 from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
 from bot import logsafe
 from bot.llm_http import AiohttpTransport
+from bot.llm_stream import Assembled
 from bot.overflow import context_overflow
 from memory.llm import ChatResult, LLMBadRequest, LLMContextOverflow, LLMError, ToolCall
 from memory.text import valid_text
@@ -41,6 +46,8 @@ class Usage:
 
 
 class LLMClient:
+    _usage_refused = False  # the server refused stream_options once: never sent again
+
     def __init__(
         self,
         *,
@@ -90,6 +97,65 @@ class LLMClient:
         tool_choice: str | dict[str, Any] | None = None,
         max_tokens: int | None = None,
     ) -> ChatResult:
+        kwargs = self._request(messages, tools, tool_choice, max_tokens)
+        with _provider_errors():
+            response = await self._create(kwargs)
+        try:
+            return self._to_result(response)
+        except (AttributeError, TypeError) as exc:  # JSON of the wrong shape, e.g. "message": null
+            raise LLMError(NOT_A_COMPLETION) from exc
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        on_text: Callable[[str], Awaitable[None]],
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+    ) -> ChatResult:
+        """`chat` with stream=True: each piece of the answer's text goes to `on_text` as it is
+        written (bot/llm_stream.py); the result, usage and failures are chat's."""
+        kwargs = {**self._request(messages, tools, tool_choice, max_tokens), "stream": True}
+        if not self._usage_refused:
+            kwargs["stream_options"] = {"include_usage": True}
+        answer = Assembled()
+        with _provider_errors():
+            chunks = await self._open_stream(kwargs)
+            if isinstance(chunks, str | bytes) or not hasattr(chunks, "__aiter__"):
+                raise LLMError(NOT_A_COMPLETION)  # e.g. an HTML page answered with 200
+            async for chunk in chunks:
+                piece = answer.add(chunk)
+                if piece:
+                    await on_text(piece)
+        if not answer.chunks:  # a body that was not a stream of events at all
+            raise LLMError(NOT_A_COMPLETION)
+        if not answer.choices:
+            raise LLMError("the model provider answered without any choice")
+        try:
+            return self._to_result(answer.as_completion())
+        except (AttributeError, TypeError) as exc:
+            raise LLMError(NOT_A_COMPLETION) from exc
+
+    async def _open_stream(self, kwargs: dict[str, Any]) -> Any:
+        """The stream; a server that does not know stream_options (400) is asked without them,
+        now and from then on (its usage is then not reported)."""
+        try:
+            return await self._create(kwargs)
+        except openai.BadRequestError as exc:
+            if "stream_options" not in kwargs or "stream_options" not in _reason(exc):
+                raise
+            log.info("the model provider does not take stream_options; usage not reported")
+            self._usage_refused = True
+            return await self._create({k: v for k, v in kwargs.items() if k != "stream_options"})
+
+    def _request(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        tool_choice: str | dict[str, Any] | None,
+        max_tokens: int | None,
+    ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
             kwargs["tools"] = tools
@@ -100,31 +166,7 @@ class LLMClient:
             kwargs["max_tokens"] = limit
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
-        try:
-            response = await self._create(kwargs)
-        except openai.APIStatusError as exc:
-            overflow, counted = context_overflow(exc.body, str(exc))
-            if overflow:
-                reason = f"the request is longer than the model's context: {_reason(exc)}"
-                raise LLMContextOverflow(reason, counted) from exc
-            if isinstance(exc, openai.BadRequestError):
-                raise LLMBadRequest(
-                    f"the model provider rejected the request: {_reason(exc)}"
-                ) from exc
-            raise LLMError(f"the model provider answered HTTP {exc.status_code}") from exc
-        except openai.APITimeoutError as exc:
-            raise LLMError("the model provider timed out") from exc
-        except openai.APIConnectionError as exc:
-            raise LLMError("the model provider could not be reached") from exc
-        except openai.OpenAIError as exc:
-            reason = type(exc).__name__
-            raise LLMError(f"the model provider's answer was unusable: {reason}") from exc
-        except json.JSONDecodeError as exc:  # a 200 whose body is not JSON: an error page as JSON
-            raise LLMError(NOT_A_COMPLETION) from exc
-        try:
-            return self._to_result(response)
-        except (AttributeError, TypeError) as exc:  # JSON of the wrong shape, e.g. "message": null
-            raise LLMError(NOT_A_COMPLETION) from exc
+        return kwargs
 
     async def _create(self, kwargs: dict[str, Any]) -> Any:
         try:
@@ -176,6 +218,31 @@ class LLMClient:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+@contextlib.contextmanager
+def _provider_errors() -> Iterator[None]:
+    """A provider's failure, after the SDK's retries, as one LLMError with a reason; also one
+    that breaks a stream mid-answer (the SDK does not wrap its transport's errors there)."""
+    try:
+        yield
+    except openai.APIStatusError as exc:
+        overflow, counted = context_overflow(exc.body, str(exc))
+        if overflow:
+            reason = f"the request is longer than the model's context: {_reason(exc)}"
+            raise LLMContextOverflow(reason, counted) from exc
+        if isinstance(exc, openai.BadRequestError):
+            raise LLMBadRequest(f"the model provider rejected the request: {_reason(exc)}") from exc
+        raise LLMError(f"the model provider answered HTTP {exc.status_code}") from exc
+    except (openai.APITimeoutError, httpx2.TimeoutException) as exc:
+        raise LLMError("the model provider timed out") from exc
+    except (openai.APIConnectionError, httpx2.TransportError) as exc:
+        raise LLMError("the model provider could not be reached") from exc
+    except openai.OpenAIError as exc:  # an error event mid-stream, among others
+        reason = type(exc).__name__
+        raise LLMError(f"the model provider's answer was unusable: {reason}") from exc
+    except json.JSONDecodeError as exc:  # a 200 whose body is not JSON: an error page as JSON
+        raise LLMError(NOT_A_COMPLETION) from exc
 
 
 def _reason(exc: openai.APIStatusError) -> str:

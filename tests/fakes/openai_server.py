@@ -414,6 +414,8 @@ def _valid_image_url(value: Any) -> bool:
 def _refusal(status: int, message: str) -> web.Response:
     error = {"message": message, "type": "invalid_request_error"}
     return web.json_response({"error": error}, status=status)
+
+
 # -- servers that behave like real ones at their limits -------------------------------------------
 
 CONTEXT_ERRORS: dict[str, Callable[[int, int, int], tuple[int, Any]]] = {
