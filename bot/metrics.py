@@ -14,7 +14,7 @@ scraper's job.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -127,10 +127,26 @@ class MeteredLLM:
         self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
         **options: Any,
     ) -> ChatResult:  # fmt: skip
+        return await self._metered(tools, lambda: self._llm.chat(messages, tools=tools, **options))
+
+    async def stream(
+        self, messages: list[dict[str, Any]], *, on_text: Callable[[str], Awaitable[None]],
+        tools: list[dict[str, Any]] | None = None, **options: Any,
+    ) -> ChatResult:  # fmt: skip
+        """A streamed call (LLMClient.stream), counted the same way; its duration is the whole
+        answer's."""
+        stream = self._llm.stream  # type: ignore[attr-defined]
+        return await self._metered(
+            tools, lambda: stream(messages, on_text=on_text, tools=tools, **options)
+        )
+
+    async def _metered(
+        self, tools: list[dict[str, Any]] | None, call: Callable[[], Awaitable[ChatResult]]
+    ) -> ChatResult:
         purpose = "consolidation" if _offers(tools, CONSOLIDATION_TOOL) else "chat"
         started = time.monotonic()
         try:
-            result = await self._llm.chat(messages, tools=tools, **options)
+            result = await call()
         except LLMError as exc:
             kind = llm_error_kind(exc)
             LLM_CALLS.labels(purpose, kind).inc()

@@ -212,6 +212,8 @@ class FakeOpenAI:
                 item = item.item
             else:
                 break
+        if body.get("stream") is True and isinstance(item, Status) and item.code == 200:
+            item = _streamable(item)  # a raw completion body is streamed like any other
         if isinstance(item, Status):
             text = item.body if isinstance(item.body, str) else json.dumps(item.body or {})
             return web.Response(status=item.code, text=text, content_type=item.content_type)
@@ -347,6 +349,15 @@ _MAGIC = {
 def pieces_of(text: str) -> list[str]:
     """Text cut the way a model streams it: about a word per chunk, spaces kept."""
     return re.findall(r"\s*\S+|\s+", text)
+
+
+def _streamable(item: Status) -> Any:
+    """A 200 whose raw body is a completion, as that completion; anything else as it is."""
+    try:
+        parsed = json.loads(item.body) if isinstance(item.body, str) else item.body
+    except ValueError:
+        return item
+    return parsed if isinstance(parsed, dict) and "choices" in parsed else item
 
 
 def _as_streamed(item: Any) -> Streamed | None:
