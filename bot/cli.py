@@ -288,6 +288,78 @@ def _signals_set(stop: asyncio.Event) -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
+# ---- ingress and worker (several processes over NATS: bot/cluster/) ------------------------
+
+
+async def cmd_ingress(args: argparse.Namespace) -> int:
+    """The enabled platforms, answered by the workers through NATS JetStream."""
+    from bot.cluster.connection import ClusterError
+    from bot.cluster.ingress import BrokerCore
+
+    config = load(args.config)
+    names = config.enabled_platforms()
+    if not names:
+        raise UserError(
+            f"no platform is enabled in {config.source or 'the configuration'}: an ingress "
+            "serves the platforms whose section says enabled = true",
+            EXIT_USAGE,
+        )
+    factories = {name: _factory(name) for name in names}
+    # The platforms keep their state here (Telegram's spool): one ingress per folder.
+    with _only_writer(config):
+        core = BrokerCore(config.cluster)
+        stop = asyncio.Event()
+        with _signals_set(stop):
+            try:
+                try:
+                    if not await core.start(stop):
+                        return 0
+                except ClusterError as exc:
+                    raise UserError(str(exc)) from None
+                adapters = [factories[name](config, core) for name in names]
+                await _serve(adapters, stop)
+            finally:
+                await core.close()
+    log.info("stopped")
+    return 0
+
+
+async def cmd_worker(args: argparse.Namespace) -> int:
+    """The agent, answering the messages of some partitions from NATS JetStream."""
+    from bot.cluster.connection import ClusterError
+    from bot.cluster.lease import this_worker
+    from bot.cluster.partition import RangeError, describe_ranges, parse_ranges
+    from bot.cluster.worker import Worker
+
+    config = load(args.config)
+    try:
+        partitions = parse_ranges(args.partitions, config.cluster.partitions)
+    except RangeError as exc:
+        raise UserError(f"--partitions: {exc}", EXIT_USAGE) from None
+    require_credentials(config)
+    log.info(
+        "worker for partitions %s: %s; memory in %s",
+        describe_ranges(partitions),
+        describe_endpoint(config),
+        _workspaces(config),
+    )
+    with _only_writer(config):  # its own workspaces folder, as `run` has
+        agent = _new_agent(config, metered=True)
+        stop = asyncio.Event()
+        try:
+            me = this_worker(_workspaces(config))
+            worker = Worker(_metered_core(agent), config.cluster, partitions, me)
+            with _signals_set(stop):
+                await worker.run(stop)
+        except ClusterError as exc:
+            raise UserError(str(exc)) from None
+        finally:
+            log.info("stopping: finishing pending memory work")
+            await _close_agent(agent)
+    log.info("stopped")
+    return 0
+
+
 # ---- operator views -------------------------------------------------------------------------
 
 
@@ -524,6 +596,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", parents=[common], help="serve every enabled platform")
     run.set_defaults(func=cmd_run)
+
+    ingress = sub.add_parser(
+        "ingress", parents=[common], help="serve the platforms; workers answer (over NATS)"
+    )
+    ingress.set_defaults(func=cmd_ingress)
+
+    worker = sub.add_parser(
+        "worker", parents=[common], help="answer the messages of some partitions (over NATS)"
+    )
+    worker.add_argument(
+        "--partitions", required=True, metavar="RANGES", help="e.g. 0-7, or 0-3,8-11"
+    )
+    worker.set_defaults(func=cmd_worker)
 
     memory = sub.add_parser("memory", parents=[common], help="print a user's MEMORY.md")
     memory.add_argument("user_key", metavar="USER_KEY", help="e.g. cli-alice")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tempfile
 import tomllib
 import types
@@ -157,6 +158,53 @@ class MetricsConfig(Section):
     listen: str | None = setting(None, rule=Rule('host:port, e.g. "127.0.0.1:9464"', is_host_port))
 
 
+NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def _nats_urls(urls: list[str]) -> bool:
+    """Several URLs (the servers of one NATS cluster), each with a host and no credentials:
+    a password in a URL would be logged with the URL, so credentials have their own keys."""
+    try:
+        parts = [urlsplit(url) for url in urls]
+        for part in parts:
+            part.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError:
+        return False
+    return bool(parts) and all(
+        p.scheme in NATS_SCHEMES and p.hostname and p.username is None for p in parts
+    )
+
+
+@dataclass(repr=False)
+class ClusterConfig(Section):
+    """`lightgrep ingress` and `lightgrep worker` (bot/cluster/); `lightgrep run` ignores it."""
+
+    nats_url: list[str] = setting(
+        default_factory=lambda: ["nats://127.0.0.1:4222"],
+        rule=Rule(
+            "a list of nats:// (or tls://, ws://, wss://) URLs without credentials in them "
+            "(use token or creds_file)",
+            _nats_urls,
+        ),
+        env="NATS_URL",
+    )
+    # Fixed for the life of a cluster: a user's partition is a hash of their key modulo this.
+    partitions: int = setting(16, rule=Rule("an integer from 1 to 1024", lambda v: 0 < v <= 1024))
+    subject_prefix: str = setting(
+        "lightgrep",
+        rule=Rule(
+            "letters, digits, '-' or '_' (one NATS subject token)",
+            lambda v: bool(re.fullmatch(r"[A-Za-z0-9_-]+", v)),
+        ),
+    )
+    token: str | None = setting(None, secret=True, env="NATS_TOKEN")
+    creds_file: Path | None = setting(None, env="NATS_CREDS")  # a user JWT + nkey seed file
+    nkey_seed_file: Path | None = setting(None, env="NATS_NKEY_SEED")
+    replicas: int = setting(1, rule=Rule("an integer from 1 to 5", lambda v: 0 < v <= 5))
+    ack_wait_s: float = setting(30.0, rule=Rule("a positive number of seconds", lambda v: v > 0))
+    lease_ttl_s: float = setting(15.0, rule=Rule("at least 1 second", lambda v: v >= 1))
+
+
 CORE_SECTIONS: dict[str, type[Section]] = {
     "llm": LLMConfig,
     "memory": MemoryConfig,
@@ -165,6 +213,7 @@ CORE_SECTIONS: dict[str, type[Section]] = {
     "metrics": MetricsConfig,
     "media": MediaConfig,
     "transcription": TranscriptionConfig,
+    "cluster": ClusterConfig,
 }
 
 
@@ -177,6 +226,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     media: MediaConfig = field(default_factory=MediaConfig)
     transcription: TranscriptionConfig = field(default_factory=TranscriptionConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     # The `[<name>]` section of each platform plugin, by name (load_config fills in every
     # installed one); an adapter reads its own as config.platforms[name].
     platforms: dict[str, Any] = field(default_factory=dict)
@@ -185,7 +235,8 @@ class Config:
     def sections(self) -> dict[str, Section]:
         core = {"llm": self.llm, "memory": self.memory, "agent": self.agent}
         extra = {"limits": self.limits, "metrics": self.metrics, "media": self.media}
-        return {**core, **extra, "transcription": self.transcription, **self.platforms}
+        more = {"transcription": self.transcription, "cluster": self.cluster}
+        return {**core, **extra, **more, **self.platforms}
 
     def redacted(self) -> dict[str, dict[str, Any]]:
         """Every setting by section, secrets replaced by '***' (or None when unset): safe to log."""

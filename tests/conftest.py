@@ -11,6 +11,7 @@ import pytest
 
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
+from tests.nats_server import NatsServer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -79,3 +80,13 @@ def workspaces_dir(tmp_path: Path) -> Path:
     path = tmp_path / "workspaces"
     path.mkdir()
     return path
+
+
+@pytest.fixture
+async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
+    """A real nats-server with JetStream on 127.0.0.1, storage in the test's folder."""
+    server = await NatsServer(tmp_path / "nats", tmp_path / "nats.log").start()
+    try:
+        yield server
+    finally:
+        await server.stop()

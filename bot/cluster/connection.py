@@ -1,0 +1,178 @@
+"""The connection to NATS, the names of everything LightGrep keeps there, and its streams.
+
+Two JetStream streams, both work queues (a message is gone once acknowledged):
+- `<prefix>-in`, subjects `<prefix>.in.<partition>`: the users' messages, one consumer per
+  partition, no age limit (a message waits however long its worker is down);
+- `<prefix>-out`, subjects `<prefix>.out.<ingress id>`: the answers' Outbound calls, one consumer
+  per ingress process; answers for an ingress that never comes back expire after a day.
+A key-value bucket `<prefix>-leases` holds which worker serves which partition (lease.py).
+
+An outage is waited out, never an error: the client reconnects forever and the log says when the
+connection goes and comes back. Credentials never reach the log (they are in [cluster]'s secret
+keys, masked by bot.logsafe, not in the URLs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import BadRequestError
+
+from bot.config import ClusterConfig
+
+log = logging.getLogger(__name__)
+
+DUPLICATE_WINDOW_S = 120.0  # JetStream's default: a redelivered platform message is dropped
+ANSWER_MAX_AGE_S = 24 * 3600.0
+CONNECT_RETRY_S = 2.0
+STREAM_EXISTS = 10058  # JetStream's error code: a stream of that name with another config
+
+
+class ClusterError(Exception):
+    """Something about NATS the operator must fix (credentials, a stream's config): one line."""
+
+
+@dataclass(frozen=True)
+class Names:
+    """Subjects, streams, consumers and the bucket, all under one prefix."""
+
+    prefix: str
+
+    @property
+    def in_stream(self) -> str:
+        return f"{self.prefix}-in"
+
+    @property
+    def out_stream(self) -> str:
+        return f"{self.prefix}-out"
+
+    @property
+    def lease_bucket(self) -> str:
+        return f"{self.prefix}-leases"
+
+    def in_subject(self, partition: int) -> str:
+        return f"{self.prefix}.in.{partition}"
+
+    def out_subject(self, ingress_id: str) -> str:
+        return f"{self.prefix}.out.{ingress_id}"
+
+    def partition_consumer(self, partition: int) -> str:
+        return f"partition-{partition}"
+
+    def ingress_consumer(self, ingress_id: str) -> str:
+        return f"ingress-{ingress_id}"
+
+
+async def connect(settings: ClusterConfig, name: str, stop: asyncio.Event) -> Client | None:
+    """A connection that reconnects forever; None if `stop` came before NATS answered.
+
+    The first connection is retried too (NATS may start after us), saying so once."""
+    options: dict[str, Any] = dict(
+        servers=list(settings.nats_url),
+        name=name,
+        connect_timeout=2,
+        reconnect_time_wait=1,
+        max_reconnect_attempts=-1,  # forever: an outage is waited out
+        allow_reconnect=True,
+        error_cb=_on_error,
+        disconnected_cb=_on_disconnected,
+        reconnected_cb=_on_reconnected,
+    )
+    if settings.token:
+        options["token"] = settings.token
+    if settings.creds_file:
+        options["user_credentials"] = str(settings.creds_file.expanduser())
+    if settings.nkey_seed_file:
+        options["nkeys_seed"] = str(settings.nkey_seed_file.expanduser())
+    where = ", ".join(settings.nats_url)
+    said = False
+    while not stop.is_set():
+        try:
+            client = await nats.connect(**options)
+        except ModuleNotFoundError as exc:
+            raise ClusterError(
+                f"[cluster] creds_file / nkey_seed_file need the {exc.name} package: "
+                'pip install "lightgrep[nkeys]"'
+            ) from None
+        except Exception as exc:  # nats-py raises many kinds; every one means "not yet"
+            if _refused(exc):
+                raise ClusterError(
+                    f"NATS at {where} refused our credentials ([cluster] token / creds_file)"
+                ) from None
+            if not said:
+                log.warning(
+                    "NATS is not reachable at %s (%s); retrying every %.0f s",
+                    where,
+                    _reason(exc),
+                    CONNECT_RETRY_S,
+                )
+                said = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), CONNECT_RETRY_S)
+            continue
+        url = client.connected_url
+        log.info("NATS: connected to %s", url.netloc if url is not None else where)
+        return client
+    return None
+
+
+async def ensure_streams(js: JetStreamContext, names: Names, settings: ClusterConfig) -> None:
+    """Create the two streams, or bring their settings up to date (replicas, say)."""
+    common: dict[str, Any] = dict(
+        retention=RetentionPolicy.WORK_QUEUE,
+        storage=StorageType.FILE,
+        num_replicas=settings.replicas,
+        duplicate_window=DUPLICATE_WINDOW_S,
+    )
+    streams = [
+        StreamConfig(name=names.in_stream, subjects=[f"{names.prefix}.in.*"], **common),
+        StreamConfig(
+            name=names.out_stream,
+            subjects=[f"{names.prefix}.out.*"],
+            max_age=ANSWER_MAX_AGE_S,
+            **common,
+        ),
+    ]
+    for config in streams:
+        try:
+            await js.add_stream(config)
+        except BadRequestError as exc:
+            if exc.err_code != STREAM_EXISTS:
+                raise ClusterError(f"NATS would not create stream {config.name}: {exc}") from None
+            try:
+                await js.update_stream(config)
+            except BadRequestError as update:
+                raise ClusterError(
+                    f"stream {config.name} exists in NATS with settings we cannot change "
+                    f"({update.description}); delete it or choose another [cluster] "
+                    "subject_prefix"
+                ) from None
+
+
+def _refused(exc: Exception) -> bool:
+    return "authorization" in str(exc).lower()
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def _on_error(exc: Exception) -> None:
+    log.debug("NATS: %s", _reason(exc))
+
+
+async def _on_disconnected() -> None:
+    log.warning("NATS: disconnected; reconnecting (nothing is lost: messages wait in JetStream)")
+
+
+async def _on_reconnected() -> None:
+    log.info("NATS: reconnected")

@@ -1,0 +1,218 @@
+"""The ingress side: `BrokerCore`, the Core the adapters of `lightgrep ingress` are handed.
+
+`handle(inbound, out)` publishes the message to its user's partition and waits until JetStream
+has it (retrying through an outage: meanwhile the adapter does not acknowledge the platform, which
+keeps the message). Then it waits for the answer, which a worker publishes call by call to this
+process's own subject, and replays the calls into `out` once the answer is complete. So `handle`
+returns after the answer, as the agent's does: the adapter's "typing…" shows the whole time,
+Discord's interaction is deferred after its `defer_after_s`, and the platform is acknowledged
+only after both JetStream and the answer (an adapter needs no change to run here).
+
+The answer is replayed whole, not as it comes: a worker killed mid-answer leaves a beginning
+that the next worker's run (another attempt) does not continue. Answers travel through a
+JetStream stream, so one published while NATS or this process's connection was away arrives
+after the reconnection.
+
+An ingress that restarts gets a new id, so answers on their way to the old one are not
+delivered by the new one. Telegram delivers the message again (it was not acknowledged): its
+publish is then a duplicate, so it is published again under a new id, and the worker's core,
+which recognises the message by its platform id, answers with what it has on file, without
+persisting it twice or asking the model again. Discord does not deliver a message again: an
+answer on its way when the ingress dies is not sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import socket
+import uuid
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from bot.cluster import wire
+from bot.cluster.connection import Names, connect, ensure_streams
+from bot.cluster.partition import partition_of
+from bot.cluster.publish import Publisher
+from bot.config import ClusterConfig
+from bot.inbound import Inbound
+from bot.outbound import Outbound
+
+log = logging.getLogger(__name__)
+
+REPLY_BATCH = 256
+REPLY_WAIT_S = 1.0
+MAX_PENDING_ANSWERS = 20_000  # answer messages delivered to us, not yet acknowledged
+IDLE_CONSUMER_S = 3600.0  # an ingress gone this long: NATS deletes its answer consumer
+
+
+def new_ingress_id() -> str:
+    """Unique per process run: host, pid, and a random part (a subject token: no dots)."""
+    host = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname())[:40] or "host"
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class _Answer:
+    """The calls of one handle() call's answer, as they arrive, by attempt."""
+
+    def __init__(self) -> None:
+        self.done: asyncio.Future[list[tuple[str, Any]]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.msgs: list[Msg] = []  # every message of it, acknowledged once it is replayed
+        self._attempts: dict[str, dict[int, bytes]] = {}
+        self._parts: dict[tuple[str, int], dict[int, bytes]] = {}
+
+    def add(self, msg: Msg) -> None:
+        self.msgs.append(msg)
+        if self.done.done():
+            return  # a second attempt's calls, after the first finished: not needed
+        headers = msg.headers or {}
+        attempt = headers.get(wire.ATTEMPT, "")
+        seq = int(headers.get(wire.SEQ, "0"))
+        index, count = wire.part_of(headers)
+        body = msg.data
+        if count > 1:
+            parts = self._parts.setdefault((attempt, seq), {})
+            parts[index] = body
+            if len(parts) < count:
+                return
+            body = b"".join(parts[i] for i in range(count))
+            del self._parts[(attempt, seq)]
+        calls = self._attempts.setdefault(attempt, {})
+        calls.setdefault(seq, body)  # the same call twice (a retried publish): the first
+        self._complete(calls)
+
+    def _complete(self, calls: dict[int, bytes]) -> None:
+        last = len(calls) - 1
+        if sorted(calls) != list(range(last + 1)):
+            return  # a call still on its way
+        decoded = [wire.decode_call(calls[seq]) for seq in range(last + 1)]
+        if decoded[-1][0] in wire.ENDS:
+            self.done.set_result(decoded)
+
+
+class BrokerCore:
+    """Core for the adapters of an ingress: the answers come from the workers (see above)."""
+
+    def __init__(self, settings: ClusterConfig, ingress_id: str | None = None) -> None:
+        self._settings = settings
+        self._names = Names(settings.subject_prefix)
+        self.ingress_id = ingress_id or new_ingress_id()
+        self._reply_subject = self._names.out_subject(self.ingress_id)
+        self._answers: dict[str, _Answer] = {}
+        self._client: Client | None = None
+        self._publisher: Publisher | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._acking: set[asyncio.Future[None]] = set()
+
+    @property
+    def waiting(self) -> int:
+        """Messages published whose answer has not come yet."""
+        return len(self._answers)
+
+    async def start(self, stop: asyncio.Event) -> bool:
+        """Connect and listen for answers; False if `stop` came first."""
+        client = await connect(self._settings, f"lightgrep ingress {self.ingress_id}", stop)
+        if client is None:
+            return False
+        self._client = client
+        js = client.jetstream()
+        await ensure_streams(js, self._names, self._settings)
+        self._publisher = Publisher(js, "a user's message")
+        sub = await self._subscribe(js)
+        self._listener = asyncio.create_task(self._listen(sub))
+        log.info("ingress %s: answers come on %s", self.ingress_id, self._reply_subject)
+        return True
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(BaseException):
+                await self._listener
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close()
+
+    async def handle(self, inbound: Inbound, out: Outbound) -> None:
+        """Publish, wait for the answer, replay it into `out` (RemoteTurnFailed: the worker's
+        core raised, and the adapter apologises as for any core)."""
+        assert self._publisher is not None, "start() first"
+        key = uuid.uuid4().hex
+        answer = self._answers[key] = _Answer()
+        try:
+            await self._publish(inbound, key)
+            await wire.replay(await answer.done, out)
+        finally:
+            del self._answers[key]
+            for msg in answer.msgs:
+                with contextlib.suppress(Exception):
+                    await msg.ack()
+
+    async def _publish(self, inbound: Inbound, key: str) -> None:
+        assert self._publisher is not None
+        partition = partition_of(inbound.user_key, self._settings.partitions)
+        subject = self._names.in_subject(partition)
+        body = wire.encode_inbound(inbound)
+        msg_id = f"{inbound.platform}:{inbound.message_id}" if inbound.message_id else key
+        headers = {wire.MSG_ID: msg_id, wire.REPLY: self._reply_subject, wire.KEY: key}
+        ack, retried = await self._publisher.publish(subject, body, headers)
+        if ack.duplicate and not retried:
+            # Published before by an earlier run (the platform delivered it again after a
+            # restart): that run was to get the answer. Ask again under a new id.
+            log.info("message %s was published before; asking for its answer again", msg_id)
+            headers[wire.MSG_ID] = f"{msg_id}#{key}"
+            await self._publisher.publish(subject, body, headers)
+
+    async def _subscribe(self, js: JetStreamContext) -> Any:
+        durable = self._names.ingress_consumer(self.ingress_id)
+        config = ConsumerConfig(
+            durable_name=durable,
+            filter_subject=self._reply_subject,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=max(60.0, self._settings.ack_wait_s),
+            max_deliver=-1,
+            max_ack_pending=MAX_PENDING_ANSWERS,
+            inactive_threshold=IDLE_CONSUMER_S,
+        )
+        await js.add_consumer(self._names.out_stream, config)
+        return await js.pull_subscribe_bind(durable=durable, stream=self._names.out_stream)
+
+    async def _listen(self, sub: Any) -> None:
+        while True:
+            try:
+                msgs = await sub.fetch(REPLY_BATCH, timeout=REPLY_WAIT_S)
+            except (nats.errors.TimeoutError, TimeoutError):
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # NATS away: the client reconnects; so do we
+                log.debug("ingress: fetching answers failed (%s)", exc)
+                await asyncio.sleep(REPLY_WAIT_S)
+                continue
+            for msg in msgs:
+                self._take(msg)
+
+    def _take(self, msg: Msg) -> None:
+        key = (msg.headers or {}).get(wire.KEY, "")
+        answer = self._answers.get(key)
+        if answer is None:
+            # Nobody waits for it: a second answer to a message asked twice (see above).
+            self._acking.add(task := asyncio.ensure_future(msg.ack()))
+            task.add_done_callback(self._acking.discard)
+            return
+        try:
+            answer.add(msg)
+        except wire.WireError as exc:
+            log.error("ingress: an answer that is not ours (%s)", exc)
+            if not answer.done.done():
+                answer.done.set_result([("error", str(exc))])

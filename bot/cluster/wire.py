@@ -1,0 +1,228 @@
+"""What travels between the ingress and the workers: an Inbound, and the Outbound calls.
+
+Both are plain data (bot/inbound.py, bot/outbound.py), serialised as JSON. The codec is generic
+over dataclasses and their type hints, so a field added to Inbound (attachments, say) travels
+without a change here: bytes become {"b64": …}, a Path its text, a tuple a list; a field the
+receiver does not know is ignored and a field the sender did not send takes its default, so an
+ingress and a worker one version apart still understand each other. A file is always sent as
+its bytes: a path on the worker's machine means nothing to the ingress.
+
+A message body larger than the server takes (1 MB by default) is split into parts, sent in
+order with the PART header and joined by the receiver.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from bot.inbound import Inbound
+from bot.outbound import Button, Outbound, OutFile
+
+# Headers. MSG_ID is JetStream's: a publish repeating one within the stream's duplicate window
+# is dropped.
+MSG_ID = "Nats-Msg-Id"
+REPLY = "Lg-Reply"  # inbound: the subject its answer goes to (the ingress that holds the chat)
+KEY = "Lg-Key"  # both ways: the ingress's name for one handle() call
+ATTEMPT = "Lg-Attempt"  # answer: one worker's run of one delivery (a redelivery is another)
+SEQ = "Lg-Seq"  # answer: the call's place in the answer, from 0
+PART = "Lg-Part"  # "i/n" of a body split in n parts
+
+Op = Literal["begin", "add_text", "attach_file", "offer", "notice", "finish", "error"]
+_ARG: dict[str, Any] = {
+    "begin": bool,  # private
+    "add_text": str,
+    "attach_file": OutFile,
+    "offer": tuple[Button, ...],
+    "notice": str,
+    "finish": type(None),
+    "error": str,  # the worker's core raised: the adapter apologises
+}
+ENDS: frozenset[str] = frozenset({"finish", "error"})
+
+
+class WireError(ValueError):
+    """A message that is not what this version sends (a bug, or a much newer peer)."""
+
+
+class RemoteTurnFailed(Exception):
+    """The worker's core raised on this message: the adapter answers with its apology."""
+
+
+# ---- the generic codec ------------------------------------------------------------------------
+
+
+def to_plain(value: Any) -> Any:
+    """A JSON-able copy of plain data (dataclasses, bytes, paths, tuples, dicts)."""
+    if isinstance(value, OutFile) and value.path is not None:
+        value = OutFile(value.name, value.mime, data=value.read())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, bytes):
+        return {"b64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return [to_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise WireError(f"{type(value).__name__} is not plain data")
+
+
+def from_plain(hint: Any, data: Any) -> Any:
+    """`data` (as to_plain made it) back into the type `hint` names; WireError if it is not."""
+    if hint is Any:
+        return data
+    if hint is type(None):
+        if data is not None:
+            raise WireError(f"expected nothing, got {type(data).__name__}")
+        return None
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Union or isinstance(hint, types.UnionType):
+        if data is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return from_plain(arg, data)
+            except WireError:
+                continue
+        raise WireError(f"{data!r:.40} fits none of {hint}")
+    if origin is Literal:
+        if data not in args:
+            raise WireError(f"{data!r:.40} is not one of {args}")
+        return data
+    if origin in (tuple, list):
+        if not isinstance(data, list):
+            raise WireError(f"expected a list, got {type(data).__name__}")
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            return tuple(from_plain(a, v) for a, v in zip(args, data, strict=True))
+        items = [from_plain(args[0] if args else Any, v) for v in data]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise WireError(f"expected an object, got {type(data).__name__}")
+        value_hint = args[1] if args else Any
+        return {k: from_plain(value_hint, v) for k, v in data.items()}
+    if hint is bytes:
+        if not (isinstance(data, dict) and isinstance(data.get("b64"), str)):
+            raise WireError("expected bytes as {'b64': …}")
+        try:
+            return base64.b64decode(data["b64"], validate=True)
+        except ValueError:
+            raise WireError("bytes that are not base64") from None
+    if hint is Path:
+        if not isinstance(data, str):
+            raise WireError(f"expected a path, got {type(data).__name__}")
+        return Path(data)
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return _dataclass(hint, data)
+    if hint is float and isinstance(data, int) and not isinstance(data, bool):
+        return float(data)
+    if hint in (str, int, float, bool):
+        if type(data) is not hint:
+            raise WireError(f"expected {hint.__name__}, got {type(data).__name__}")
+        return data
+    raise WireError(f"cannot decode a {hint!r}")
+
+
+def _dataclass(cls: type, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise WireError(f"expected a {cls.__name__} object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    values = {name: from_plain(hints[name], data[name]) for name in known if name in data}
+    try:
+        return cls(**values)  # a missing field takes its default; unknown ones are ignored
+    except (TypeError, ValueError) as exc:
+        raise WireError(f"not a valid {cls.__name__}: {exc}") from None
+
+
+def _loads(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:  # also UnicodeDecodeError
+        raise WireError("not JSON") from None
+
+
+def _dumps(plain: Any) -> bytes:
+    # ASCII escapes: a lone surrogate (a platform's broken text) survives the round trip.
+    return json.dumps(plain, separators=(",", ":")).encode("ascii")
+
+
+# ---- messages -----------------------------------------------------------------------------------
+
+
+def encode_inbound(inbound: Inbound) -> bytes:
+    return _dumps(to_plain(inbound))
+
+
+def decode_inbound(body: bytes) -> Inbound:
+    result = from_plain(Inbound, _loads(body))
+    assert isinstance(result, Inbound)
+    return result
+
+
+def encode_call(op: Op, arg: Any = None) -> bytes:
+    """One Outbound call: begin(private), add_text(text), attach_file(file), offer(buttons),
+    notice(what), finish(); and error(reason) when the core raised instead of finishing."""
+    from_plain(_ARG[op], to_plain(arg))  # the sender's mistake is caught where it is made
+    return _dumps({"op": op, "arg": to_plain(arg)})
+
+
+def decode_call(body: bytes) -> tuple[str, Any]:
+    data = _loads(body)
+    if not isinstance(data, dict) or data.get("op") not in _ARG:
+        raise WireError("not an Outbound call")
+    op = data["op"]
+    return op, from_plain(_ARG[op], data.get("arg"))
+
+
+async def replay(calls: Iterable[tuple[str, Any]], out: Outbound) -> None:
+    """Make the calls on `out`, as the worker's core made them; RemoteTurnFailed for an error
+    (finish is then not called, as when a core raises)."""
+    for op, arg in calls:
+        if op == "begin":
+            await out.begin(private=arg)
+        elif op == "add_text":
+            await out.add_text(arg)
+        elif op == "attach_file":
+            await out.attach_file(arg)
+        elif op == "offer":
+            await out.offer(arg)
+        elif op == "notice":
+            await out.notice(arg)
+        elif op == "finish":
+            await out.finish()
+        elif op == "error":
+            raise RemoteTurnFailed(arg)
+
+
+def split(body: bytes, limit: int) -> list[bytes]:
+    """A body in parts of at most `limit` bytes (one part if it fits)."""
+    if len(body) <= limit:
+        return [body]
+    return [body[i : i + limit] for i in range(0, len(body), limit)]
+
+
+def part_of(headers: dict[str, str] | None) -> tuple[int, int]:
+    """(index, count) of a message's part; (0, 1) for a whole body."""
+    text = (headers or {}).get(PART)
+    if not text:
+        return 0, 1
+    index, _, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        raise WireError(f"bad {PART} header {text!r}") from None
+    if not 0 <= i < n:
+        raise WireError(f"bad {PART} header {text!r}")
+    return i, n

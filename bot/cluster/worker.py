@@ -1,0 +1,280 @@
+"""A worker: consumes its partitions' messages and answers them with the real core.
+
+Each partition is a durable pull consumer on `<prefix>.in.<n>`. A message is acknowledged only
+after every Outbound call of its answer has been published to the answer stream and JetStream
+has acknowledged it, so a worker killed mid-turn leaves the message to be delivered again; the
+core recognises a message it has already persisted by its id (persisted once, answered with
+what is on file, or answered now). A running turn tells JetStream it is still at work
+(`in_progress`) every third of the ack wait, so a long turn is not delivered twice.
+
+Different sessions' messages run at once; one session's run in the order of the partition. At
+start the consumers are made afresh: a consumer remembers what it delivered to the previous run
+and would deliver that again only after the ack wait, behind newer messages; a new consumer of
+a work queue starts at the oldest message not yet acknowledged, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from bot.cluster import wire
+from bot.cluster.connection import Names, connect, ensure_streams
+from bot.cluster.lease import Holder, Leases
+from bot.cluster.partition import describe_ranges
+from bot.cluster.publish import Publisher
+from bot.config import ClusterConfig
+from bot.inbound import Inbound
+from bot.outbound import Button, Notice, OutFile
+
+if TYPE_CHECKING:
+    from bot.platform import Core
+
+log = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT = 256  # messages of all partitions fetched and not yet acknowledged
+FETCH_BATCH = 64
+FETCH_WAIT_S = 1.0
+HEADROOM = 8192  # bytes of a message left for its headers when a body is split
+FAILED = "the worker's core raised"
+
+
+class PublishingOutbound:
+    """The reply port in a worker: each call published, in order, to the ingress's subject."""
+
+    def __init__(self, publisher: Publisher, subject: str, key: str, part_limit: int) -> None:
+        self._publisher = publisher
+        self._subject = subject
+        self._key = key
+        self._attempt = uuid.uuid4().hex  # this run of this delivery
+        self._seq = 0
+        self._limit = part_limit
+
+    async def begin(self, *, private: bool = False) -> None:
+        await self._send("begin", private)
+
+    async def add_text(self, text: str) -> None:
+        await self._send("add_text", text)
+
+    async def attach_file(self, file: OutFile) -> None:
+        await self._send("attach_file", file)
+
+    async def offer(self, buttons: tuple[Button, ...]) -> None:
+        await self._send("offer", tuple(buttons))
+
+    async def notice(self, what: Notice) -> None:
+        await self._send("notice", what)
+
+    async def finish(self) -> None:
+        await self._send("finish")
+
+    async def error(self) -> None:
+        await self._send("error", FAILED)
+
+    async def _send(self, op: wire.Op, arg: Any = None) -> None:
+        parts = wire.split(wire.encode_call(op, arg), self._limit)
+        for index, part in enumerate(parts):
+            headers = {
+                wire.KEY: self._key,
+                wire.ATTEMPT: self._attempt,
+                wire.SEQ: str(self._seq),
+                # JetStream drops a call published twice (a retry whose first try got through).
+                wire.MSG_ID: f"{self._attempt}:{self._seq}:{index}",
+            }
+            if len(parts) > 1:
+                headers[wire.PART] = f"{index}/{len(parts)}"
+            await self._publisher.publish(self._subject, part, headers)
+        self._seq += 1
+
+
+class Worker:
+    """Serves a fixed set of partitions until stopped (bot/cli.py `lightgrep worker`)."""
+
+    name = "worker"
+
+    def __init__(
+        self, core: Core, settings: ClusterConfig, partitions: list[int], me: Holder
+    ) -> None:
+        self.ready = asyncio.Event()
+        self._core = core
+        self._settings = settings
+        self._names = Names(settings.subject_prefix)
+        self._partitions = partitions
+        self._me = me
+        self._in_flight: set[int] = set()  # stream sequences fetched, not yet acknowledged
+        self._room = asyncio.Event()
+        self._chains: dict[str, asyncio.Task[None]] = {}  # session key → its last message
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Connect, claim the partitions (LeaseHeld if another worker has one), serve until
+        `stop`, then finish the running turns and give the claims up."""
+        client = await connect(self._settings, f"lightgrep worker {self._me.pid}", stop)
+        if client is None:
+            return
+        leases: Leases | None = None
+        try:
+            js = client.jetstream()
+            await ensure_streams(js, self._names, self._settings)
+            leases = Leases(
+                js, self._names, self._partitions, self._me, self._settings.lease_ttl_s,
+                self._settings.replicas,
+            )  # fmt: skip
+            await leases.acquire()
+            await self._serve(client, js, leases, stop)
+        finally:
+            if leases is not None:
+                await leases.release()
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    async def _serve(
+        self, client: Client, js: JetStreamContext, leases: Leases, stop: asyncio.Event
+    ) -> None:
+        publisher = Publisher(js, "an answer")
+        limit = max(1024, client.max_payload - HEADROOM)
+        subs = {p: await self._subscribe(js, p) for p in self._partitions}
+        fetching = asyncio.Event()  # set: stop fetching (`stop`, or a lost claim)
+        loops = [
+            asyncio.create_task(self._consume(p, sub, publisher, limit, fetching))
+            for p, sub in subs.items()
+        ]
+        keeper = asyncio.create_task(leases.keep(fetching))
+        stopping = asyncio.create_task(stop.wait())
+        log.info(
+            "worker: serving partitions %s of %d (pid %s, workspaces %s)",
+            describe_ranges(self._partitions),
+            self._settings.partitions,
+            self._me.pid,
+            self._me.workspaces,
+        )
+        self.ready.set()
+        try:
+            await asyncio.wait({keeper, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            fetching.set()
+            stopping.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            if self._tasks:
+                log.info("worker: stopping; finishing %d running turn(s)", len(self._tasks))
+            while self._tasks:
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            keeper.cancel()
+            with contextlib.suppress(BaseException):
+                await keeper
+            self.ready.clear()
+        if keeper.done() and not keeper.cancelled() and keeper.exception() is not None:
+            raise keeper.exception()  # type: ignore[misc]  # a claim lost to another worker
+
+    async def _subscribe(self, js: JetStreamContext, partition: int) -> Any:
+        durable = self._names.partition_consumer(partition)
+        with contextlib.suppress(NotFoundError):
+            await js.delete_consumer(self._names.in_stream, durable)
+        config = ConsumerConfig(
+            durable_name=durable,
+            filter_subject=self._names.in_subject(partition),
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self._settings.ack_wait_s,
+            max_deliver=-1,  # never given up on: nothing is lost
+            max_ack_pending=MAX_IN_FLIGHT,
+        )
+        await js.add_consumer(self._names.in_stream, config)
+        return await js.pull_subscribe_bind(durable=durable, stream=self._names.in_stream)
+
+    async def _consume(
+        self, partition: int, sub: Any, publisher: Publisher, limit: int, stop: asyncio.Event
+    ) -> None:
+        while not stop.is_set():
+            room = MAX_IN_FLIGHT - len(self._in_flight)
+            if room <= 0:
+                self._room.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._room.wait(), FETCH_WAIT_S)
+                continue
+            try:
+                msgs = await sub.fetch(min(room, FETCH_BATCH), timeout=FETCH_WAIT_S)
+            except (nats.errors.TimeoutError, TimeoutError):
+                continue
+            except Exception as exc:  # NATS away: the client reconnects; so do we
+                log.debug("worker: fetch on partition %s failed (%s)", partition, exc)
+                await asyncio.sleep(FETCH_WAIT_S)
+                continue
+            for msg in msgs:
+                self._dispatch(msg, publisher, limit)
+
+    def _dispatch(self, msg: Msg, publisher: Publisher, limit: int) -> None:
+        seq = msg.metadata.sequence.stream
+        if seq in self._in_flight:
+            return  # delivered again while still running here (the ack wait passed)
+        headers = msg.headers or {}
+        try:
+            inbound = wire.decode_inbound(msg.data)
+            reply, key = headers[wire.REPLY], headers[wire.KEY]
+        except (wire.WireError, KeyError) as exc:
+            log.error("worker: dropping message %s, not a LightGrep message (%s)", seq, exc)
+            self._spawn(msg.term())
+            return
+        self._in_flight.add(seq)
+        out = PublishingOutbound(publisher, reply, key, limit)
+        previous = self._chains.get(inbound.session_key)
+        task = self._spawn(self._process(msg, seq, inbound, out, previous))
+        self._chains[inbound.session_key] = task
+
+        def unchain(done: asyncio.Task[None], session: str = inbound.session_key) -> None:
+            if self._chains.get(session) is done:
+                del self._chains[session]
+
+        task.add_done_callback(unchain)
+
+    async def _process(
+        self,
+        msg: Msg,
+        seq: int,
+        inbound: Inbound,
+        out: PublishingOutbound,
+        previous: asyncio.Task[None] | None,
+    ) -> None:
+        keepalive = asyncio.create_task(self._keep_alive(msg))
+        try:
+            if previous is not None:
+                await asyncio.wait({previous})  # one session's messages in order
+            try:
+                await self._core.handle(inbound, out)
+            except Exception:
+                log.exception("worker: the turn failed for session %s", inbound.session_key)
+                await out.error()
+            keepalive.cancel()
+            try:
+                await msg.ack()
+            except Exception as exc:  # delivered again later; the core will not repeat it
+                log.warning("worker: could not acknowledge message %s (%s)", seq, exc)
+        finally:
+            keepalive.cancel()
+            self._in_flight.discard(seq)
+            self._room.set()
+
+    async def _keep_alive(self, msg: Msg) -> None:
+        """Until cancelled: tell JetStream the message is being worked on (a long turn, or one
+        waiting behind its session's earlier message)."""
+        every = max(0.5, self._settings.ack_wait_s / 3)
+        while True:
+            await asyncio.sleep(every)
+            with contextlib.suppress(Exception):
+                await msg.in_progress()
+
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task

@@ -1,0 +1,154 @@
+"""What travels between ingress and workers, and which partition a user lands in."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from bot.cluster import wire
+from bot.cluster.partition import RangeError, describe_ranges, parse_ranges, partition_of
+from bot.inbound import Inbound
+from bot.outbound import BufferedOutbound, Button, OutFile
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_an_inbound_arrives_as_it_was_sent() -> None:
+    sent = Inbound(
+        platform="telegram",
+        session_key="telegram:group:-100:42",
+        user_key="telegram-42",
+        text="héllo \ud800 <b>&",  # a lone surrogate too: platforms send broken text
+        is_private=False,
+        message_id="-100:7",
+    )
+    assert wire.decode_inbound(wire.encode_inbound(sent)) == sent
+
+
+@dataclass(frozen=True)
+class Attachment:
+    name: str
+    data: bytes
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class NewerInbound:
+    """What Inbound may become: fields the codec has never heard of, nested plain data."""
+
+    text: str
+    attachments: tuple[Attachment, ...] = ()
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+def test_new_fields_and_nested_plain_data_travel_without_a_change() -> None:
+    sent = NewerInbound(
+        "see file", (Attachment("a.png", b"\x89PNG\x00\xff", Path("/tmp/a.png")),), {"n": 1}
+    )
+    plain = json.loads(json.dumps(wire.to_plain(sent)))
+    assert wire.from_plain(NewerInbound, plain) == sent
+
+
+def test_peers_one_version_apart_understand_each_other() -> None:
+    body = json.loads(wire.encode_inbound(Inbound("cli", "cli:dm:a", "cli-a", "hi")))
+    body["attachments"] = [{"name": "x"}]  # a newer sender: ignored
+    del body["message_id"]  # an older sender: the default
+    received = wire.decode_inbound(json.dumps(body).encode())
+    assert received == Inbound("cli", "cli:dm:a", "cli-a", "hi", message_id=None)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b"[]", b'{"platform": 1}', b'{"platform":"x","session_key":"s"}'],
+)
+def test_a_message_that_is_not_an_inbound_is_a_wire_error(body: bytes) -> None:
+    with pytest.raises(wire.WireError):
+        wire.decode_inbound(body)
+
+
+async def test_the_calls_of_an_answer_replay_into_any_outbound(tmp_path: Path) -> None:
+    on_disk = tmp_path / "export.zip"
+    on_disk.write_bytes(b"PK\x03\x04 zip bytes")
+    calls = [
+        wire.encode_call("begin", True),
+        wire.encode_call("notice", "consolidating"),
+        wire.encode_call("add_text", "part one, "),
+        wire.encode_call("add_text", "part two"),
+        # A path on the worker's machine means nothing to the ingress: its bytes travel.
+        wire.encode_call("attach_file", OutFile("export.zip", "application/zip", path=on_disk)),
+        wire.encode_call("offer", (Button("Yes", "/wipe confirm 1a2b"),)),
+        wire.encode_call("finish"),
+    ]
+    out = BufferedOutbound()
+    await wire.replay([wire.decode_call(c) for c in calls], out)
+    reply = out.reply
+    assert reply.text == "part one, part two" and reply.private
+    assert reply.files == (OutFile("export.zip", "application/zip", data=on_disk.read_bytes()),)
+    assert reply.buttons == (Button("Yes", "/wipe confirm 1a2b"),)
+    assert out.notices == ["consolidating"]
+
+
+async def test_an_error_call_raises_as_a_failing_core_would() -> None:
+    out = BufferedOutbound()
+    calls = [wire.decode_call(wire.encode_call(op, arg)) for op, arg in [("begin", False),
+             ("add_text", "half"), ("error", "boom")]]  # fmt: skip
+    with pytest.raises(wire.RemoteTurnFailed):
+        await wire.replay(calls, out)
+    with pytest.raises(RuntimeError):
+        out.reply  # noqa: B018 - never finished
+
+
+def test_a_call_with_the_wrong_argument_is_refused_by_the_sender() -> None:
+    with pytest.raises(wire.WireError):
+        wire.encode_call("add_text", 42)
+
+
+def test_a_large_body_is_split_and_joins_back() -> None:
+    body = bytes(range(256)) * 40
+    parts = wire.split(body, 1000)
+    assert len(parts) == 11 and all(len(p) <= 1000 for p in parts)
+    assert b"".join(parts) == body
+    assert wire.split(b"small", 1000) == [b"small"]
+    assert wire.part_of({wire.PART: "3/11"}) == (3, 11)
+    assert wire.part_of(None) == (0, 1)
+    with pytest.raises(wire.WireError):
+        wire.part_of({wire.PART: "11/11"})
+
+
+def test_a_users_partition_is_the_same_in_every_process_and_version() -> None:
+    keys = [f"telegram-{n}" for n in range(50)]  # their repr is valid Python
+    here = [partition_of(key, 16) for key in keys]
+    for seed in ("1", "2"):  # str hashes differ per process: the partition must not
+        code = "from bot.cluster.partition import partition_of as p\n"
+        code += f"print([p(k, 16) for k in {keys}])"
+        there = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        assert json.loads(there.stdout) == here
+    # Pinned: a change would move users away from the worker that holds their memory.
+    assert partition_of("telegram-42", 16) == 2
+    assert partition_of("discord-8123", 64) == 31
+
+
+def test_users_spread_evenly_over_partitions() -> None:
+    counts = Counter(partition_of(f"telegram-{n}", 16) for n in range(16_000))
+    assert set(counts) == set(range(16))
+    assert max(counts.values()) < 1.1 * 1000 and min(counts.values()) > 0.9 * 1000
+
+
+def test_partition_ranges() -> None:
+    assert parse_ranges("0-7", 16) == list(range(8))
+    assert parse_ranges("0-3, 8-11,15", 16) == [0, 1, 2, 3, 8, 9, 10, 11, 15]
+    assert describe_ranges([0, 1, 2, 3, 8, 9, 10, 11, 15]) == "0-3,8-11,15"
+    for bad, said in [("0-16", "past the last partition, 15"), ("x", "not a partition"),
+                      ("5-2", "lower to a higher"), ("-1", "not a partition")]:  # fmt: skip
+        with pytest.raises(RangeError, match=said):
+            parse_ranges(bad, 16)
