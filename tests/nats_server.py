@@ -38,6 +38,7 @@ class NatsServer:
         self.log_path = log_path
         self.port = free_port()
         self.proc: asyncio.subprocess.Process | None = None
+        self.extra: list[str] = []  # more options, e.g. ["--auth", TOKEN]
 
     @property
     def url(self) -> str:
@@ -49,7 +50,7 @@ class NatsServer:
         with self.log_path.open("ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
                 nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(self.port),
-                "-sd", str(self.store),
+                "-sd", str(self.store), *self.extra,
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
             )  # fmt: skip
         deadline = time.monotonic() + START_TIMEOUT_S

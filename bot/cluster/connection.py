@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 
 DUPLICATE_WINDOW_S = 120.0  # JetStream's default: a redelivered platform message is dropped
 ANSWER_MAX_AGE_S = 24 * 3600.0
-CONNECT_RETRY_S = 2.0
 STREAM_EXISTS = 10058  # JetStream's error code: a stream of that name with another config
 
 
@@ -74,16 +73,40 @@ class Names:
 async def connect(settings: ClusterConfig, name: str, stop: asyncio.Event) -> Client | None:
     """A connection that reconnects forever; None if `stop` came before NATS answered.
 
-    The first connection is retried too (NATS may start after us), saying so once."""
+    The first connection is retried too (NATS may start after us), saying so once; credentials
+    NATS refuses are a ClusterError, not a retry."""
+    made: list[Client] = []
+    refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    where = ", ".join(settings.nats_url)
+    said = False
+
+    async def error(exc: Exception) -> None:
+        nonlocal said
+        if _refused(exc):
+            if not refused.done():
+                refused.set_result(None)
+            log.error("NATS at %s refused our credentials", where)
+        elif not made and not said:
+            said = True
+            log.warning("NATS is not reachable at %s (%s); retrying", where, _reason(exc))
+        else:
+            log.debug("NATS: %s", _reason(exc))
+
+    async def disconnected() -> None:
+        if made and not made[0].is_closed:  # not our own close()
+            log.warning(
+                "NATS: disconnected; reconnecting (nothing is lost: messages wait in JetStream)"
+            )
+
     options: dict[str, Any] = dict(
         servers=list(settings.nats_url),
         name=name,
         connect_timeout=2,
         reconnect_time_wait=1,
-        max_reconnect_attempts=-1,  # forever: an outage is waited out
+        max_reconnect_attempts=-1,  # forever, the first connection too: outages are waited out
         allow_reconnect=True,
-        error_cb=_on_error,
-        disconnected_cb=_on_disconnected,
+        error_cb=error,
+        disconnected_cb=disconnected,
         reconnected_cb=_on_reconnected,
     )
     if settings.token:
@@ -92,36 +115,32 @@ async def connect(settings: ClusterConfig, name: str, stop: asyncio.Event) -> Cl
         options["user_credentials"] = str(settings.creds_file.expanduser())
     if settings.nkey_seed_file:
         options["nkeys_seed"] = str(settings.nkey_seed_file.expanduser())
-    where = ", ".join(settings.nats_url)
-    said = False
-    while not stop.is_set():
-        try:
-            client = await nats.connect(**options)
-        except ModuleNotFoundError as exc:
+    attempt = asyncio.ensure_future(nats.connect(**options))
+    stopping = asyncio.ensure_future(stop.wait())
+    waits: set[asyncio.Future[Any]] = {attempt, stopping, refused}
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not attempt.done():
+        attempt.cancel()
+        with contextlib.suppress(BaseException):
+            await attempt
+        if refused.done():
             raise ClusterError(
-                f"[cluster] creds_file / nkey_seed_file need the {exc.name} package: "
-                'pip install "lightgrep[nkeys]"'
-            ) from None
-        except Exception as exc:  # nats-py raises many kinds; every one means "not yet"
-            if _refused(exc):
-                raise ClusterError(
-                    f"NATS at {where} refused our credentials ([cluster] token / creds_file)"
-                ) from None
-            if not said:
-                log.warning(
-                    "NATS is not reachable at %s (%s); retrying every %.0f s",
-                    where,
-                    _reason(exc),
-                    CONNECT_RETRY_S,
-                )
-                said = True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), CONNECT_RETRY_S)
-            continue
-        url = client.connected_url
-        log.info("NATS: connected to %s", url.netloc if url is not None else where)
-        return client
-    return None
+                f"NATS at {where} refused our credentials ([cluster] token, creds_file or "
+                "nkey_seed_file)"
+            )
+        return None
+    try:
+        client = attempt.result()
+    except ModuleNotFoundError as exc:
+        raise ClusterError(
+            f"[cluster] creds_file / nkey_seed_file need the {exc.name} package: "
+            'pip install "lightgrep[nkeys]"'
+        ) from None
+    made.append(client)
+    url = client.connected_url
+    log.info("NATS: connected to %s", url.netloc if url is not None else where)
+    return client
 
 
 async def ensure_streams(js: JetStreamContext, names: Names, settings: ClusterConfig) -> None:
@@ -164,14 +183,6 @@ def _refused(exc: Exception) -> bool:
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-async def _on_error(exc: Exception) -> None:
-    log.debug("NATS: %s", _reason(exc))
-
-
-async def _on_disconnected() -> None:
-    log.warning("NATS: disconnected; reconnecting (nothing is lost: messages wait in JetStream)")
 
 
 async def _on_reconnected() -> None:

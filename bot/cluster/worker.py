@@ -164,6 +164,8 @@ class Worker:
         finally:
             fetching.set()
             stopping.cancel()
+            for loop in loops:
+                loop.cancel()  # what a cancelled fetch brought is delivered again later
             await asyncio.gather(*loops, return_exceptions=True)
             if self._tasks:
                 log.info("worker: stopping; finishing %d running turn(s)", len(self._tasks))

@@ -1,0 +1,233 @@
+"""The ingress's BrokerCore and a Worker in one process, over a real nats-server: an answer
+comes back through the reply port as the agent gave it, a redelivered message is neither
+persisted nor sent to the model twice, a file larger than a NATS message arrives whole, a
+failing core is an apology, and a partition is served by one worker at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from bot.cluster.connection import ClusterError, Names, connect
+from bot.cluster.ingress import BrokerCore
+from bot.cluster.lease import Holder, LeaseHeld, Leases, this_worker
+from bot.cluster.wire import RemoteTurnFailed
+from bot.config import ClusterConfig
+from bot.inbound import Inbound
+from bot.outbound import BufferedOutbound, Outbound, OutFile
+from bot.platform import Core
+from tests.agent_helpers import dm, make_agent, session_records
+from tests.fakes.openai_server import FakeOpenAI, completion
+from tests.nats_server import NatsServer
+
+pytestmark = pytest.mark.timeout(60)
+WAIT_S = 15.0
+
+
+def settings(server: NatsServer, **changes: object) -> ClusterConfig:
+    config = ClusterConfig(nats_url=[server.url], partitions=4, ack_wait_s=2, lease_ttl_s=3)
+    for key, value in changes.items():
+        setattr(config, key, value)
+    return config
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    core: Core, cluster: ClusterConfig, folder: Path, partitions: list[int] | None = None
+) -> AsyncIterator[asyncio.Task[None]]:
+    """A Worker on `folder` for `partitions` (default: all), running until the block ends."""
+    from bot.cluster.worker import Worker
+
+    folder.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - a test's folder
+    chosen = partitions or list(range(cluster.partitions))
+    worker = Worker(core, cluster, chosen, this_worker(folder))
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    ready = asyncio.create_task(worker.ready.wait())
+    await asyncio.wait({task, ready}, timeout=WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+    ready.cancel()
+    if task.done():
+        task.result()  # raises what made it stop
+    assert worker.ready.is_set(), "the worker did not start"
+    try:
+        yield task
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, WAIT_S)
+
+
+@contextlib.asynccontextmanager
+async def ingress(cluster: ClusterConfig) -> AsyncIterator[BrokerCore]:
+    core = BrokerCore(cluster)
+    assert await core.start(asyncio.Event())
+    try:
+        yield core
+    finally:
+        await core.close()
+
+
+async def ask(core: BrokerCore, inbound: Inbound) -> BufferedOutbound:
+    out = BufferedOutbound()
+    await asyncio.wait_for(core.handle(inbound, out), WAIT_S)
+    return out
+
+
+async def test_an_answer_comes_back_as_the_agent_gave_it(
+    nats_server: NatsServer, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    cluster = settings(nats_server)
+    fake_llm.default = lambda body: completion(f"echo {body['messages'][-1]['content'][-4:]}")
+    agent = make_agent(fake_llm, tmp_path / "w")
+    async with serving(agent, cluster, tmp_path / "w"), ingress(cluster) as core:
+        replies = await asyncio.gather(
+            *(ask(core, dm(str(user), f"hi {user:04}")) for user in range(12))
+        )
+        status = await ask(core, dm("3", "/status"))
+    assert [out.reply.text for out in replies] == [f"echo {user:04}" for user in range(12)]
+    assert "fake-model" in status.reply.text  # a command answers through the same port
+    records = [r for r in session_records(tmp_path / "w", "3") if r.get("role")]
+    assert [r["role"] for r in records] == ["user", "assistant"]
+    assert "hi 0003" in records[0]["content"] and records[1]["content"] == "echo 0003"
+    await agent.aclose()
+
+
+async def test_a_message_published_again_after_a_restart_is_kept_and_answered_once(
+    nats_server: NatsServer, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """The platform delivers again what an ingress that died had published: the new ingress
+    gets the answer on file; the model is asked once, the message kept once."""
+    cluster = settings(nats_server)
+    fake_llm.queue(completion("the one answer"))
+    agent = make_agent(fake_llm, tmp_path / "w")
+    message = Inbound("telegram", "telegram:dm:5", "telegram-5", "remember me", message_id="5:1")
+    async with serving(agent, cluster, tmp_path / "w"):
+        async with ingress(cluster) as first:
+            assert (await ask(first, message)).reply.text == "the one answer"
+        async with ingress(cluster) as second:  # a new run: a new id, its own answers
+            again = await ask(second, message)
+    assert again.reply.text == "the one answer"
+    assert len(fake_llm.chat_requests) == 1
+    users = [r for r in session_records(tmp_path / "w", "5") if r.get("role") == "user"]
+    assert len(users) == 1
+    await agent.aclose()
+
+
+class Scripted:
+    """A core that answers with what a test gives it (the port's far side, not the agent)."""
+
+    def __init__(self, answer: Callable[[Inbound, Outbound], Awaitable[None]]) -> None:
+        self.answer = answer
+
+    async def handle(self, inbound: Inbound, out: Outbound) -> None:
+        await self.answer(inbound, out)
+
+
+async def test_a_file_larger_than_a_nats_message_arrives_whole(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    big = os.urandom(3 * 1024 * 1024)  # NATS takes 1 MB per message by default
+
+    async def export(inbound: Inbound, out: Outbound) -> None:
+        await out.begin(private=True)
+        await out.add_text("Your archive:")
+        path = tmp_path / "archive.zip"
+        path.write_bytes(big)
+        await out.attach_file(OutFile("archive.zip", "application/zip", path=path))
+        await out.finish()
+
+    cluster = settings(nats_server)
+    async with serving(Scripted(export), cluster, tmp_path / "w"), ingress(cluster) as core:
+        reply = (await ask(core, dm("1", "/export"))).reply
+    assert reply.private and reply.text == "Your archive:"
+    assert [(f.name, f.read()) for f in reply.files] == [("archive.zip", big)]
+
+
+async def test_a_core_that_fails_on_the_worker_fails_on_the_ingress(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    async def fail(inbound: Inbound, out: Outbound) -> None:
+        await out.begin()
+        await out.add_text("half an answer")
+        raise RuntimeError("a bug")
+
+    cluster = settings(nats_server)
+    async with serving(Scripted(fail), cluster, tmp_path / "w"), ingress(cluster) as core:
+        out = BufferedOutbound()
+        with pytest.raises(RemoteTurnFailed):
+            await asyncio.wait_for(core.handle(dm("1", "hi"), out), WAIT_S)
+        with pytest.raises(RuntimeError):  # never finished: the adapter apologises instead
+            out.reply  # noqa: B018
+
+
+async def test_a_partition_is_served_by_one_worker_at_a_time(
+    nats_server: NatsServer, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    cluster = settings(nats_server)
+    agent = make_agent(fake_llm, tmp_path / "a")
+    async with serving(agent, cluster, tmp_path / "a", [0, 1]):
+        with pytest.raises(LeaseHeld) as refused:
+            async with serving(agent, cluster, tmp_path / "b", [1, 2]):
+                pass
+        said = str(refused.value)
+        assert f"partition 1 by worker pid {os.getpid()} on {socket.gethostname()}" in said
+        assert str(tmp_path / "a") in said and "partition 2" not in said
+        async with serving(agent, cluster, tmp_path / "b", [2, 3]):
+            pass  # the others are free
+    # Stopped cleanly, the first gave its claims up: no need to wait for them to expire.
+    async with serving(agent, cluster, tmp_path / "b", [0, 1]):
+        pass
+    await agent.aclose()
+
+
+async def test_a_restarted_worker_takes_back_the_claim_of_its_own_folder(
+    nats_server: NatsServer, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A killed worker's claim stays until its TTL; a worker started on the same folder holds
+    the folder's lock, so that claim's holder is dead: it takes over at once. Not another's."""
+    cluster = settings(nats_server, lease_ttl_s=600)
+    folder = tmp_path / "w"
+    folder.mkdir()
+    me = this_worker(folder)
+    killed = Holder(me.folder_id, me.host, 999_999, me.workspaces)
+    stranger = Holder("another-folder", "elsewhere", 4242, "/srv/w")
+    client = await connect(cluster, "test", asyncio.Event())
+    assert client is not None
+    try:
+        names = Names(cluster.subject_prefix)
+        await Leases(client.jetstream(), names, [0], killed, 600, 1).acquire()
+        await Leases(client.jetstream(), names, [1], stranger, 600, 1).acquire()
+    finally:
+        await client.close()
+    agent = make_agent(fake_llm, folder)
+    async with serving(agent, cluster, folder, [0]):
+        pass
+    with pytest.raises(LeaseHeld, match="partition 1 by worker pid 4242 on elsewhere"):
+        async with serving(agent, cluster, folder, [1]):
+            pass
+    await agent.aclose()
+
+
+async def test_bad_credentials_are_one_clear_line(tmp_path: Path) -> None:
+    server = NatsServer(tmp_path / "nats", tmp_path / "nats.log")
+    server.extra = ["--auth", "right-token"]
+    await server.start()
+    try:
+        cluster = settings(server, token="wrong-token")
+        with pytest.raises(ClusterError, match="refused our credentials"):
+            await connect_once(cluster)
+        cluster.token = "right-token"
+        await connect_once(cluster)
+    finally:
+        await server.stop()
+
+
+async def connect_once(cluster: ClusterConfig) -> None:
+    client = await asyncio.wait_for(connect(cluster, "test", asyncio.Event()), WAIT_S)
+    assert client is not None
+    await client.close()
