@@ -288,11 +288,20 @@ def child_env(folder: Path) -> dict[str, str]:
 
 
 class BotProcess:
-    """`python -m bot.cli run --config FILE` with its log in a file."""
+    """`python -m bot.cli run --config FILE` (or another command: `ingress`, `worker …`, with
+    the log line that says it is ready) with its log in a file."""
 
     def __init__(
-        self, config: Path, env: dict[str, str], log_path: Path, profile: Path | None = None
+        self,
+        config: Path,
+        env: dict[str, str],
+        log_path: Path,
+        profile: Path | None = None,
+        command: tuple[str, ...] = ("run",),
+        ready: str = "telegram is ready",
     ) -> None:
+        self.command = command
+        self.ready = ready
         self.config = config
         self.env = env
         self.log_path = log_path
@@ -306,12 +315,13 @@ class BotProcess:
         return self.proc.pid
 
     async def start(self, ready_timeout_s: float = 30.0) -> None:
-        """Start and wait until it says Telegram is ready (the log line of `lightgrep run`)."""
+        """Start and wait until it says it is ready (`lightgrep run`: Telegram is ready)."""
         start_at = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             profiler = ["-m", "cProfile", "-o", str(self.profile)] if self.profile else []
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, *profiler, "-m", "bot.cli", "run", "--config", str(self.config),
+                sys.executable, *profiler, "-m", "bot.cli", self.command[0],
+                "--config", str(self.config), *self.command[1:],
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -321,12 +331,14 @@ class BotProcess:
         deadline = time.monotonic() + ready_timeout_s
         while time.monotonic() < deadline:
             text = self.log_path.read_bytes()[start_at:].decode(errors="replace")
-            if "telegram is ready" in text:
+            if self.ready in text:
                 return
             if self.proc.returncode is not None:
-                raise RuntimeError(f"lightgrep run exited with {self.proc.returncode}:\n{text}")
+                raise RuntimeError(
+                    f"lightgrep {self.command[0]} exited with {self.proc.returncode}:\n{text}"
+                )
             await asyncio.sleep(0.02)
-        raise RuntimeError(f"lightgrep run not ready after {ready_timeout_s:.0f} s")
+        raise RuntimeError(f"lightgrep {self.command[0]} not ready after {ready_timeout_s:.0f} s")
 
     def cpu_seconds(self) -> float:
         """User + system CPU time the process has used so far (from /proc/<pid>/stat)."""

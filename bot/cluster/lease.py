@@ -28,6 +28,7 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSe
 from nats.js.kv import KeyValue
 
 from bot.cluster.connection import ClusterError, Names
+from bot.cluster.partition import describe_ranges
 from memory.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -94,18 +95,30 @@ class Leases:
         self._replicas = replicas
         self._kv: KeyValue | None = None
         self._revisions: dict[int, int] = {}
+        self._taken_over: dict[str, list[int]] = {}  # holder → partitions taken from it
 
     async def acquire(self) -> None:
         """Claim every partition, or none: LeaseHeld names the holders of those taken."""
         kv = self._kv = await self._bucket()
         refused: dict[int, str] = {}
+        self._taken_over = {}
         for partition in self._partitions:
             holder = await self._claim(kv, partition)
             if holder is not None:
                 refused[partition] = holder
+        for who, numbers in self._taken_over.items():
+            log.info(
+                "%s: took over the claim of %s, an earlier run on this folder (gone: we hold "
+                "the folder's lock)",
+                _partitions(numbers),
+                who,
+            )
         if refused:
             await self.release()
-            listing = "; ".join(f"partition {p} by {who}" for p, who in sorted(refused.items()))
+            by: dict[str, list[int]] = {}
+            for partition, who in sorted(refused.items()):
+                by.setdefault(who, []).append(partition)
+            listing = "; ".join(f"{_partitions(ps)} by {who}" for who, ps in by.items())
             raise LeaseHeld(
                 f"partitions already served by another worker: {listing}. Stop that worker "
                 f"first, or if it has died, wait {self._ttl_s:.0f} s for its claim to expire"
@@ -162,15 +175,12 @@ class Leases:
                 continue
             holder = Holder.decode(entry.value or b"")
             if holder is not None and holder.folder_id == self._me.folder_id:
-                log.info(
-                    "partition %s: taking over the claim of %s (a previous run on this folder)",
-                    partition,
-                    holder.describe(),
-                )
                 try:
                     self._revisions[partition] = await kv.update(
                         key, self._me.encode(), last=entry.revision
                     )
+                    if holder != self._me:
+                        self._taken_over.setdefault(holder.describe(), []).append(partition)
                     return None
                 except KeyWrongLastSequenceError:
                     continue
@@ -196,3 +206,7 @@ class Leases:
     @staticmethod
     def _key(partition: int) -> str:
         return f"partition-{partition}"
+
+
+def _partitions(numbers: list[int]) -> str:
+    return f"partition{'s' if len(numbers) > 1 else ''} {describe_ranges(numbers)}"

@@ -1,0 +1,141 @@
+"""`lightgrep ingress` and two `lightgrep worker`s as real processes over a real nats-server,
+against the fake Telegram and the fake LLM: many users answered, each user's messages kept once,
+in order, by the worker of their partition only; a second claim on a partition refused; and
+SIGKILL of a worker mid-turn, of the ingress mid-traffic, and of the NATS server lose nothing.
+The longer figures are bench/cluster_bench.py's."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from bench.cluster_harness import ClusterRig
+from bench.crash_loop import Traffic
+from bench.harness import FIRST_USER_ID, BenchLLM, BenchTelegram
+from tests.nats_server import NatsServer
+
+pytestmark = pytest.mark.timeout(120)
+WAIT_S = 30.0
+
+
+@pytest.fixture
+async def rig(tmp_path: Path, nats_server: NatsServer) -> AsyncIterator[ClusterRig]:
+    llm = await BenchLLM(latency_s=0.2, reply_words=20).start()
+    telegram = await BenchTelegram().start()
+    rig = ClusterRig(tmp_path, llm, telegram, nats_server)
+    try:
+        yield rig
+    finally:
+        await rig.kill_all()
+        await telegram.stop()
+        await llm.stop()
+
+
+async def until(rig: ClusterRig, predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}\n{rig.log_tails()}")
+        await asyncio.sleep(0.02)
+
+
+def check_kept_once_in_order_by_their_worker(rig: ClusterRig, sent: dict[int, int]) -> None:
+    """`sent`: Telegram user → how many messages they sent (seq 0 … n-1)."""
+    on_file = rig.messages()
+    for user, count in sent.items():
+        home = rig.worker_of(user)
+        assert on_file[home].get(user) == list(range(count)), (user, on_file[home].get(user))
+        for other, users in on_file.items():
+            assert other == home or user not in users, f"user {user} written by worker {other}"
+
+
+async def worker_refused(rig: ClusterRig, config: Path, partitions: str) -> tuple[int, str]:
+    """A worker that should refuse to start: its exit code and stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "worker", "--config", str(config),
+        "--partitions", partitions,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE, env=rig.ingress.env,
+    )  # fmt: skip
+    _, stderr = await asyncio.wait_for(proc.communicate(), WAIT_S)
+    return proc.returncode or 0, stderr.decode()
+
+
+async def test_an_ingress_and_two_workers_answer_many_users(rig: ClusterRig) -> None:
+    await rig.start()
+    code, stderr = await worker_refused(rig, rig.workers[0].config, "6-9")
+    assert code == 1
+    # The same folder is refused by its lock; a second worker elsewhere by the claims:
+    assert "already in use" in stderr
+    other = rig.folder / "worker-other"
+    other.mkdir()
+    config = other / "config.toml"
+    config.write_text(rig.workers[0].config.read_text().replace("worker0", "worker-other"))
+    code, stderr = await worker_refused(rig, config, "6-9")
+    assert code == 1, stderr
+    said = stderr.splitlines()[-1]
+    assert said.startswith("lightgrep: partitions already served by another worker: ")
+    assert f"partitions 6-7 by worker pid {rig.workers[0].pid} on " in said
+    assert f"partitions 8-9 by worker pid {rig.workers[1].pid} on " in said
+
+    rng = random.Random(2)
+    users = range(FIRST_USER_ID, FIRST_USER_ID + 30)
+    assert {rig.worker_of(u) for u in users} == {0, 1}
+    names = [rig.telegram.send(user, seq, rng) for seq in range(3) for user in users]
+    await until(rig, lambda: all(rig.telegram.answers.get(n) for n in names), "every answer")
+    assert await rig.terminate() == [0, 0, 0]
+    check_kept_once_in_order_by_their_worker(rig, dict.fromkeys(users, 3))
+    assert all(len(rig.telegram.answers[n]) == 1 for n in names)  # no kill: each answered once
+
+
+async def test_kills_of_a_worker_the_ingress_and_nats_lose_nothing(
+    rig: ClusterRig, nats_server: NatsServer
+) -> None:
+    traffic = Traffic(rig.telegram, users=8, burst=2, seed=3)
+    assert {rig.worker_of(u) for u in traffic.next_seq} == {0, 1}
+    await rig.start()
+    traffic.start()
+
+    def answered_more(count: int) -> Callable[[], bool]:
+        target = len(rig.telegram.answers) + count
+        return lambda: len(rig.telegram.answers) >= target
+
+    await until(rig, answered_more(12), "answers before the worker's kill")
+    worker = rig.workers[0]
+    await worker.kill()
+    on_file = rig.messages()[0]
+    mid_turn = [
+        (user, seq)
+        for user, seqs in on_file.items()
+        for seq in seqs
+        if not rig.telegram.answers.get(f"LG{user}m{seq}")
+    ]
+    assert mid_turn, "the worker was killed between turns, not in one"
+    await worker.start()  # on the same folder: it takes its claims back at once
+    await until(rig, answered_more(12), "answers after the worker's restart")
+
+    await rig.ingress.kill()
+    rig.telegram.epoch += 1
+    await rig.ingress.start()
+    await until(rig, answered_more(12), "answers after the ingress's restart")
+
+    await nats_server.kill()
+    await asyncio.sleep(0.5)
+    await nats_server.start()  # the same port and storage
+    await until(rig, answered_more(12), "answers after the NATS restart")
+
+    traffic.running = False
+    await until(rig, lambda: not traffic.owed(), "every message answered")
+    assert await rig.terminate() == [0, 0, 0]
+    sent: dict[int, int] = {}
+    for name in traffic.sent:
+        user, seq = (int(n) for n in name[2:].split("m"))
+        sent[user] = max(sent.get(user, 0), seq + 1)
+    check_kept_once_in_order_by_their_worker(rig, sent)
+    assert all(rig.telegram.answers.get(name) for name in traffic.sent)
