@@ -360,6 +360,26 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_partitions(args: argparse.Namespace) -> int:
+    """Each user of this workspaces folder with their partition: which folders to move or
+    delete when partitions change workers (README, "Running on several machines")."""
+    from bot.cluster.partition import RangeError, parse_ranges, partition_of
+    from memory.workspace import Workspaces
+
+    config = load(args.config, writer=False)
+    count = config.cluster.partitions
+    try:
+        kept = set(parse_ranges(args.outside, count)) if args.outside else set()
+    except RangeError as exc:
+        raise UserError(f"--outside: {exc}", EXIT_USAGE) from None
+    workspaces = Workspaces(_workspaces(config), writer=False)
+    for key in workspaces.user_keys():
+        partition = partition_of(key, count)
+        if partition not in kept:
+            print(f"{partition}\t{key}\t{workspaces.root_of(key)}")
+    return 0
+
+
 # ---- operator views -------------------------------------------------------------------------
 
 
@@ -609,6 +629,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--partitions", required=True, metavar="RANGES", help="e.g. 0-7, or 0-3,8-11"
     )
     worker.set_defaults(func=cmd_worker)
+
+    partitions = sub.add_parser(
+        "partitions", parents=[common], help="list each user's partition (moving workers)"
+    )
+    partitions.add_argument(
+        "--outside", metavar="RANGES", help="only the users outside these partitions, e.g. 0-3"
+    )
+    partitions.set_defaults(func=cmd_partitions)
 
     memory = sub.add_parser("memory", parents=[common], help="print a user's MEMORY.md")
     memory.add_argument("user_key", metavar="USER_KEY", help="e.g. cli-alice")

@@ -189,13 +189,14 @@ async def test_a_restarted_worker_takes_back_the_claim_of_its_own_folder(
     nats_server: NatsServer, fake_llm: FakeOpenAI, tmp_path: Path
 ) -> None:
     """A killed worker's claim stays until its TTL; a worker started on the same folder holds
-    the folder's lock, so that claim's holder is dead: it takes over at once. Not another's."""
+    the folder's lock, so that claim's holder is dead: it takes over at once. Not the claim of
+    a copy of the folder on another machine."""
     cluster = settings(nats_server, lease_ttl_s=600)
     folder = tmp_path / "w"
     folder.mkdir()
     me = this_worker(folder)
     killed = Holder(me.folder_id, me.host, 999_999, me.workspaces)
-    stranger = Holder("another-folder", "elsewhere", 4242, "/srv/w")
+    stranger = Holder(me.folder_id, "elsewhere", 4242, me.workspaces)  # a copy of the folder
     client = await connect(cluster, "test", asyncio.Event())
     assert client is not None
     try:
@@ -231,3 +232,29 @@ async def connect_once(cluster: ClusterConfig) -> None:
     client = await asyncio.wait_for(connect(cluster, "test", asyncio.Event()), WAIT_S)
     assert client is not None
     await client.close()
+
+
+def test_partitions_lists_the_users_a_worker_no_longer_serves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bot.cli import main
+    from bot.cluster.partition import partition_of
+    from memory.workspace import Workspaces
+
+    workspaces = Workspaces(tmp_path / "workspaces")
+    keys = [f"telegram-{n}" for n in range(20)]
+    for key in keys:
+        workspaces.get(key).memory.write("x\n")
+    config = tmp_path / "config.toml"
+    config.write_text(f'[memory]\nworkspaces_dir = "{tmp_path / "workspaces"}"\n')
+
+    assert main(["partitions", "--config", str(config)]) == 0
+    listed = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert sorted((k, int(p)) for p, k, _ in listed) == sorted(
+        (k, partition_of(k, 16)) for k in keys
+    )
+    assert main(["partitions", "--config", str(config), "--outside", "0-7"]) == 0
+    outside = {line.split("\t")[1] for line in capsys.readouterr().out.splitlines()}
+    assert outside == {k for k in keys if partition_of(k, 16) >= 8}
+    assert main(["partitions", "--config", str(config), "--outside", "0-99"]) == 2
+    assert "past the last partition, 15" in capsys.readouterr().err

@@ -5,9 +5,11 @@ their workspaces from two machines. So a worker creates `partition-<n>` (create 
 exists) before it consumes partition n, renews it every third of the bucket's TTL, and deletes
 it when it stops. A worker that dies stops renewing: its claim expires after the TTL.
 
-The claim names the workspaces folder by an id kept in the folder. A worker that finds a claim
-of its own folder takes it over at once: it holds the folder's lock (memory/folder_lock.py), so
-the process that made the claim is gone. Any other claim is refused, naming its holder.
+The claim names the workspaces folder: the host, its path, and an id kept in the folder. A
+worker that finds a claim of its own folder takes it over at once: it holds the folder's lock
+(memory/folder_lock.py), so the process that made the claim is gone. All three must match: a
+copy of the folder (same id) on another machine, or at another path, is another folder. Any
+other claim is refused, naming its holder.
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ class Holder:
     def describe(self) -> str:
         return f"worker pid {self.pid} on {self.host} (workspaces {self.workspaces})"
 
+    def same_folder(self, other: Holder) -> bool:
+        return (self.folder_id, self.host, self.workspaces) == (
+            other.folder_id, other.host, other.workspaces,
+        )  # fmt: skip
+
     def encode(self) -> bytes:
         return json.dumps(asdict(self)).encode()
 
@@ -69,7 +76,7 @@ def this_worker(workspaces: Path) -> Holder:
 
 
 def folder_id(workspaces: Path) -> str:
-    """The folder's own id, made once (a copied folder keeps it: see the README on moving)."""
+    """The folder's own id, made once (a copy keeps it; its host or path tells it apart)."""
     path = workspaces / FOLDER_ID_FILE
     with contextlib.suppress(FileNotFoundError):
         text = path.read_text().strip()
@@ -174,7 +181,7 @@ class Leases:
             except KeyNotFoundError:
                 continue
             holder = Holder.decode(entry.value or b"")
-            if holder is not None and holder.folder_id == self._me.folder_id:
+            if holder is not None and holder.same_folder(self._me):
                 try:
                     self._revisions[partition] = await kv.update(
                         key, self._me.encode(), last=entry.revision
