@@ -258,3 +258,42 @@ def test_partitions_lists_the_users_a_worker_no_longer_serves(
     assert outside == {k for k in keys if partition_of(k, 16) >= 8}
     assert main(["partitions", "--config", str(config), "--outside", "0-99"]) == 2
     assert "past the last partition, 15" in capsys.readouterr().err
+
+
+def test_cluster_settings_from_the_file_and_the_environment(tmp_path: Path) -> None:
+    from bot.config import ConfigError, load_config
+
+    path = tmp_path / "config.toml"
+    path.write_text('[cluster]\nnats_url = ["nats://a:4222", "tls://b:4222"]\nreplicas = 3\n')
+    config = load_config(path, {"NATS_TOKEN": "tok-s3cret\n"})
+    assert config.cluster.nats_url == ["nats://a:4222", "tls://b:4222"]
+    assert config.cluster.token == "tok-s3cret" and config.cluster.replicas == 3
+    assert "tok-s3cret" not in repr(config) and config.cluster.partitions == 16
+    path.write_text("")
+    from_env = load_config(path, {"NATS_URL": "nats://x:1, nats://y:2"}).cluster
+    assert from_env.nats_url == ["nats://x:1", "nats://y:2"]
+    for bad, said in [
+        ('nats_url = ["nats://me:pw@a:4222"]', "without credentials in them"),
+        ('nats_url = ["http://a:4222"]', "nats://"),
+        ('subject_prefix = "a.b"', "one NATS subject token"),
+        ("partitions = 0", "from 1 to 1024"),
+    ]:
+        path.write_text(f"[cluster]\n{bad}\n")
+        with pytest.raises(ConfigError, match=said):
+            load_config(path, {})
+
+
+def test_ingress_and_worker_mistakes_are_one_line(
+    tmp_path: Path, fake_llm: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bot.cli import main
+
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[memory]\nworkspaces_dir = "{tmp_path / "w"}"\n[llm]\nbase_url = "{fake_llm.base_url}"\n'
+    )
+    assert main(["ingress", "--config", str(config)]) == 2
+    assert "no platform is enabled" in capsys.readouterr().err
+    assert main(["worker", "--config", str(config), "--partitions", "8-16"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lightgrep: --partitions: '8-16' goes past the last partition, 15")

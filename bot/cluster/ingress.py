@@ -37,6 +37,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from bot.cluster import wire
 from bot.cluster.connection import Names, connect, ensure_streams
@@ -77,7 +78,10 @@ class _Answer:
             return  # a second attempt's calls, after the first finished: not needed
         headers = msg.headers or {}
         attempt = headers.get(wire.ATTEMPT, "")
-        seq = int(headers.get(wire.SEQ, "0"))
+        try:
+            seq = int(headers.get(wire.SEQ, ""))
+        except ValueError:
+            raise wire.WireError(f"bad {wire.SEQ} header") from None
         index, count = wire.part_of(headers)
         body = msg.data
         if count > 1:
@@ -129,7 +133,7 @@ class BrokerCore:
         await ensure_streams(js, self._names, self._settings)
         self._publisher = Publisher(js, "a user's message")
         sub = await self._subscribe(js)
-        self._listener = asyncio.create_task(self._listen(sub))
+        self._listener = asyncio.create_task(self._listen(js, sub))
         log.info("ingress %s: answers come on %s", self.ingress_id, self._reply_subject)
         return True
 
@@ -187,7 +191,7 @@ class BrokerCore:
         await js.add_consumer(self._names.out_stream, config)
         return await js.pull_subscribe_bind(durable=durable, stream=self._names.out_stream)
 
-    async def _listen(self, sub: Any) -> None:
+    async def _listen(self, js: JetStreamContext, sub: Any) -> None:
         while True:
             try:
                 msgs = await sub.fetch(REPLY_BATCH, timeout=REPLY_WAIT_S)
@@ -195,6 +199,11 @@ class BrokerCore:
                 continue
             except asyncio.CancelledError:
                 raise
+            except NotFoundError:  # idle past IDLE_CONSUMER_S (cut off from NATS): made anew
+                log.warning("ingress: our answer consumer was gone; making it again")
+                with contextlib.suppress(Exception):
+                    sub = await self._subscribe(js)
+                continue
             except Exception as exc:  # NATS away: the client reconnects; so do we
                 log.debug("ingress: fetching answers failed (%s)", exc)
                 await asyncio.sleep(REPLY_WAIT_S)
@@ -212,7 +221,7 @@ class BrokerCore:
             return
         try:
             answer.add(msg)
-        except wire.WireError as exc:
+        except (wire.WireError, UnicodeDecodeError) as exc:
             log.error("ingress: an answer that is not ours (%s)", exc)
             if not answer.done.done():
                 answer.done.set_result([("error", str(exc))])

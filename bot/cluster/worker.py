@@ -223,6 +223,8 @@ class Worker:
         try:
             inbound = wire.decode_inbound(msg.data)
             reply, key = headers[wire.REPLY], headers[wire.KEY]
+            if not reply.startswith(self._names.out_subject("")) or "*" in reply or ">" in reply:
+                raise wire.WireError(f"answers go to {self._names.out_subject('<ingress>')}")
         except (wire.WireError, KeyError) as exc:
             log.error("worker: dropping message %s, not a LightGrep message (%s)", seq, exc)
             self._spawn(msg.term())
