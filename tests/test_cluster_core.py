@@ -19,7 +19,7 @@ from bot.cluster.ingress import BrokerCore
 from bot.cluster.lease import Holder, LeaseHeld, Leases, this_worker
 from bot.cluster.wire import RemoteTurnFailed
 from bot.config import ClusterConfig
-from bot.inbound import Inbound
+from bot.inbound import Attachment, Inbound
 from bot.outbound import BufferedOutbound, Outbound, OutFile
 from bot.platform import Core
 from tests.agent_helpers import dm, make_agent, session_records
@@ -146,6 +146,37 @@ async def test_a_file_larger_than_a_nats_message_arrives_whole(
         reply = (await ask(core, dm("1", "/export"))).reply
     assert reply.private and reply.text == "Your archive:"
     assert [(f.name, f.read()) for f in reply.files] == [("archive.zip", big)]
+
+
+async def test_a_voice_message_larger_than_a_nats_message_arrives_whole(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    voice = os.urandom(3 * 1024 * 1024)
+    received: list[Inbound] = []
+
+    async def listen(inbound: Inbound, out: Outbound) -> None:
+        received.append(inbound)
+        await out.begin()
+        await out.add_text(f"heard {len(inbound.attachments[0].data or b'')} bytes")
+        await out.finish()
+
+    message = Inbound(
+        "telegram", "telegram:dm:1", "telegram-1", "", message_id="1:9",
+        attachments=(Attachment("audio", "audio/ogg", "voice.ogg", len(voice), voice,
+                                voice=True, seconds=12.5),),
+    )  # fmt: skip
+    cluster = settings(nats_server)
+    async with serving(Scripted(listen), cluster, tmp_path / "w"), ingress(cluster) as core:
+        reply = (await ask(core, message)).reply
+        assert reply.text == f"heard {len(voice)} bytes"
+        assert received == [message]
+    client = await connect(cluster, "test", asyncio.Event())
+    assert client is not None
+    try:  # answered: its body is deleted
+        store = await client.jetstream().object_store("lightgrep-bodies")
+        assert all(info.deleted for info in await store.list())
+    finally:
+        await client.close()
 
 
 async def test_a_core_that_fails_on_the_worker_fails_on_the_ingress(

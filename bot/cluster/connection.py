@@ -5,7 +5,9 @@ Two JetStream streams, both work queues (a message is gone once acknowledged):
   partition, no age limit (a message waits however long its worker is down);
 - `<prefix>-out`, subjects `<prefix>.out.<ingress id>`: the answers' Outbound calls, one consumer
   per ingress process; answers for an ingress that never comes back expire after a day.
-A key-value bucket `<prefix>-leases` holds which worker serves which partition (lease.py).
+A key-value bucket `<prefix>-leases` holds which worker serves which partition (lease.py), and
+an object store `<prefix>-bodies` the messages too large for one NATS message (wire.py), each
+deleted once its message is answered.
 
 An outage is waited out, never an error: the client reconnects forever and the log says when the
 connection goes and comes back. Credentials never reach the log (they are in [cluster]'s secret
@@ -23,8 +25,9 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError
+from nats.js.api import ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import BadRequestError, BucketNotFoundError
+from nats.js.object_store import ObjectStore
 
 from bot.config import ClusterConfig
 
@@ -56,6 +59,10 @@ class Names:
     @property
     def lease_bucket(self) -> str:
         return f"{self.prefix}-leases"
+
+    @property
+    def body_bucket(self) -> str:
+        return f"{self.prefix}-bodies"
 
     def in_subject(self, partition: int) -> str:
         return f"{self.prefix}.in.{partition}"
@@ -174,6 +181,15 @@ async def ensure_streams(js: JetStreamContext, names: Names, settings: ClusterCo
                     f"({update.description}); delete it or choose another [cluster] "
                     "subject_prefix"
                 ) from None
+
+
+async def bodies(js: JetStreamContext, names: Names, settings: ClusterConfig) -> ObjectStore:
+    """The object store of the messages too large for one NATS message."""
+    try:
+        return await js.object_store(names.body_bucket)
+    except BucketNotFoundError:
+        config = ObjectStoreConfig(storage=StorageType.FILE, replicas=settings.replicas)
+        return await js.create_object_store(names.body_bucket, config=config)
 
 
 def _refused(exc: Exception) -> bool:

@@ -38,9 +38,10 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
+from nats.js.object_store import ObjectStore
 
 from bot.cluster import wire
-from bot.cluster.connection import Names, connect, ensure_streams
+from bot.cluster.connection import Names, bodies, connect, ensure_streams
 from bot.cluster.partition import partition_of
 from bot.cluster.publish import Publisher
 from bot.config import ClusterConfig
@@ -115,6 +116,8 @@ class BrokerCore:
         self._answers: dict[str, _Answer] = {}
         self._client: Client | None = None
         self._publisher: Publisher | None = None
+        self._bodies: ObjectStore | None = None
+        self._limit = 0
         self._listener: asyncio.Task[None] | None = None
         self._acking: set[asyncio.Future[None]] = set()
 
@@ -132,6 +135,8 @@ class BrokerCore:
         js = client.jetstream()
         await ensure_streams(js, self._names, self._settings)
         self._publisher = Publisher(js, "a user's message")
+        self._bodies = await bodies(js, self._names, self._settings)
+        self._limit = max(1024, client.max_payload - wire.HEADROOM)
         sub = await self._subscribe(js)
         self._listener = asyncio.create_task(self._listen(js, sub))
         log.info("ingress %s: answers come on %s", self.ingress_id, self._reply_subject)
@@ -168,13 +173,33 @@ class BrokerCore:
         body = wire.encode_inbound(inbound)
         msg_id = f"{inbound.platform}:{inbound.message_id}" if inbound.message_id else key
         headers = {wire.MSG_ID: msg_id, wire.REPLY: self._reply_subject, wire.KEY: key}
+        if len(body) > self._limit:
+            body = await self._put_body(key, body, headers, inbound.session_key)
         ack, retried = await self._publisher.publish(subject, body, headers)
         if ack.duplicate and not retried:
             # Published before by an earlier run (the platform delivered it again after a
             # restart): that run was to get the answer. Ask again under a new id.
             log.info("message %s was published before; asking for its answer again", msg_id)
-            headers[wire.MSG_ID] = f"{msg_id}#{key}"
+            headers[wire.MSG_ID] = f"{msg_id}#{key}"  # a large body: the one stored above
             await self._publisher.publish(subject, body, headers)
+
+    async def _put_body(
+        self, name: str, body: bytes, headers: dict[str, str], session_key: str
+    ) -> bytes:
+        """Keep a body too large for a message in the object store; the message's stub body."""
+        assert self._bodies is not None
+        backoff = 0.2
+        while True:
+            try:
+                await self._bodies.put(name, body)
+                break
+            except Exception as exc:  # NATS away: as for any publish, hold it and retry
+                log.warning("NATS: cannot store a large message (%s); retrying", exc)
+                await asyncio.sleep(backoff)
+                backoff = min(5.0, backoff * 2)
+        headers[wire.BODY] = name
+        headers[wire.SESSION] = session_key
+        return b""
 
     async def _subscribe(self, js: JetStreamContext) -> Any:
         durable = self._names.ingress_consumer(self.ingress_id)

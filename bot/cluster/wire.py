@@ -7,8 +7,11 @@ receiver does not know is ignored and a field the sender did not send takes its 
 ingress and a worker one version apart still understand each other. A file is always sent as
 its bytes: a path on the worker's machine means nothing to the ingress.
 
-A message body larger than the server takes (1 MB by default) is split into parts, sent in
-order with the PART header and joined by the receiver.
+A message body larger than the server takes (1 MB by default) does not go as one message: an
+answer's call is split into parts, sent in order with the PART header and joined by the
+receiver; an Inbound (a 20 MB voice message, say) is put in JetStream's object store and the
+message names it in the BODY header, with SESSION so that the worker can keep it in its
+session's order before it has fetched it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ KEY = "Lg-Key"  # both ways: the ingress's name for one handle() call
 ATTEMPT = "Lg-Attempt"  # answer: one worker's run of one delivery (a redelivery is another)
 SEQ = "Lg-Seq"  # answer: the call's place in the answer, from 0
 PART = "Lg-Part"  # "i/n" of a body split in n parts
+BODY = "Lg-Body"  # inbound: the object holding the body (too large for a message)
+SESSION = "Lg-Session"  # inbound with BODY: its session key
+HEADROOM = 8192  # bytes of a message kept for its headers: bodies are at most max_payload − this
 
 Op = Literal["begin", "add_text", "attach_file", "offer", "notice", "finish", "error"]
 _ARG: dict[str, Any] = {

@@ -27,9 +27,10 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
+from nats.js.object_store import ObjectStore
 
 from bot.cluster import wire
-from bot.cluster.connection import Names, connect, ensure_streams
+from bot.cluster.connection import Names, bodies, connect, ensure_streams
 from bot.cluster.lease import Holder, Leases
 from bot.cluster.partition import describe_ranges
 from bot.cluster.publish import Publisher
@@ -45,7 +46,6 @@ log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 256  # messages of all partitions fetched and not yet acknowledged
 FETCH_BATCH = 64
 FETCH_WAIT_S = 1.0
-HEADROOM = 8192  # bytes of a message left for its headers when a body is split
 FAILED = "the worker's core raised"
 
 
@@ -115,6 +115,7 @@ class Worker:
         self._room = asyncio.Event()
         self._chains: dict[str, asyncio.Task[None]] = {}  # session key → its last message
         self._tasks: set[asyncio.Task[None]] = set()
+        self._stores: ObjectStore  # the large bodies (set once connected)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Connect, claim the partitions (LeaseHeld if another worker has one), serve until
@@ -142,7 +143,8 @@ class Worker:
         self, client: Client, js: JetStreamContext, leases: Leases, stop: asyncio.Event
     ) -> None:
         publisher = Publisher(js, "an answer")
-        limit = max(1024, client.max_payload - HEADROOM)
+        self._stores = await bodies(js, self._names, self._settings)
+        limit = max(1024, client.max_payload - wire.HEADROOM)
         subs = {p: await self._subscribe(js, p) for p in self._partitions}
         fetching = asyncio.Event()  # set: stop fetching (`stop`, or a lost claim)
         loops = [
@@ -220,22 +222,28 @@ class Worker:
         if seq in self._in_flight:
             return  # delivered again while still running here (the ack wait passed)
         headers = msg.headers or {}
+        stored = headers.get(wire.BODY)
         try:
-            inbound = wire.decode_inbound(msg.data)
             reply, key = headers[wire.REPLY], headers[wire.KEY]
             if not reply.startswith(self._names.out_subject("")) or "*" in reply or ">" in reply:
                 raise wire.WireError(f"answers go to {self._names.out_subject('<ingress>')}")
+            inbound: Inbound | None = None  # a stored body is fetched in its turn
+            if stored is None:
+                inbound = wire.decode_inbound(msg.data)
+                session = inbound.session_key
+            else:
+                session = headers[wire.SESSION]
         except (wire.WireError, KeyError) as exc:
             log.error("worker: dropping message %s, not a LightGrep message (%s)", seq, exc)
             self._spawn(msg.term())
             return
         self._in_flight.add(seq)
         out = PublishingOutbound(publisher, reply, key, limit)
-        previous = self._chains.get(inbound.session_key)
-        task = self._spawn(self._process(msg, seq, inbound, out, previous))
-        self._chains[inbound.session_key] = task
+        previous = self._chains.get(session)
+        task = self._spawn(self._process(msg, seq, inbound, stored, out, previous))
+        self._chains[session] = task
 
-        def unchain(done: asyncio.Task[None], session: str = inbound.session_key) -> None:
+        def unchain(done: asyncio.Task[None]) -> None:
             if self._chains.get(session) is done:
                 del self._chains[session]
 
@@ -245,7 +253,8 @@ class Worker:
         self,
         msg: Msg,
         seq: int,
-        inbound: Inbound,
+        inbound: Inbound | None,
+        stored: str | None,
         out: PublishingOutbound,
         previous: asyncio.Task[None] | None,
     ) -> None:
@@ -253,20 +262,44 @@ class Worker:
         try:
             if previous is not None:
                 await asyncio.wait({previous})  # one session's messages in order
-            try:
-                await self._core.handle(inbound, out)
-            except Exception:
-                log.exception("worker: the turn failed for session %s", inbound.session_key)
-                await out.error()
+            if inbound is None:
+                assert stored is not None
+                inbound = await self._fetch(stored, seq)
+            if inbound is not None:
+                try:
+                    await self._core.handle(inbound, out)
+                except Exception:
+                    log.exception("worker: the turn failed for session %s", inbound.session_key)
+                    await out.error()
             keepalive.cancel()
             try:
                 await msg.ack()
             except Exception as exc:  # delivered again later; the core will not repeat it
                 log.warning("worker: could not acknowledge message %s (%s)", seq, exc)
+            if stored is not None and inbound is not None:
+                with contextlib.suppress(Exception):  # a leftover only costs space
+                    await self._stores.delete(stored)
         finally:
             keepalive.cancel()
             self._in_flight.discard(seq)
             self._room.set()
+
+    async def _fetch(self, name: str, seq: int) -> Inbound | None:
+        """A body kept in the object store; None if it is gone (this message was answered
+        before, and its body deleted) or not ours."""
+        while True:
+            try:
+                result = await self._stores.get(name)
+                return wire.decode_inbound(result.data or b"")
+            except NotFoundError:  # also ObjectNotFoundError
+                log.info("worker: message %s was answered before (its body is gone)", seq)
+                return None
+            except wire.WireError as exc:
+                log.error("worker: dropping message %s, not a LightGrep message (%s)", seq, exc)
+                return None
+            except Exception as exc:  # NATS away: wait, as for every call
+                log.warning("worker: cannot fetch the body of message %s (%s)", seq, exc)
+                await asyncio.sleep(1.0)
 
     async def _keep_alive(self, msg: Msg) -> None:
         """Until cancelled: tell JetStream the message is being worked on (a long turn, or one
