@@ -48,6 +48,7 @@ class ClusterRig:
         ack_wait_s: float = 2.0,
     ) -> None:
         self.folder = folder
+        self.llm = llm
         self.nats = nats
         self.telegram = telegram
         self.ranges = ranges
