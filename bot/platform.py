@@ -34,8 +34,9 @@ class PluginError(Exception):
 
 
 class Core(Protocol):
-    """What an adapter is given to answer messages: the agent itself in one process (another
-    process's agent, behind a message broker, would offer the same call)."""
+    """What an adapter is given to answer messages: the agent itself in one process, or in
+    `lightgrep ingress` bot.cluster.ingress.BrokerCore, which hands the message to a worker
+    process's agent through NATS and replays its answer."""
 
     async def handle(self, inbound: Inbound, out: Outbound) -> None: ...
 

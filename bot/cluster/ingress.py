@@ -234,7 +234,10 @@ class BrokerCore:
                 await asyncio.sleep(REPLY_WAIT_S)
                 continue
             for msg in msgs:
-                self._take(msg)
+                try:
+                    self._take(msg)
+                except Exception:  # one bad answer must not stop every other
+                    log.exception("ingress: could not take an answer message")
 
     def _take(self, msg: Msg) -> None:
         key = (msg.headers or {}).get(wire.KEY, "")
