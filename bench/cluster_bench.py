@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import sys
@@ -30,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -62,7 +64,7 @@ class Throughput:
 
 
 async def measure(
-    label: str, procs: dict[str, BotProcess], telegram: BenchTelegram, users: int, seconds: float
+    label: str, procs: dict[str, Any], telegram: BenchTelegram, users: int, seconds: float
 ) -> Throughput:
     """Keep `users` messages in flight; count the answers of the measured window."""
     traffic = Traffic(telegram, users=users, burst=1, seed=1)
@@ -125,7 +127,9 @@ async def run_cluster(folder: Path, args: argparse.Namespace, workers: int) -> T
     rig = ClusterRig(folder, llm, telegram, nats, ranges=ranges)
     try:
         await rig.start()
-        procs = {"ingress": rig.ingress} | {f"worker{i}": w for i, w in enumerate(rig.workers)}
+        procs: dict[str, Any] = {"ingress": rig.ingress}
+        procs |= {f"worker{i}": w for i, w in enumerate(rig.workers)}
+        procs["nats-server"] = _Cpu(nats)
         label = f"ingress + {workers} worker{'s' if workers > 1 else ''}"
         result = await measure(label, procs, telegram, args.users, args.seconds)
         await rig.terminate()
@@ -135,6 +139,22 @@ async def run_cluster(folder: Path, args: argparse.Namespace, workers: int) -> T
         await telegram.stop()
         await llm.stop()
         await nats.stop()
+
+
+class _Cpu:
+    """nats-server's CPU time, read as BotProcess reads a bot's."""
+
+    def __init__(self, nats: NatsServer) -> None:
+        self._nats = nats
+
+    def cpu_seconds(self) -> float:
+        assert self._nats.proc is not None
+        try:
+            stat = Path(f"/proc/{self._nats.proc.pid}/stat").read_text()
+        except OSError:
+            return 0.0
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass

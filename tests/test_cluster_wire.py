@@ -70,6 +70,12 @@ def test_peers_one_version_apart_understand_each_other() -> None:
     assert received == Inbound("cli", "cli:dm:a", "cli-a", "hi", message_id=None)
 
 
+def test_answer_messages_that_are_not_calls_are_wire_errors() -> None:
+    for body in [b'{"op": "finish"}', b'[{"op": "shout"}]', b'[{"op": "begin", "arg": "x"}]']:
+        with pytest.raises(wire.WireError):
+            wire.decode_calls(body)
+
+
 @pytest.mark.parametrize(
     "body",
     [b"not json", b"[]", b'{"platform": 1}', b'{"platform":"x","session_key":"s"}'],
@@ -83,17 +89,18 @@ async def test_the_calls_of_an_answer_replay_into_any_outbound(tmp_path: Path) -
     on_disk = tmp_path / "export.zip"
     on_disk.write_bytes(b"PK\x03\x04 zip bytes")
     calls = [
-        wire.encode_call("begin", True),
-        wire.encode_call("notice", "consolidating"),
-        wire.encode_call("add_text", "part one, "),
-        wire.encode_call("add_text", "part two"),
+        wire.call("begin", True),
+        wire.call("notice", "consolidating"),
+        wire.call("add_text", "part one, "),
+        wire.call("add_text", "part two"),
         # A path on the worker's machine means nothing to the ingress: its bytes travel.
-        wire.encode_call("attach_file", OutFile("export.zip", "application/zip", path=on_disk)),
-        wire.encode_call("offer", (Button("Yes", "/wipe confirm 1a2b"),)),
-        wire.encode_call("finish"),
+        wire.call("attach_file", OutFile("export.zip", "application/zip", path=on_disk)),
+        wire.call("offer", (Button("Yes", "/wipe confirm 1a2b"),)),
+        wire.call("finish"),
     ]
     out = BufferedOutbound()
-    await wire.replay([wire.decode_call(c) for c in calls], out)
+    body = wire.encode_calls(calls[:3]), wire.encode_calls(calls[3:])  # two messages
+    await wire.replay([c for part in body for c in wire.decode_calls(part)], out)
     reply = out.reply
     assert reply.text == "part one, part two" and reply.private
     assert reply.files == (OutFile("export.zip", "application/zip", data=on_disk.read_bytes()),)
@@ -103,8 +110,9 @@ async def test_the_calls_of_an_answer_replay_into_any_outbound(tmp_path: Path) -
 
 async def test_an_error_call_raises_as_a_failing_core_would() -> None:
     out = BufferedOutbound()
-    calls = [wire.decode_call(wire.encode_call(op, arg)) for op, arg in [("begin", False),
-             ("add_text", "half"), ("error", "boom")]]  # fmt: skip
+    calls = wire.decode_calls(wire.encode_calls(
+        [wire.call("begin", False), wire.call("add_text", "half"), wire.call("error", "boom")]
+    ))  # fmt: skip
     with pytest.raises(wire.RemoteTurnFailed):
         await wire.replay(calls, out)
     with pytest.raises(RuntimeError):
@@ -113,7 +121,7 @@ async def test_an_error_call_raises_as_a_failing_core_would() -> None:
 
 def test_a_call_with_the_wrong_argument_is_refused_by_the_sender() -> None:
     with pytest.raises(wire.WireError):
-        wire.encode_call("add_text", 42)
+        wire.call("add_text", 42)
 
 
 def test_a_large_body_is_split_and_joins_back() -> None:

@@ -2,8 +2,9 @@
 
 `handle(inbound, out)` publishes the message to its user's partition and waits until JetStream
 has it (retrying through an outage: meanwhile the adapter does not acknowledge the platform, which
-keeps the message). Then it waits for the answer, which a worker publishes call by call to this
-process's own subject, and replays the calls into `out` once the answer is complete. So `handle`
+keeps the message). Then it waits for the answer, which a worker publishes (its Outbound calls,
+in order) to this process's own subject, and replays the calls into `out` once the answer is
+complete. So `handle`
 returns after the answer, as the agent's does: the adapter's "typing…" shows the whole time,
 Discord's interaction is deferred after its `defer_after_s`, and the platform is acknowledged
 only after both JetStream and the answer (an adapter needs no change to run here).
@@ -63,7 +64,8 @@ def new_ingress_id() -> str:
 
 
 class _Answer:
-    """The calls of one handle() call's answer, as they arrive, by attempt."""
+    """The messages of one handle() call's answer (each holds calls), as they arrive, by
+    attempt."""
 
     def __init__(self) -> None:
         self.done: asyncio.Future[list[tuple[str, Any]]] = (
@@ -100,8 +102,8 @@ class _Answer:
         last = len(calls) - 1
         if sorted(calls) != list(range(last + 1)):
             return  # a call still on its way
-        decoded = [wire.decode_call(calls[seq]) for seq in range(last + 1)]
-        if decoded[-1][0] in wire.ENDS:
+        decoded = [c for seq in range(last + 1) for c in wire.decode_calls(calls[seq])]
+        if decoded and decoded[-1][0] in wire.ENDS:
             self.done.set_result(decoded)
 
 

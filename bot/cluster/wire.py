@@ -8,7 +8,7 @@ ingress and a worker one version apart still understand each other. A file is al
 its bytes: a path on the worker's machine means nothing to the ingress.
 
 A message body larger than the server takes (1 MB by default) does not go as one message: an
-answer's call is split into parts, sent in order with the PART header and joined by the
+answer's calls are split into parts, sent in order with the PART header and joined by the
 receiver; an Inbound (a 20 MB voice message, say) is put in JetStream's object store and the
 message names it in the BODY header, with SESSION so that the worker can keep it in its
 session's order before it has fetched it.
@@ -177,19 +177,29 @@ def decode_inbound(body: bytes) -> Inbound:
     return result
 
 
-def encode_call(op: Op, arg: Any = None) -> bytes:
-    """One Outbound call: begin(private), add_text(text), attach_file(file), offer(buttons),
-    notice(what), finish(); and error(reason) when the core raised instead of finishing."""
-    from_plain(_ARG[op], to_plain(arg))  # the sender's mistake is caught where it is made
-    return _dumps({"op": op, "arg": to_plain(arg)})
+def call(op: Op, arg: Any = None) -> dict[str, Any]:
+    """One Outbound call as plain data: begin(private), add_text(text), attach_file(file),
+    offer(buttons), notice(what), finish(); and error(reason) when the core raised instead."""
+    plain = to_plain(arg)
+    from_plain(_ARG[op], plain)  # the sender's mistake is caught where it is made
+    return {"op": op, "arg": plain}
 
 
-def decode_call(body: bytes) -> tuple[str, Any]:
+def encode_calls(calls: list[dict[str, Any]]) -> bytes:
+    """Calls made one after the other, in one message body."""
+    return _dumps(calls)
+
+
+def decode_calls(body: bytes) -> list[tuple[str, Any]]:
     data = _loads(body)
-    if not isinstance(data, dict) or data.get("op") not in _ARG:
-        raise WireError("not an Outbound call")
-    op = data["op"]
-    return op, from_plain(_ARG[op], data.get("arg"))
+    if not isinstance(data, list):
+        raise WireError("not a list of Outbound calls")
+    decoded = []
+    for item in data:
+        if not isinstance(item, dict) or item.get("op") not in _ARG:
+            raise WireError("not an Outbound call")
+        decoded.append((item["op"], from_plain(_ARG[item["op"]], item.get("arg"))))
+    return decoded
 
 
 async def replay(calls: Iterable[tuple[str, Any]], out: Outbound) -> None:
