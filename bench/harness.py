@@ -432,7 +432,7 @@ def _read_sessions(folder: Path, state: DiskState) -> None:
         except Exception as exc:  # the check itself: a file that does not load is damage
             state.problems.append(f"{path}: does not load ({type(exc).__name__}: {exc})")
             continue
-        for message in session.messages:
+        for message in store.read_all(session):
             if message.get("role") == "user":
                 found = TOKEN_RE.search(str(message.get("content", "")))
                 if found:

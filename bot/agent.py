@@ -17,7 +17,6 @@ import errno
 import json
 import logging
 import math
-import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
@@ -150,9 +149,6 @@ class Agent:
         self.context = ContextBuilder(config.agent.bot_name)
         self._session_locks: dict[str, asyncio.Lock] = {}
         self._frozen_prompts: dict[str, tuple[int, bool, str]] = {}
-        self._message_ids: weakref.WeakKeyDictionary[Session, dict[str, int]] = (
-            weakref.WeakKeyDictionary()
-        )
         # Background work (consolidation) by the user key it belongs to: /forget waits for a
         # user's, /wipe cancels them.
         self._background: dict[asyncio.Task[Any], str] = {}
@@ -267,8 +263,6 @@ class Agent:
             except OSError as exc:
                 log.error("could not save a message of %s: %s", inbound.session_key, exc)
                 return Reply(NOT_SAVED.format(reason=disk_reason(exc)))
-            if inbound.message_id is not None:
-                self._ids_of(session)[inbound.message_id] = len(session.messages) - 1
             if not prepared.for_model:
                 return self._notes_only(workspace, session, prepared.notes)
             reply = _with_notes(await self._respond(workspace, session, inbound, out), prepared)
@@ -389,27 +383,20 @@ class Agent:
 
     # ---- a message delivered twice (the platform resends what a crash left unacknowledged) --
 
-    def _ids_of(self, session: Session) -> dict[str, int]:
-        """Platform message id → index of its user message; built once per loaded session."""
-        ids = self._message_ids.get(session)
-        if ids is None:
-            ids = {
-                str(m["message_id"]): i
-                for i, m in enumerate(session.messages)
-                if m.get("role") == "user" and m.get("message_id") is not None
-            }
-            self._message_ids[session] = ids
-        return ids
-
     def _earlier_copy(self, session: Session, message_id: str | None) -> int | None:
-        return None if message_id is None else self._ids_of(session).get(message_id)
+        """Index of the stored copy of this platform message (memory.session.FILED: already
+        consolidated), or None."""
+        return None if message_id is None else session.index_of(message_id)
 
     async def _redelivered(
         self, workspace: Workspace, session: Session, inbound: Inbound, index: int, out: Outbound
     ) -> Reply:
         """Never persist a message twice. Send its answer again if it has one; if a later
-        message follows, that one's turn answers both; if it is the newest, answer it now."""
-        for message in session.messages[index + 1 :]:
+        message follows, that one's turn answers both; if it is the newest, answer it now. A
+        consolidated one always had a later message (the newest is never consolidated)."""
+        if index < session.offset:
+            return Reply("")
+        for message in session.span(index + 1):
             if message.get("role") == "user":
                 return Reply("")
             if message.get("role") == "assistant" and not message.get("tool_calls"):
@@ -567,7 +554,7 @@ class Agent:
             lock.release()
             return False
         # Where the new conversation begins, for /status; saved with the cursor once filed.
-        session.metadata[CONVERSATION_START] = len(session.messages)
+        session.metadata[CONVERSATION_START] = session.total
 
         async def file_old_messages() -> None:
             try:
@@ -591,8 +578,8 @@ class Agent:
             context_tokens=self._estimate(system, session) + self.budget.answer,
             answer_tokens=self.budget.answer,
             window_tokens=self.window,
-            messages=len(session.messages) - start,
-            unconsolidated=len(session.messages) - max(start, session.last_consolidated),
+            messages=session.total - start,
+            unconsolidated=session.total - max(start, session.last_consolidated),
             last_consolidation=when,
             memory_tokens=self.consolidator.memory_tokens(workspace.memory.read()),
             memory_budget_tokens=self.consolidator.memory_budget,
@@ -662,10 +649,6 @@ class Agent:
     def _forget_derived(self, user_key: str, session_keys: set[str]) -> None:
         for key in session_keys:
             self._frozen_prompts.pop(key, None)
-        workspace = self.workspaces.get(user_key) if self.workspaces.exists(user_key) else None
-        if workspace is not None:
-            for key in session_keys:
-                self._message_ids.pop(workspace.sessions.get(key), None)
 
     # ---- plumbing -----------------------------------------------------------------------
 
@@ -707,7 +690,7 @@ def _conversation_start(session: Session) -> int:
     start = session.metadata.get(CONVERSATION_START, 0)
     if not isinstance(start, int) or isinstance(start, bool):
         return 0
-    return min(max(0, start), len(session.messages))
+    return min(max(0, start), session.total)
 
 
 def _append(

@@ -315,16 +315,17 @@ class MemoryConsolidator:
             while rounds < self.max_rounds and estimate > target:
                 start = session.last_consolidated
                 to_shed = math.ceil((estimate - target) / self.estimator.factor)
+                base = session.offset  # session.messages[0] is message `base`
                 end = pick_boundary(
                     session.messages,
-                    start,
+                    start - base,
                     to_shed,
-                    lambda s, e: self.estimator.session_tokens(session, s, e),
+                    lambda s, e, at=base: self.estimator.session_tokens(session, at + s, at + e),
                 )
                 if end is None:
                     log.info("the prompt is over the window but only the newest turn is left")
                     break
-                if not await self._consolidate_span(workspace, session, end):
+                if not await self._consolidate_span(workspace, session, end + base):
                     break
                 rounds += 1
                 estimate = self.estimator.prompt_tokens(system_prompt(), session)
@@ -334,11 +335,11 @@ class MemoryConsolidator:
         """Consolidate up to `end`, or less when that chunk would not fit one request; a first
         turn too big for any request goes in pieces. True if the cursor advanced."""
         start = session.last_consolidated
-        if min(end, len(session.messages)) <= start:
+        if min(end, session.total) <= start:
             return False  # someone else already got there
         room = self._chunk_room(workspace.memory.read())
-        sizes = [self._line_tokens(m) for m in session.messages[start:end]]
-        ends = [e for e in valid_ends(session.messages, start) if e <= end]
+        sizes = [self._line_tokens(m) for m in session.span(start, end)]
+        ends = [e for e in _valid_ends(session, start) if e <= end]
         fitting = [e for e in ends if sum(sizes[: e - start]) <= room]
         if fitting:
             return await self._consolidate_chunk(workspace, session, fitting[-1])
@@ -346,7 +347,7 @@ class MemoryConsolidator:
 
     async def _consolidate_chunk(self, workspace: Workspace, session: Session, end: int) -> bool:
         start = session.last_consolidated
-        chunk = session.messages[start:end]
+        chunk = session.span(start, end)
         if await self._save(workspace, chunk):
             self._succeeded(workspace, session, end)
             return True
@@ -362,7 +363,7 @@ class MemoryConsolidator:
         fits; a message too big on its own is archived verbatim, with a note saying why."""
         key = self._id(workspace, session)
         start = session.last_consolidated
-        pieces = self._pieces(session.messages[start:end], room)
+        pieces = self._pieces(session.span(start, end), room)
         done = self._pieces_done.get(key, (start, end, 0))
         first = done[2] if done[:2] == (start, end) else 0
         for index in range(first, len(pieces)):
@@ -431,13 +432,13 @@ class MemoryConsolidator:
         attempts each, then a raw archive; the cursor ends at len(messages).
         """
         async with self._lock(workspace, session):
-            while session.last_consolidated < len(session.messages):
-                start, end = session.last_consolidated, len(session.messages)
+            while session.last_consolidated < session.total:
+                start, end = session.last_consolidated, session.total
                 room = self._chunk_room(workspace.memory.read())
-                sizes = [self._line_tokens(m) for m in session.messages[start:end]]
+                sizes = [self._line_tokens(m) for m in session.span(start, end)]
                 fits = sum(sizes) <= room
                 if not fits:
-                    ends = valid_ends(session.messages, start)
+                    ends = _valid_ends(session, start)
                     fitting = [e for e in ends if sum(sizes[: e - start]) <= room]
                     fits = bool(fitting)
                     end = fitting[-1] if fitting else ends[0] if ends else end
@@ -651,3 +652,9 @@ def _descriptions(tool: dict[str, Any]) -> list[str]:
 
 
 _TOOL_TEXT = json.dumps([SAVE_MEMORY_TOOL])
+
+
+def _valid_ends(session: Session, start: int) -> list[int]:
+    """memory.boundary.valid_ends by absolute index (the session holds its tail only)."""
+    base = session.offset
+    return [end + base for end in valid_ends(session.messages, start - base)]

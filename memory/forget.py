@@ -222,8 +222,7 @@ def _forget_messages(
     except FileNotFoundError:
         return 0
     kept: list[bytes] = []
-    messages: list[dict[str, Any]] = []
-    removed = removed_before_cursor = index = 0
+    removed = removed_before_cursor = index = kept_messages = 0
     for raw in raw_lines:
         if not raw.strip():
             continue
@@ -243,8 +242,7 @@ def _forget_messages(
         else:
             refs.kept |= referenced_files(content)
             kept.append(raw)
-            if is_message:
-                messages.append(record)
+            kept_messages += is_message
         index += is_message
     if removed and apply:
         cursor = max(0, session.last_consolidated - removed_before_cursor)
@@ -253,14 +251,14 @@ def _forget_messages(
             "key": session.key,
             "created_at": session.created_at,
             "updated_at": session.updated_at,
-            "last_consolidated": min(cursor, len(messages)),
+            "last_consolidated": min(cursor, kept_messages),
             "metadata": session.metadata,
+            "recent_ids": list(session.filed_ids),
         }
         body = b"".join(line + b"\n" for line in [_json_line(header), *kept])
         atomic_write_text(session.path, body)
-        # A new list (not an edit in place): caches keyed on the old list see it changed.
-        session.messages = messages
-        session.last_consolidated = min(cursor, len(messages))
+        # Read back into the same object (offset, message ids); caches see its epoch change.
+        workspace.sessions.reload(session)
     return removed
 
 

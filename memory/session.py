@@ -3,6 +3,12 @@
 Line 1 is a metadata record; every later change of metadata is appended as another full record
 and the last one wins. Messages are appended one line each and never rewritten, so persisting a
 message costs O(1) and a crash can damage at most the line being written, which load skips.
+
+WHY only the tail is kept in RAM: a turn needs the messages from the consolidation cursor on;
+the consolidated past is on disk (in HISTORY.md too) and would cost RAM for every message ever
+said. A metadata record says where in the file the cursor's message starts (`cursor_byte`), so a
+load seeks there instead of reading the past, and it keeps the platform ids of the last user
+messages consolidated (`recent_ids`), so a redelivered message is still recognised.
 """
 
 from __future__ import annotations
@@ -10,19 +16,26 @@ from __future__ import annotations
 import json
 import logging
 import os
+from array import array
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from memory import clock
 from memory.atomic import PRIVATE_FILE_MODE
 from memory.keys import decode_key, encode_key
-from memory.safefs import append_all, make_private_dir, open_binary, open_fd, read_bytes
+from memory.safefs import append_all, make_private_dir, open_binary, open_fd
 
 log = logging.getLogger(__name__)
 
 METADATA_TYPE = "metadata"
 LLM_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
+RECENT_IDS = 32  # platform ids of consolidated user messages remembered per session
+FILED = -1  # index_of(): the message was consolidated (it is no longer in RAM)
+_METADATA_PREFIXES = (b'{"_type": "metadata"', b'{"_type":"metadata"')
+_SCAN_BLOCK = 1 << 16
 
 
 def _now() -> str:
@@ -31,7 +44,9 @@ def _now() -> str:
 
 @dataclass(eq=False)
 class Session:
-    """One conversation thread; `messages` mirrors the file's message lines in order."""
+    """One conversation thread. Indexes are absolute (the file's message lines, counted from 0):
+    `messages` holds those from `offset` on (offset ≤ last_consolidated); the rest stay on disk
+    (SessionStore.read_all)."""
 
     key: str
     path: Path
@@ -40,10 +55,39 @@ class Session:
     created_at: str = field(default_factory=_now)
     updated_at: str = field(default_factory=_now)
     metadata: dict[str, Any] = field(default_factory=dict)
+    offset: int = 0  # absolute index of messages[0]
+    # Platform message id → absolute index of its user message, for the messages in RAM.
+    message_ids: dict[str, int] = field(default_factory=dict)
+    # The ids of the newest user messages already consolidated (at most RECENT_IDS).
+    filed_ids: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_IDS))
+    # Bumped when `messages` is replaced wholesale (a reload), so derived caches rebuild.
+    epoch: int = 0
+    # Byte position in the file of each message line in `messages` (same order).
+    positions: array[int] = field(default_factory=lambda: array("q"))
+
+    @property
+    def total(self) -> int:
+        """How many messages the session has, the consolidated ones included."""
+        return self.offset + len(self.messages)
+
+    def span(self, start: int, end: int | None = None) -> list[dict[str, Any]]:
+        """messages[start:end] by absolute index; start must not lie before `offset`."""
+        if start < self.offset:
+            raise IndexError(f"message {start} is consolidated (on disk only)")
+        last = self.total if end is None else min(end, self.total)
+        return self.messages[start - self.offset : max(start, last) - self.offset]
+
+    def index_of(self, message_id: str) -> int | None:
+        """The absolute index of the user message with this platform id, FILED if it was
+        consolidated recently, None if unknown."""
+        found = self.message_ids.get(message_id)
+        if found is not None:
+            return found
+        return FILED if message_id in self.filed_ids else None
 
     def unconsolidated(self) -> list[dict[str, Any]]:
         """The messages not yet folded into MEMORY.md / HISTORY.md."""
-        return self.messages[self.last_consolidated :]
+        return self.span(self.last_consolidated)
 
     def history(self) -> list[dict[str, Any]]:
         """The unconsolidated messages as the LLM should see them.
@@ -80,13 +124,39 @@ class Session:
             result.append(clean)
         return result
 
+    def _note(self, record: dict[str, Any], index: int) -> None:
+        message_id = _message_id(record)
+        if message_id is not None:
+            self.message_ids[message_id] = index
+
+    def _drop_before(self, index: int) -> None:
+        """Forget the messages before absolute `index` (consolidated: they stay on disk)."""
+        count = min(max(0, index - self.offset), len(self.messages))
+        if not count:
+            return
+        for record in self.messages[:count]:
+            message_id = _message_id(record)
+            if message_id is not None:
+                self.message_ids.pop(message_id, None)
+                self.filed_ids.append(message_id)
+        self.messages = self.messages[count:]
+        self.positions = self.positions[count:]
+        self.offset += count
+
 
 def _call_id(call: Any) -> str | None:
     return call.get("id") if isinstance(call, dict) else None
 
 
-def _metadata_record(session: Session) -> dict[str, Any]:
-    return {
+def _message_id(record: dict[str, Any]) -> str | None:
+    """The platform id of a user message (what a redelivery carries again)."""
+    if record.get("role") != "user" or record.get("message_id") is None:
+        return None
+    return str(record["message_id"])
+
+
+def _metadata_record(session: Session, cursor_byte: int | None = None) -> dict[str, Any]:
+    record = {
         "_type": METADATA_TYPE,
         "key": session.key,
         "created_at": session.created_at,
@@ -94,6 +164,11 @@ def _metadata_record(session: Session) -> dict[str, Any]:
         "last_consolidated": session.last_consolidated,
         "metadata": session.metadata,
     }
+    if cursor_byte is not None:
+        record["cursor_byte"] = cursor_byte
+    if session.filed_ids:
+        record["recent_ids"] = list(session.filed_ids)
+    return record
 
 
 def _line(record: dict[str, Any]) -> bytes:
@@ -105,7 +180,8 @@ def _line(record: dict[str, Any]) -> bytes:
 
 
 class SessionStore:
-    """The sessions of one workspace, cached so each key has exactly one Session object."""
+    """The sessions of one workspace, cached so each loaded key has exactly one Session object
+    (the agent evicts idle ones: `evict`)."""
 
     def __init__(self, sessions_dir: Path) -> None:
         self.sessions_dir = Path(sessions_dir)
@@ -124,6 +200,31 @@ class SessionStore:
             self._cache[key] = session
         return session
 
+    def loaded(self) -> list[str]:
+        """The keys of the sessions held in RAM."""
+        return list(self._cache)
+
+    def evict(self, key: str) -> None:
+        """Drop the cached Session; the next get() loads it from the disk."""
+        self._cache.pop(key, None)
+
+    def reload(self, session: Session) -> None:
+        """Re-read `session` from its file into the same object (after the file was rewritten)."""
+        fresh = _load(session.key, session.path) if session.path.exists() else None
+        fresh = fresh or Session(key=session.key, path=session.path)
+        epoch = session.epoch
+        for name in Session.__dataclass_fields__:
+            setattr(session, name, getattr(fresh, name))
+        session.epoch = epoch + 1
+
+    def read_all(self, session: Session) -> list[dict[str, Any]]:
+        """Every message of the session, the consolidated ones too, read from the disk."""
+        if not session.path.exists():
+            return list(session.messages)
+        with open_binary(session.path) as file:
+            data = file.read()
+        return [record for _, record in _message_lines(data, 0, session.path)]
+
     def append(self, session: Session, message: dict[str, Any]) -> None:
         """Persist one message as one appended line, then add it to `session.messages`."""
         if not isinstance(message.get("role"), str):
@@ -131,16 +232,29 @@ class SessionStore:
         record = dict(message)
         record.setdefault("timestamp", _now())
         line = _line(record)  # serialise first: a bad message changes nothing
-        self._append_line(session, line)
+        position = self._append_line(session, line)
+        session._note(record, session.total)
         session.messages.append(record)
+        session.positions.append(position)
         session.updated_at = record["timestamp"] if isinstance(record["timestamp"], str) else _now()
 
     def set_last_consolidated(self, session: Session, index: int) -> None:
-        """Move the consolidation cursor (first message not yet consolidated)."""
-        if not 0 <= index <= len(session.messages):
-            raise ValueError(f"last_consolidated {index} outside 0..{len(session.messages)}")
+        """Move the consolidation cursor (first message not yet consolidated); the messages
+        before it leave RAM once the move is on disk."""
+        if not session.offset <= index <= session.total:
+            raise ValueError(f"last_consolidated {index} outside {session.offset}..{session.total}")
         session.last_consolidated = index
-        self._append_metadata(session)
+        session.updated_at = _now()
+        filed = [m for m in (_message_id(r) for r in session.span(session.offset, index)) if m]
+        recent = deque(session.filed_ids, maxlen=RECENT_IDS)
+        recent.extend(filed)
+        saved = session.filed_ids
+        session.filed_ids = recent  # written with the record; the RAM copy follows below
+        try:
+            self._append_line(session, None)
+        finally:
+            session.filed_ids = saved
+        session._drop_before(index)
 
     def keys(self) -> list[str]:
         """Session keys with a file in this workspace, sorted."""
@@ -157,13 +271,11 @@ class SessionStore:
                 found.append(key)
         return sorted(found)
 
-    def _append_metadata(self, session: Session) -> None:
-        session.updated_at = _now()
-        self._append_line(session, _line(_metadata_record(session)), is_metadata=True)
-
-    def _append_line(self, session: Session, line: bytes, is_metadata: bool = False) -> None:
+    def _append_line(self, session: Session, line: bytes | None) -> int:
         """One whole O_APPEND write (or none: OSError): the header first for a new file, a "\\n"
-        after a torn line. A session file that is a link is refused (LinkRefusedError)."""
+        after a torn line. `line` None: a metadata record, built here where it is known at which
+        byte the cursor's message starts. Returns the byte position of the line written. A
+        session file that is a link is refused (LinkRefusedError)."""
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
         try:
             fd = open_fd(session.path, flags, PRIVATE_FILE_MODE)
@@ -172,25 +284,112 @@ class SessionStore:
             fd = open_fd(session.path, flags, PRIVATE_FILE_MODE)
         try:
             size = os.fstat(fd).st_size
-            if size == 0 and not is_metadata:
-                data = _line(_metadata_record(session)) + line
-            elif size == 0:
-                data = line
-            elif os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + line
-            else:
-                data = line
-            append_all(fd, data)
+            prefix = b""
+            if size == 0 and line is not None:
+                # Only a fresh session has nothing before its cursor: the cursor is the header.
+                prefix = _line(_metadata_record(session, 0 if session.total == 0 else None))
+            elif size and os.pread(fd, 1, size - 1) != b"\n":
+                prefix = b"\n"
+            start = size + len(prefix)
+            if line is None:
+                line = _line(_metadata_record(session, _cursor_byte(session, start)))
+            append_all(fd, prefix + line)
+            return start
         finally:
             os.close(fd)
 
 
+def _cursor_byte(session: Session, next_line: int) -> int | None:
+    """Where the cursor's message starts in the file (`next_line` when it is yet to come)."""
+    index = session.last_consolidated - session.offset
+    if 0 <= index < len(session.positions):
+        return session.positions[index]
+    return next_line if index == len(session.messages) else None
+
+
+# ---- loading ----------------------------------------------------------------------------------
+
+
 def _load(key: str, path: Path) -> Session:
-    """Read a session file, skipping (with a warning) any line that is not a valid record."""
+    """Read a session file, skipping (with a warning) any line that is not a valid record.
+
+    With a trustworthy `cursor_byte` in the last metadata record, only the bytes from there
+    on are read; otherwise the file is read once, keeping only the messages from the cursor on.
+    """
     session = Session(key=key, path=path)
-    lines = read_bytes(path).split(b"\n")  # only "\n" ends a line; U+2028 etc. are content
+    with open_binary(path) as file:
+        size = os.fstat(file.fileno()).st_size
+        last = _last_metadata(file, size)
+        start = _seek_point(file, last, size, key)
+        if last is not None and start is not None:
+            record, _ = last
+            _apply_metadata(session, record, path)
+            session.offset = session.last_consolidated
+            recent = record.get("recent_ids")
+            if isinstance(recent, list):
+                session.filed_ids.extend(str(i) for i in recent[-RECENT_IDS:])
+            file.seek(start)
+            _read_tail(session, file.read(), start, session.offset, path)
+        else:
+            file.seek(0)
+            keep_from = last[0].get("last_consolidated") if last is not None else None
+            if not isinstance(keep_from, int) or isinstance(keep_from, bool):
+                keep_from = 0
+            data = file.read()
+            again = _read_whole(session, data, keep_from, path)
+            if again is not None:
+                session = Session(key=key, path=path)
+                _read_whole(session, data, again, path)
+    newest = clock.parse(session.messages[-1].get("timestamp")) if session.messages else None
+    if newest is not None and newest > (clock.parse(session.updated_at) or newest):
+        session.updated_at = session.messages[-1]["timestamp"]
+    return session
+
+
+def _read_tail(session: Session, data: bytes, base: int, index: int, path: Path) -> None:
+    """The messages from the cursor on; metadata records here are older than the last one."""
+    for position, record in _message_lines(data, base, path):
+        session._note(record, index)
+        session.messages.append(record)
+        session.positions.append(position)
+        index += 1
+
+
+def _read_whole(session: Session, data: bytes, keep_from: int, path: Path) -> int | None:
+    """A file without a usable cursor_byte (older, or rewritten): every line is parsed, and
+    only the messages from `keep_from` on are kept. Returns the cursor to read again from when
+    the records replayed put it before `keep_from` (else None)."""
+    index = 0
+    for position, record in _message_lines(data, 0, path, session):
+        if index >= keep_from:
+            session._note(record, index)
+            session.messages.append(record)
+            session.positions.append(position)
+        else:
+            message_id = _message_id(record)
+            if message_id is not None:
+                session.filed_ids.append(message_id)
+        index += 1
+    cursor = min(max(0, session.last_consolidated), index)
+    if cursor < keep_from:
+        return cursor
+    session.last_consolidated = cursor
+    session.offset = keep_from
+    session._drop_before(cursor)
+    return None
+
+
+def _message_lines(
+    data: bytes, base: int, path: Path, session: Session | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(byte position, record) of each message line; metadata records go to `session` (when
+    given); other lines are skipped with a warning."""
+    lines = data.split(b"\n")  # only "\n" ends a line; U+2028 etc. are content
     last_line = len(lines) - 1
-    for number, raw in enumerate(lines, start=1):
+    position = base
+    for number, raw in enumerate(lines):
+        at = position
+        position += len(raw) + 1
         if not raw.strip():
             continue
         try:
@@ -198,20 +397,67 @@ def _load(key: str, path: Path) -> Session:
         except ValueError:
             record = None
         if not isinstance(record, dict):
-            where = "torn last line" if number - 1 == last_line else "unreadable line"
-            log.warning("session %s: skipping %s %d", path.name, where, number)
+            where = "torn last line" if number == last_line else "unreadable line"
+            log.warning("session %s: skipping %s at byte %d", path.name, where, at)
             continue
         if record.get("_type") == METADATA_TYPE:
-            _apply_metadata(session, record, path)
+            if session is not None:
+                _apply_metadata(session, record, path)
         elif isinstance(record.get("role"), str):
-            session.messages.append(record)
+            yield at, record
         else:
-            log.warning("session %s: skipping line %d (not a message)", path.name, number)
-    session.last_consolidated = min(max(0, session.last_consolidated), len(session.messages))
-    last = clock.parse(session.messages[-1].get("timestamp")) if session.messages else None
-    if last is not None and last > (clock.parse(session.updated_at) or last):
-        session.updated_at = session.messages[-1]["timestamp"]
-    return session
+            log.warning("session %s: skipping a line at byte %d (not a message)", path.name, at)
+
+
+def _last_metadata(file: BinaryIO, size: int) -> tuple[dict[str, Any], int] | None:
+    """The newest metadata record and its byte position, read backwards from the end (so a
+    long consolidated past is not read)."""
+    end = size
+    carry = b""
+    while end > 0:
+        start = max(0, end - _SCAN_BLOCK)
+        file.seek(start)
+        chunk = file.read(end - start) + carry
+        lines = chunk.split(b"\n")
+        carry = lines.pop(0) if start > 0 else b""
+        positions = []
+        at = start + (len(carry) + 1 if start > 0 else 0)
+        for raw in lines:
+            positions.append(at)
+            at += len(raw) + 1
+        for raw, at in zip(reversed(lines), reversed(positions), strict=True):
+            if raw.startswith(_METADATA_PREFIXES):
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and record.get("_type") == METADATA_TYPE:
+                    return record, at
+        end = start
+    return None
+
+
+def _seek_point(
+    file: BinaryIO, last: tuple[dict[str, Any], int] | None, size: int, key: str
+) -> int | None:
+    """The byte to read from, if the last record's cursor_byte can be trusted: a line start
+    no later than the record itself, in a record of this key with a valid cursor."""
+    if last is None:
+        return None
+    record, at = last
+    cursor_byte, cursor = record.get("cursor_byte"), record.get("last_consolidated")
+    if record.get("key") not in (None, key):
+        return None
+    for value in (cursor_byte, cursor):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            return None
+    if cursor_byte > at or cursor_byte > size:
+        return None
+    if cursor_byte > 0:
+        file.seek(cursor_byte - 1)
+        if file.read(1) != b"\n":
+            return None
+    return cursor_byte
 
 
 def _apply_metadata(session: Session, record: dict[str, Any], path: Path) -> None:

@@ -110,7 +110,7 @@ class TokenEstimator:
         # One calibration per kind of request: the agent's turns and the consolidator's requests
         # carry different tool schemas, which a server may not render (a different offset).
         self._calibrations: dict[str, Calibration] = {}
-        self._prefix: WeakKeyDictionary[Session, tuple[int, list[int]]] = WeakKeyDictionary()
+        self._prefix: WeakKeyDictionary[Session, tuple[int, int, list[int]]] = WeakKeyDictionary()
         # Long texts seen again (each session's system prompt, between consolidations): with many
         # users at once, one remembered text would be evicted by every other user's turn.
         self._long_texts: OrderedDict[str, int] = OrderedDict()
@@ -173,24 +173,39 @@ class TokenEstimator:
     # -- sessions -------------------------------------------------------------------------------
 
     def _prefix_sums(self, session: Session) -> list[int]:
-        """sums[i] = tokens of messages[:i]; extended by the messages appended since last time."""
+        """sums[i] = tokens of the messages in RAM before messages[i] (from session.offset),
+        extended by the messages appended since last time; shifted, not recounted, when the
+        consolidated ones leave RAM."""
         messages = session.messages
         cached = self._prefix.get(session)
-        if cached is None or cached[0] != id(messages) or len(cached[1]) > len(messages) + 1:
-            cached = (id(messages), [0])  # new session, or its message list was replaced
-            self._prefix[session] = cached
-        sums = cached[1]
+        if cached is not None and cached[0] == session.epoch and cached[1] < session.offset:
+            shift = session.offset - cached[1]
+            old = cached[2]
+            if shift < len(old):
+                base = old[shift]
+                cached = (session.epoch, session.offset, [s - base for s in old[shift:]])
+            else:
+                cached = None
+        if (
+            cached is None
+            or cached[:2] != (session.epoch, session.offset)
+            or len(cached[2]) > len(messages) + 1
+        ):
+            cached = (session.epoch, session.offset, [0])
+        self._prefix[session] = cached
+        sums = cached[2]
         for i in range(len(sums) - 1, len(messages)):
             sums.append(sums[-1] + self.count_message(messages[i]))
         return sums
 
     def session_tokens(self, session: Session, start: int, end: int | None = None) -> int:
-        """Raw tokens of messages[start:end] (no correction factor)."""
+        """Raw tokens of the messages start..end by absolute index (no correction factor);
+        the consolidated ones, no longer in RAM, count as nothing."""
         sums = self._prefix_sums(session)
         last = len(sums) - 1
-        end = last if end is None else max(0, min(end, last))
-        start = max(0, min(start, end))
-        return sums[end] - sums[start]
+        rel_end = last if end is None else max(0, min(end - session.offset, last))
+        rel_start = max(0, min(start - session.offset, rel_end))
+        return sums[rel_end] - sums[rel_start]
 
     def raw_prompt_tokens(self, system_prompt: str, session: Session) -> int:
         """Uncorrected count of the next request: system + unconsolidated messages."""

@@ -340,3 +340,25 @@ async def test_messages_persisted_by_a_crashed_bot_are_answered_once_on_redelive
     assert [m["role"] for m in records if "role" in m] == ["user", "user", "assistant"]
     [request] = fake_llm.requests
     assert [m["role"] for m in request["messages"]] == ["system", "user", "user"]
+
+
+async def test_a_redelivered_message_already_consolidated_is_not_kept_again(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    fake_llm.queue(completion("First answer."), completion("Second answer."))
+    await ask(agent, with_id(dm("42", "first"), "42:1"))
+    await ask(agent, with_id(dm("42", "second"), "42:2"))
+    await agent.aclose()
+    # The first turn is filed away (its messages leave RAM), as a consolidation would.
+    workspace = agent.workspaces.get("telegram-42")
+    session = workspace.sessions.get("telegram:dm:42")
+    workspace.sessions.set_last_consolidated(session, 2)
+
+    restarted = make_agent(fake_llm, workspaces_dir)
+    again = await ask(restarted, with_id(dm("42", "first"), "42:1"))
+    await restarted.aclose()
+    assert again.text == ""  # answered long ago; a later turn followed it
+    users = [m for m in session_records(workspaces_dir, "42") if m.get("role") == "user"]
+    assert [m["message_id"] for m in users] == ["42:1", "42:2"]
+    assert len(fake_llm.requests) == 2

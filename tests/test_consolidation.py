@@ -112,8 +112,10 @@ async def test_above_the_window_a_chunk_up_to_a_user_turn_is_consolidated(
     assert await consolidator.maybe_consolidate(workspace, session, prompt_of(workspace)) == 1
 
     cursor = session.last_consolidated
-    assert 0 < cursor < len(session.messages)
-    assert session.messages[cursor]["role"] == "user"
+    everything = workspace.sessions.read_all(session)
+    assert 0 < cursor < len(everything) == session.total
+    assert everything[cursor]["role"] == "user"
+    assert session.messages == everything[cursor:]  # the consolidated ones left RAM
     target = consolidator.target_tokens(prompt_of(workspace)())
     assert estimator.prompt_tokens(prompt_of(workspace)(), session) <= target
     (request,) = fake_llm.requests
@@ -121,8 +123,8 @@ async def test_above_the_window_a_chunk_up_to_a_user_turn_is_consolidated(
     assert request["tools"] == [SAVE_MEMORY_TOOL]
     assert request["messages"][0]["content"].startswith("You are a memory consolidation agent")
     sent = request["messages"][1]["content"]
-    assert format_messages(session.messages[:cursor]) in sent
-    assert session.messages[cursor]["content"] not in sent  # the rest stays in the prompt
+    assert format_messages(everything[:cursor]) in sent
+    assert everything[cursor]["content"] not in sent  # the rest stays in the prompt
     assert "Talked about alpha and beta." in history(workspace)
     assert workspace.memory.read() == ALPHA_MEMORY
     # The cursor is persisted: a fresh load of the workspace sees it.
@@ -144,7 +146,7 @@ async def test_several_rounds_until_under_the_target(llm, fake_llm, workspace) -
     assert rounds == 2 == len(fake_llm.requests)
     target = consolidator.target_tokens(prompt_of(workspace)())
     assert estimator.prompt_tokens(prompt_of(workspace)(), session) <= target
-    assert session.messages[session.last_consolidated]["role"] == "user"
+    assert session.unconsolidated()[0]["role"] == "user"
 
 
 async def test_at_most_five_rounds(llm, fake_llm, workspace) -> None:
@@ -350,8 +352,9 @@ async def test_three_failures_archive_the_chunk_raw(llm, fake_llm, workspace) ->
     headers = RAW_HEADER.findall(text)
     assert len(headers) == 1
     chunk_length = int(headers[0])
-    chunk = session.messages[:chunk_length]
-    assert chunk_length >= 2 and session.messages[chunk_length]["role"] == "user"
+    everything = workspace.sessions.read_all(session)
+    chunk = everything[:chunk_length]
+    assert chunk_length >= 2 and everything[chunk_length]["role"] == "user"
     assert session.last_consolidated >= chunk_length
     for message in chunk:
         assert message["content"].strip() in text
@@ -429,8 +432,9 @@ async def test_archive_all_takes_everything_in_one_chunk(llm, fake_llm, workspac
     await consolidator.archive_all(workspace, session)
 
     (request,) = fake_llm.requests
-    assert format_messages(session.messages) in request["messages"][1]["content"]
-    assert session.last_consolidated == len(session.messages) == 7
+    everything = workspace.sessions.read_all(session)
+    assert format_messages(everything) in request["messages"][1]["content"]
+    assert session.last_consolidated == session.total == len(everything) == 7
     assert "likes alpha" in workspace.memory.read()
 
     await consolidator.archive_all(workspace, session)  # nothing left: no request

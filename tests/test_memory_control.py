@@ -100,10 +100,12 @@ def test_forget_leaves_no_file_holding_the_phrase_and_keeps_the_rest(tmp_path: P
     # The transcript reloads from disk as the session in memory now is; the cursor moved back by
     # the two consolidated messages removed.
     session = workspace.sessions.get("telegram:dm:42")
-    reloaded = SessionStore(workspace.sessions_dir).get("telegram:dm:42")
-    contents = [m["content"] for m in reloaded.messages]
+    store = SessionStore(workspace.sessions_dir)
+    reloaded = store.get("telegram:dm:42")
+    contents = [m["content"] for m in store.read_all(reloaded)]
     assert contents == ["What tea should I try?", "Sencha.", "Nice."]
-    assert [m["content"] for m in session.messages] == contents
+    assert [m["content"] for m in workspace.sessions.read_all(session)] == contents
+    assert session.messages == reloaded.messages and session.total == reloaded.total == 3
     assert reloaded.last_consolidated == session.last_consolidated == 2
     assert [m["content"] for m in reloaded.unconsolidated()] == ["Nice."]
     # Forgetting again finds nothing and changes nothing.

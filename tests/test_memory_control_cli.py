@@ -160,8 +160,10 @@ async def test_a_sigkill_mid_forget_leaves_every_file_old_or_new_and_loadable(
         state = {name: after[name] == new.get(name) for name in after}
         mixed += len(set(state.values())) == 2
         for key in list(SessionStore(live / "sessions").keys()):  # every transcript loads
-            session = SessionStore(live / "sessions").get(key)
-            assert session.messages and 0 <= session.last_consolidated <= len(session.messages)
+            store = SessionStore(live / "sessions")
+            session = store.get(key)
+            assert session.messages and session.offset <= session.last_consolidated
+            assert store.read_all(session)[session.offset :] == session.messages
         # The same forget again finishes the work.
         assert forget(Workspaces(tmp_path / "w").get("telegram-42"), SECRET) is not None
         assert all_bytes(live) == new

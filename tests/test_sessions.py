@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memory.session import Session, SessionStore
+from memory.session import FILED, Session, SessionStore
 
 KEY = "telegram:group:-1001:42"
 
@@ -117,8 +117,10 @@ def test_metadata_changes_are_appended_and_the_last_wins(sessions_dir: Path) -> 
 
     reloaded = fresh(sessions_dir).get(KEY)
     assert reloaded.last_consolidated == 3
-    assert len(reloaded.messages) == 4
-    assert contents(reloaded)[reloaded.last_consolidated :] == ["message 3"]
+    assert reloaded.total == 4
+    # Only the unconsolidated tail is loaded; the past is read from the disk when asked for.
+    assert contents(reloaded) == ["message 3"] and reloaded.offset == 3
+    assert [m["content"] for m in store.read_all(reloaded)] == [f"message {i}" for i in range(4)]
 
 
 def test_cursor_out_of_range_is_refused(sessions_dir: Path) -> None:
@@ -156,7 +158,12 @@ def test_append_after_a_torn_line_is_not_glued_to_it(sessions_dir: Path) -> None
     store.set_last_consolidated(session, 1)
 
     reloaded = fresh(sessions_dir).get(KEY)
-    assert contents(reloaded) == ["message 0", "message 1", "after the crash"]
+    assert [m["content"] for m in store.read_all(reloaded)] == [
+        "message 0",
+        "message 1",
+        "after the crash",
+    ]
+    assert contents(reloaded) == ["message 1", "after the crash"]
     assert reloaded.last_consolidated == 1
 
 
@@ -251,7 +258,7 @@ def test_history_starts_at_a_user_message_and_drops_orphan_tool_results(
     # A cursor that lands inside a tool exchange: the slice starts at the next user message.
     store.set_last_consolidated(session, 2)
     assert [m.get("content") for m in session.history()] == ["q2", None, "r2", "answer 2"]
-    assert session.unconsolidated() == session.messages[2:]
+    assert session.unconsolidated() == session.messages and session.offset == 2
 
 
 def test_tool_result_before_its_call_in_the_slice_is_an_orphan(sessions_dir: Path) -> None:
@@ -293,3 +300,77 @@ def test_a_turn_cut_short_leaves_no_unanswered_tool_call(sessions_dir: Path) -> 
     answered = {m["tool_call_id"] for m in history if m["role"] == "tool"}
     called = {c["id"] for m in history for c in m.get("tool_calls", [])}
     assert called == answered
+
+
+# ---- only the unconsolidated tail in RAM ------------------------------------------------------
+
+
+def test_a_load_keeps_only_the_tail_and_seeks_past_the_consolidated_bytes(
+    sessions_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = fresh(sessions_dir)
+    session = fill(store, 10)
+    store.set_last_consolidated(session, 8)
+    assert session.offset == 8 and contents(session) == ["message 8", "message 9"]
+    # Scribble over the consolidated lines (same length, no newline): a load that read them would
+    # warn about unreadable lines; one that seeks to the cursor never sees them.
+    data = bytearray(session.path.read_bytes())
+    first = data.index(b"\n") + 1
+    past = data.index(b'"message 8"')
+    past = data.rindex(b"\n", 0, past)
+    data[first:past] = b"x" * (past - first)
+    session.path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="memory.session"):
+        reloaded = fresh(sessions_dir).get(KEY)
+    assert not caplog.records
+    assert (reloaded.offset, reloaded.last_consolidated, reloaded.total) == (8, 8, 10)
+    assert contents(reloaded) == ["message 8", "message 9"]
+    assert [m["content"] for m in reloaded.unconsolidated()] == ["message 8", "message 9"]
+
+
+def test_a_file_without_a_cursor_byte_loads_the_same_tail(sessions_dir: Path) -> None:
+    """A file written before cursor_byte existed: read whole once, only the tail kept."""
+    store = fresh(sessions_dir)
+    session = fill(store, 6)
+    store.set_last_consolidated(session, 4)
+    lines = session.path.read_bytes().split(b"\n")
+    old = [json.loads(line) for line in lines if line]
+    for record in old:
+        record.pop("cursor_byte", None)
+    session.path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in old))
+
+    reloaded = fresh(sessions_dir).get(KEY)
+    assert (reloaded.offset, reloaded.last_consolidated, reloaded.total) == (4, 4, 6)
+    assert contents(reloaded) == ["message 4", "message 5"]
+    fresh(sessions_dir).append(reloaded, {"role": "user", "content": "message 6"})
+    store = fresh(sessions_dir)
+    again = store.get(KEY)
+    store.set_last_consolidated(again, 6)
+    assert [m["content"] for m in fresh(sessions_dir).get(KEY).messages] == ["message 6"]
+    assert [m["content"] for m in store.read_all(again)] == [f"message {i}" for i in range(7)]
+
+
+def test_appends_after_a_consolidation_keep_absolute_indexes(sessions_dir: Path) -> None:
+    store = fresh(sessions_dir)
+    session = fill(store, 4)
+    store.set_last_consolidated(session, 4)
+    store.append(session, {"role": "user", "content": "message 4", "message_id": "m4"})
+    store.set_last_consolidated(session, 4)  # the cursor at the newest message: one seek point
+    reloaded = fresh(sessions_dir).get(KEY)
+    assert (reloaded.offset, reloaded.total) == (4, 5)
+    assert reloaded.index_of("m4") == 4 and reloaded.span(4) == reloaded.messages
+    with pytest.raises(IndexError):
+        reloaded.span(3)
+
+
+def test_ids_of_consolidated_user_messages_survive_a_reload(sessions_dir: Path) -> None:
+    store = fresh(sessions_dir)
+    session = store.get(KEY)
+    for i in range(3):
+        store.append(session, {"role": "user", "content": f"q{i}", "message_id": f"id{i}"})
+        store.append(session, {"role": "assistant", "content": f"a{i}"})
+    store.set_last_consolidated(session, 4)
+    for loaded in (session, fresh(sessions_dir).get(KEY)):
+        assert loaded.index_of("id0") == loaded.index_of("id1") == FILED
+        assert loaded.index_of("id2") == 4
+        assert loaded.index_of("unknown") is None
