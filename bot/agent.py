@@ -17,6 +17,7 @@ import errno
 import json
 import logging
 import math
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
@@ -154,6 +155,11 @@ class Agent:
         self._background: dict[asyncio.Task[Any], str] = {}
         # Session keys each user has used since start-up (a new one may have no file yet).
         self._user_sessions: dict[str, set[str]] = {}
+        # (user key, session key) of the sessions loaded, least recently used first; and the
+        # messages being handled for each: beyond [memory] max_loaded_sessions, idle ones go.
+        self._loaded: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._handling: Counter[tuple[str, str]] = Counter()
+        self._max_loaded = config.memory.max_loaded_sessions
         self.confirmations = Confirmations()
         if writer:
             sweep_wiped(self.workspaces.base_dir)  # what a crash mid-/wipe left behind
@@ -165,6 +171,19 @@ class Agent:
         """Answer one message through `out`: a command without the LLM, anything else as an LLM
         turn (see bot.outbound for the order of the calls)."""
         inbound = replace(inbound, text=valid_text(inbound.text))  # lone surrogates → U+FFFD
+        loaded = (inbound.user_key, inbound.session_key)
+        self._handling[loaded] += 1
+        try:
+            await self._handle(inbound, out)
+        finally:
+            self._handling[loaded] -= 1
+            if not self._handling[loaded]:
+                del self._handling[loaded]
+            self._loaded[loaded] = None
+            self._loaded.move_to_end(loaded)
+            self._evict_idle()
+
+    async def _handle(self, inbound: Inbound, out: Outbound) -> None:
         command = parse_command(inbound.text)
         with charged_to(inbound.user_key):  # also the consolidation this message starts
             if await self._refused_unsafe(inbound, command, out):
@@ -649,6 +668,46 @@ class Agent:
     def _forget_derived(self, user_key: str, session_keys: set[str]) -> None:
         for key in session_keys:
             self._frozen_prompts.pop(key, None)
+
+    # ---- bounded RAM: idle sessions leave it ---------------------------------------------
+
+    def _evict_idle(self) -> None:
+        """Drop the least recently used idle sessions beyond [memory] max_loaded_sessions, with
+        what is kept about them (lock, frozen prompt, the consolidator's state) and their
+        workspace once it has none loaded. Never one being handled, locked, or with
+        consolidation running or pending: they move to the recent end instead."""
+        skipped = 0
+        while len(self._loaded) > self._max_loaded and skipped < len(self._loaded):
+            user_key, session_key = key = next(iter(self._loaded))
+            if self._busy(user_key, session_key):
+                self._loaded.move_to_end(key)
+                skipped += 1
+                continue
+            del self._loaded[key]
+            self._session_locks.pop(session_key, None)
+            self._frozen_prompts.pop(session_key, None)
+            self.consolidator.forget(user_key, session_key)
+            keys = self._user_sessions.get(user_key)
+            if keys is not None:
+                keys.discard(session_key)
+                if not keys:
+                    del self._user_sessions[user_key]
+            workspace = self.workspaces.cached(user_key)
+            if workspace is None:
+                continue
+            workspace.sessions.evict(session_key)
+            if not workspace.sessions.loaded() and not workspace.memory_lock.locked():
+                self.workspaces.evict(user_key)
+                self.usage.forget(user_key)
+
+    def _busy(self, user_key: str, session_key: str) -> bool:
+        lock = self._session_locks.get(session_key)
+        return (
+            (user_key, session_key) in self._handling
+            or (lock is not None and lock.locked())
+            or self.consolidator.busy(user_key, session_key)
+            or user_key in self._background.values()
+        )
 
     # ---- plumbing -----------------------------------------------------------------------
 

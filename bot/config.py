@@ -120,6 +120,9 @@ class MemoryConfig(Section):
     keep_memory_versions: int = setting(10, rule=NON_NEGATIVE_INT)
     # MEMORY.md's size budget in tokens; 0: a quarter of [llm] context_window_tokens.
     max_memory_tokens: int = setting(0, rule=NON_NEGATIVE_INT)
+    # Sessions (with their users' workspaces) kept loaded; the least recently used idle ones
+    # beyond it are dropped from RAM and read again from disk when their user comes back.
+    max_loaded_sessions: int = setting(1000, rule=POSITIVE_INT)
 
 
 @dataclass(repr=False)

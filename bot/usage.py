@@ -50,6 +50,10 @@ class UsageBook:
             found = self._logs[user_key] = UsageLog(root / USAGE_FILE)
         return found
 
+    def forget(self, user_key: str) -> None:
+        """Drop the user's log from RAM (their workspace left it); read again when needed."""
+        self._logs.pop(user_key, None)
+
     def record(self, user_key: str | None, result: ChatResult) -> None:
         """Book one call's reported tokens (a provider that reports none costs nothing here).
         A failed write is logged, never fails the turn: the answer matters more than the tally."""

@@ -270,6 +270,19 @@ class MemoryConsolidator:
     def _lock(self, workspace: Workspace, session: Session) -> asyncio.Lock:
         return self._locks.setdefault(self._id(workspace, session), asyncio.Lock())
 
+    def busy(self, user_key: str, session_key: str) -> bool:
+        """Whether a consolidation of this session runs or is pending (a failed attempt to be
+        retried, a span done in part): its state must not be dropped."""
+        key = (user_key, session_key)
+        lock = self._locks.get(key)
+        running = lock is not None and lock.locked()
+        return running or key in self._failures or key in self._pieces_done
+
+    def forget(self, user_key: str, session_key: str) -> None:
+        """Drop what is kept about an idle session (its lock, when it was last consolidated)."""
+        self._locks.pop((user_key, session_key), None)
+        self.last_consolidated_at.pop(session_key, None)
+
     def failures(self, workspace: Workspace, session: Session) -> int:
         """Consecutive failed attempts on this session (for /status and tests)."""
         return self._failures.get(self._id(workspace, session), 0)

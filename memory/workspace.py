@@ -96,6 +96,14 @@ class Workspaces:
             self._cache[user_key] = workspace
         return workspace
 
+    def cached(self, user_key: str) -> Workspace | None:
+        """The user's Workspace if it is loaded (never loads or creates one)."""
+        return self._cache.get(user_key)
+
+    def loaded(self) -> list[str]:
+        """The user keys whose Workspace is held in RAM."""
+        return list(self._cache)
+
     def evict(self, user_key: str) -> None:
         """Drop the cached Workspace (after a wipe the next get() starts from the disk)."""
         self._cache.pop(user_key, None)
