@@ -41,10 +41,10 @@ WINDOW = 65536  # nothing is consolidated during the bench: the past is all cons
 
 def populate(base: Path, user_ids: list[int], messages: int, rng: random.Random) -> int:
     """Sessions of `messages` consolidated messages each (~300 bytes a line); bytes written."""
-    workspaces = Workspaces(base)
     written = 0
     for user in user_ids:
-        workspace = workspaces.get(user_key("telegram", user))
+        # A fresh Workspaces per user: nothing of the others stays cached meanwhile.
+        workspace = Workspaces(base).get(user_key("telegram", user))
         store = workspace.sessions
         session = store.get(session_key("telegram", "dm", user))
         for i in range(messages):
@@ -54,10 +54,8 @@ def populate(base: Path, user_ids: list[int], messages: int, rng: random.Random)
                 message["message_id"] = f"{user}:{i}"
             store.append(session, message)
         if messages:
-            store.set_last_consolidated(session, session.total)
+            store.set_last_consolidated(session, messages)
             written += session.path.stat().st_size
-        store.evict(session.key)
-        workspaces.evict(workspace.user_key)
     return written
 
 
