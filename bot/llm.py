@@ -99,7 +99,7 @@ class LLMClient:
     ) -> ChatResult:
         kwargs = self._request(messages, tools, tool_choice, max_tokens)
         with _provider_errors():
-            response = await self._create(kwargs)
+            response = await self._create(kwargs, self._post)
         try:
             return self._to_result(response)
         except (AttributeError, TypeError) as exc:  # JSON of the wrong shape, e.g. "message": null
@@ -168,14 +168,30 @@ class LLMClient:
             kwargs["temperature"] = self.temperature
         return kwargs
 
-    async def _create(self, kwargs: dict[str, Any]) -> Any:
+    async def _create(
+        self, kwargs: dict[str, Any], send: Callable[[dict[str, Any]], Awaitable[Any]] | None = None
+    ) -> Any:
+        send = send or self._send
         try:
-            return await self._send(kwargs)
+            return await send(kwargs)
         except UnicodeEncodeError:
             # A lone surrogate somewhere in the conversation cannot be sent as UTF-8; send U+FFFD
             # in its place rather than fail this turn and every later one of the session.
             valid = json.loads(valid_text(json.dumps(kwargs["messages"], ensure_ascii=False)))
-            return await self._send({**kwargs, "messages": valid})
+            return await send({**kwargs, "messages": valid})
+
+    async def _post(self, kwargs: dict[str, Any]) -> Any:
+        """A whole completion: POST /chat/completions through the SDK's request path (its
+        retries, timeouts and errors) with our JSON as the body, the answer's JSON read here.
+        create() would first copy every message against its TypedDicts and build response
+        models, a no-op for plain JSON that cost more CPU than the rest of a turn."""
+        response = await self._client.post(
+            "/chat/completions", body=kwargs, cast_to=httpx2.Response
+        )
+        data = json.loads(response.content)
+        if not isinstance(data, dict):  # e.g. a JSON string or list
+            raise LLMError(NOT_A_COMPLETION)
+        return _Fields(data)
 
     async def _send(self, kwargs: dict[str, Any]) -> Any:
         """chat.completions.create with the conversation and tools handed over as the JSON body
@@ -218,6 +234,27 @@ class LLMClient:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+class _Fields:
+    """A completion's JSON read as attributes, the shape _to_result reads (a missing field is
+    None, as in the SDK's models), without building those models."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    def __getattr__(self, name: str) -> Any:
+        return _fields(self._data.get(name))
+
+
+def _fields(value: Any) -> Any:
+    if isinstance(value, dict):
+        return _Fields(value)
+    if isinstance(value, list):
+        return [_fields(item) for item in value]
+    return value
 
 
 @contextlib.contextmanager

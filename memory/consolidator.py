@@ -37,6 +37,7 @@ from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMContextOverflow, L
 from memory.media import is_ref, ref_text
 from memory.store import MEMORY_TEMPLATE, SECTIONS
 from memory.text import valid_text
+from memory.threads import in_thread
 from memory.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenEstimator
 
 if TYPE_CHECKING:
@@ -543,13 +544,18 @@ class MemoryConsolidator:
             changed = memory.strip() != current.strip()
             if held is None and changed:
                 memory = await self._within_budget(workspace, memory)
-            try:
+            when = _message_time(chunk[-1])  # for an entry the model left undated
+
+            def write() -> None:
                 if held is not None:
                     workspace.memory.keep_held(memory)
                 elif changed:
                     workspace.memory.write(memory)
-                # An entry the model left undated gets the time of the chunk's last message.
-                workspace.memory.append_history(entry, when=_message_time(chunk[-1]))
+                workspace.memory.append_history(entry, when=when)
+
+            try:
+                # In a thread (its fsyncs would stall every turn), still under the memory lock.
+                await in_thread(write)
             except OSError as exc:
                 log.error("could not write the consolidated memory: %s", exc)
                 return False
