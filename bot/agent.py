@@ -159,6 +159,7 @@ class Agent:
         # messages being handled for each: beyond [memory] max_loaded_sessions, idle ones go.
         self._loaded: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._handling: Counter[tuple[str, str]] = Counter()
+        self._handling_users: Counter[str] = Counter()
         self._max_loaded = config.memory.max_loaded_sessions
         self.confirmations = Confirmations()
         if writer:
@@ -173,12 +174,14 @@ class Agent:
         inbound = replace(inbound, text=valid_text(inbound.text))  # lone surrogates → U+FFFD
         loaded = (inbound.user_key, inbound.session_key)
         self._handling[loaded] += 1
+        self._handling_users[inbound.user_key] += 1
         try:
             await self._handle(inbound, out)
         finally:
-            self._handling[loaded] -= 1
-            if not self._handling[loaded]:
-                del self._handling[loaded]
+            for counter, key in ((self._handling, loaded), (self._handling_users, loaded[0])):
+                counter[key] -= 1
+                if not counter[key]:
+                    del counter[key]
             self._loaded[loaded] = None
             self._loaded.move_to_end(loaded)
             self._evict_idle()
@@ -696,7 +699,8 @@ class Agent:
             if workspace is None:
                 continue
             workspace.sessions.evict(session_key)
-            if not workspace.sessions.loaded() and not workspace.memory_lock.locked():
+            idle = user_key not in self._handling_users and not workspace.memory_lock.locked()
+            if idle and not workspace.sessions.loaded():
                 self.workspaces.evict(user_key)
                 self.usage.forget(user_key)
 
