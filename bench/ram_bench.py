@@ -51,7 +51,7 @@ def populate(base: Path, user_ids: list[int], messages: int, rng: random.Random)
             role = "user" if i % 2 == 0 else "assistant"
             message = {"role": role, "content": filler(rng, 40)}
             if role == "user":
-                message["message_id"] = f"{user}:{i}"
+                message["message_id"] = f"past-{i}"  # never an id the fake will use
             store.append(session, message)
         if messages:
             store.set_last_consolidated(session, messages)
