@@ -171,8 +171,8 @@ class AgentTools:
 
 
 def _parse_arguments(raw: Any) -> dict[str, Any]:
-    if isinstance(raw, dict):
-        return raw
+    if isinstance(raw, dict):  # given already parsed: cleaned the same way
+        return {key: valid_text(item) for key, item in raw.items()}
     if isinstance(raw, str):
         try:
             value = json.loads(raw or "{}", strict=False)  # raw newlines from some grammars

@@ -183,6 +183,7 @@ def test_search_history_tool_never_raises(tmp_path: Path) -> None:
 
     @settings(max_examples=120, deadline=None)
     @given(arguments=arguments, name=st.sampled_from(["search_history", "edit_memory", "rm -rf"]))
+    @example(arguments={"query": "\ud800", "regex": False}, name="edit_memory")
     def check(arguments: Any, name: str) -> None:
         runs.append(name)
         if name == "edit_memory" and isinstance(arguments, dict):
