@@ -178,10 +178,12 @@ class Agent:
         try:
             await self._handle(inbound, out)
         finally:
-            for counter, key in ((self._handling, loaded), (self._handling_users, loaded[0])):
-                counter[key] -= 1
-                if not counter[key]:
-                    del counter[key]
+            self._handling[loaded] -= 1
+            if not self._handling[loaded]:
+                del self._handling[loaded]
+            self._handling_users[inbound.user_key] -= 1
+            if not self._handling_users[inbound.user_key]:
+                del self._handling_users[inbound.user_key]
             self._loaded[loaded] = None
             self._loaded.move_to_end(loaded)
             self._evict_idle()

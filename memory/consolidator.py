@@ -330,12 +330,11 @@ class MemoryConsolidator:
                 start = session.last_consolidated
                 to_shed = math.ceil((estimate - target) / self.estimator.factor)
                 base = session.offset  # session.messages[0] is message `base`
-                end = pick_boundary(
-                    session.messages,
-                    start - base,
-                    to_shed,
-                    lambda s, e, at=base: self.estimator.session_tokens(session, at + s, at + e),
-                )
+
+                def tokens(s: int, e: int, at: int = base) -> int:
+                    return self.estimator.session_tokens(session, at + s, at + e)
+
+                end = pick_boundary(session.messages, start - base, to_shed, tokens)
                 if end is None:
                     log.info("the prompt is over the window but only the newest turn is left")
                     break

@@ -448,9 +448,9 @@ def _seek_point(
     cursor_byte, cursor = record.get("cursor_byte"), record.get("last_consolidated")
     if record.get("key") not in (None, key):
         return None
-    for value in (cursor_byte, cursor):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            return None
+    if not _natural(cursor_byte) or not _natural(cursor):
+        return None
+    assert isinstance(cursor_byte, int)  # for the type checker: _natural checked it
     if cursor_byte > at or cursor_byte > size:
         return None
     if cursor_byte > 0:
@@ -484,3 +484,8 @@ def _key_from_file(path: Path) -> str | None:
     if isinstance(record, dict) and isinstance(record.get("key"), str):
         return record["key"]
     return None
+
+
+def _natural(value: object) -> bool:
+    """An int of 0 or more (a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
