@@ -109,9 +109,10 @@ class AiohttpRequest(BaseRequest):
         read = self._read if isinstance(read_timeout, DefaultValue) else read_timeout
         connect = self._connect if isinstance(connect_timeout, DefaultValue) else connect_timeout
         pool = self._pool if isinstance(pool_timeout, DefaultValue) else pool_timeout
-        write: float | None = write_timeout  # type: ignore[assignment]
         if isinstance(write_timeout, DefaultValue):
             write = self._media_write if uploads else self._write
+        else:
+            write = write_timeout
         limits = self._timeout(connect, read)
         await self._acquire(pool)
         try:

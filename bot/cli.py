@@ -196,11 +196,11 @@ async def _serve(adapters: list[PlatformAdapter], stop: asyncio.Event) -> None:
         log.info("starting %s", adapter.name)
     tasks = [asyncio.create_task(_supervise(a, stop), name=a.name) for a in adapters]
     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    failed = [t for t in done if not t.cancelled() and t.exception() is not None]
-    if failed:
+    errors = [error for t in done if not t.cancelled() and (error := t.exception()) is not None]
+    if errors:
         stop.set()
         await asyncio.wait(tasks)
-        raise failed[0].exception()  # type: ignore[misc]
+        raise errors[0]
 
 
 async def _supervise(adapter: PlatformAdapter, stop: asyncio.Event) -> None:

@@ -45,7 +45,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         try:
             body: bytes | httpx2.AsyncByteStream | None = request.content or None
         except httpx2.RequestNotRead:  # a streamed body (file uploads)
-            body = request.stream  # type: ignore[assignment]
+            body = request.stream if isinstance(request.stream, httpx2.AsyncByteStream) else None
         try:
             response = await self._session.request(
                 request.method,

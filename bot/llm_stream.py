@@ -13,10 +13,32 @@ estimate and the per-user usage accounting).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 
+from memory.llm import ChatLLM, ChatResult
 from memory.text import valid_text
+
+
+async def stream_or_chat(
+    llm: ChatLLM,
+    messages: list[dict[str, Any]],
+    *,
+    on_text: Callable[[str], Awaitable[None]],
+    tools: list[dict[str, Any]] | None = None,
+    **options: Any,
+) -> ChatResult:
+    """`llm.stream` where the client can stream; else its `chat`, the answer's text handed on
+    as one piece (what a wrapper of any ChatLLM calls)."""
+    stream = getattr(llm, "stream", None)
+    if stream is not None:
+        result: ChatResult = await stream(messages, on_text=on_text, tools=tools, **options)
+        return result
+    result = await llm.chat(messages, tools=tools, **options)
+    if result.content and not result.tool_calls:
+        await on_text(result.content)
+    return result
 
 
 class Assembled:

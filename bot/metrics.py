@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from bot.commands import parse_command
+from bot.llm_stream import stream_or_chat
 from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMError
 
 if TYPE_CHECKING:
@@ -135,9 +136,9 @@ class MeteredLLM:
     ) -> ChatResult:  # fmt: skip
         """A streamed call (LLMClient.stream), counted the same way; its duration is the whole
         answer's."""
-        stream = self._llm.stream  # type: ignore[attr-defined]
         return await self._metered(
-            tools, lambda: stream(messages, on_text=on_text, tools=tools, **options)
+            tools,
+            lambda: stream_or_chat(self._llm, messages, on_text=on_text, tools=tools, **options),
         )
 
     async def _metered(

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bot.llm_stream import stream_or_chat
 from memory.llm import ChatLLM, ChatResult
 from memory.usage import USAGE_FILE, UsageLog
 from memory.workspace import Workspaces
@@ -100,21 +101,14 @@ class ChargedLLM:
     ) -> ChatResult:
         """`chat`, its text handed to `on_text` as it is written (bot/llm_stream.py), booked the
         same way. A client that cannot stream answers whole: its text is then one piece."""
-        stream = getattr(self.inner, "stream", None)
-        if stream is None:
-            result = await self.inner.chat(
-                messages, tools=tools, tool_choice=tool_choice, max_tokens=max_tokens
-            )
-            if result.content and not result.tool_calls:
-                await on_text(result.content)
-        else:
-            result = await stream(
-                messages,
-                on_text=on_text,
-                tools=tools,
-                tool_choice=tool_choice,
-                max_tokens=max_tokens,
-            )
+        result = await stream_or_chat(
+            self.inner,
+            messages,
+            on_text=on_text,
+            tools=tools,
+            tool_choice=tool_choice,
+            max_tokens=max_tokens,
+        )
         self.book.record(_charged.get(), result)
         return result
 

@@ -190,8 +190,9 @@ class Worker:
             with contextlib.suppress(BaseException):
                 await keeper
             self.ready.clear()
-        if keeper.done() and not keeper.cancelled() and keeper.exception() is not None:
-            raise keeper.exception()  # type: ignore[misc]  # a claim lost to another worker
+        lost = keeper.exception() if keeper.done() and not keeper.cancelled() else None
+        if lost is not None:
+            raise lost  # a claim lost to another worker
 
     async def _subscribe(self, js: JetStreamContext, partition: int) -> Any:
         durable = self._names.partition_consumer(partition)
