@@ -39,7 +39,19 @@ class Spool:
         self._pending: set[int] = set()
 
     def load(self) -> list[dict[str, Any]]:
-        """The updates a previous run accepted and did not finish, in update_id order."""
+        """The updates a previous run accepted and did not finish, in update_id order; from
+        now on this object keeps their account (the file is emptied if none is pending)."""
+        pending = self.read()
+        self._pending = {u["update_id"] for u in pending}
+        if pending:
+            log.info("telegram: %d accepted update(s) from the last run to handle", len(pending))
+        else:
+            self._empty()
+        return pending
+
+    def read(self) -> list[dict[str, Any]]:
+        """The pending updates in the file, in update_id order, changing nothing: what the next
+        start will handle (a crash test reads it while no bot runs)."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -56,13 +68,7 @@ class Spool:
                     updates[int(update["update_id"])] = update
             except (ValueError, KeyError, TypeError):
                 log.warning("telegram: spool %s line %d is torn; skipped", self.path.name, number)
-        pending = [updates[uid] for uid in sorted(updates) if uid not in done]
-        self._pending = {u["update_id"] for u in pending}
-        if pending:
-            log.info("telegram: %d accepted update(s) from the last run to handle", len(pending))
-        else:
-            self._empty()
-        return pending
+        return [updates[uid] for uid in sorted(updates) if uid not in done]
 
     def add(self, updates: list[dict[str, Any]]) -> None:
         """Append and fsync; once this returns, the updates may be acknowledged. Raises OSError

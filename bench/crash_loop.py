@@ -12,10 +12,13 @@ After every kill, with the process gone:
   - every MEMORY.md is complete: its numbered first and last lines (written by the fake) match;
     every HISTORY.md entry of the fake is whole
   - every user message the fake delivered (getUpdates returned it) is in a session file at most
-    once; one that is in none must not have been acknowledged (a later getUpdates offset), since
-    Telegram forgets acknowledged updates: acknowledged and not persisted = LOST
+    once; one that is in none must still be within the bot's reach: not acknowledged (a later
+    getUpdates offset: Telegram forgets acknowledged updates), or pending in the bot's spool
+    (adapters/telegram_spool.py: accepted to disk, then acknowledged; the next start handles it).
+    Out of reach and not persisted = LOST; out of reach, persisted, never answered = UNANSWERED
 At the end the bot runs until every message still owed is answered, stops on SIGTERM, and every
-message sent must be in a session file exactly once (redelivery = "picks up where it left off").
+message sent must be in a session file exactly once (redelivery = "picks up where it left off")
+and answered.
 
 An answer sent twice is counted but allowed: a kill after sendMessage and before the getUpdates
 that acknowledges the update makes Telegram deliver it again, and the bot resends the answer it
@@ -45,6 +48,7 @@ from bench.harness import (
     BenchLLM,
     BenchTelegram,
     BotProcess,
+    DiskState,
     child_env,
     read_workspaces,
     write_config,
@@ -59,18 +63,20 @@ class Tally:
     kills: int = 0
     kills_by_mode: dict[str, int] = field(default_factory=dict)
     kills_mid_consolidation: int = 0
-    lost: set[str] = field(default_factory=set)  # acknowledged, never persisted
+    lost: set[str] = field(default_factory=set)  # out of the bot's reach, never persisted
     duplicated: set[str] = field(default_factory=set)
-    unanswered: set[str] = field(default_factory=set)  # persisted, acknowledged, no answer sent
+    unanswered: set[str] = field(default_factory=set)  # persisted, never answered
     problems: list[str] = field(default_factory=list)
     torn_last_lines: int = 0
     stale_temp_files: int = 0
-    pending_at_kill: int = 0  # delivered, unacknowledged, unpersisted: redelivered on restart
+    pending_at_kill: int = 0  # delivered, unpersisted, within reach: handled after the restart
     answers_resent: int = 0  # answers sent more than once (allowed: at-least-once delivery)
+    persisted_once: int = 0  # at the end: sent messages in a session file exactly once
+    answered: int = 0  # at the end: sent messages with an answer sent
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.problems)
+        return not (self.lost or self.duplicated or self.unanswered or self.problems)
 
 
 class Traffic:
@@ -107,7 +113,7 @@ class Traffic:
         self._top_up(user)
 
     def write_off(self, name: str) -> None:
-        """An answer that will never come (acknowledged, and the bot that had it is dead)."""
+        """An answer that will never come (out of reach, and the bot that had it is dead)."""
         found = TOKEN_RE.fullmatch(name)
         assert found is not None
         user = int(found.group(1))
@@ -138,6 +144,12 @@ async def kill_at_random_moment(
     return in_consolidation
 
 
+def out_of_reach(telegram: BenchTelegram, disk: DiskState, name: str) -> bool:
+    """No later run of the bot will see this message again: Telegram has forgotten it
+    (acknowledged) and the spool does not hold it."""
+    return telegram.acked_token(name) and telegram.update_of[name] not in disk.spooled
+
+
 def check_after_kill(
     workspaces: Path, telegram: BenchTelegram, traffic: Traffic, tally: Tally, number: int
 ) -> str:
@@ -153,7 +165,7 @@ def check_after_kill(
             if name not in tally.duplicated:
                 new_dups.append(name)
             tally.duplicated.add(name)
-        elif count == 0 and telegram.acked_token(name):
+        elif count == 0 and out_of_reach(telegram, disk, name):
             if name not in tally.lost:
                 new_lost.append(name)
                 tally.lost.add(name)
@@ -162,7 +174,7 @@ def check_after_kill(
     tally.pending_at_kill += pending
     unanswered = 0
     for name in traffic.owed():  # answers that can no longer come
-        if telegram.acked_token(name):
+        if out_of_reach(telegram, disk, name):
             traffic.write_off(name)
             if disk.user_tokens.get(name, 0):
                 tally.unanswered.add(name)
@@ -224,8 +236,10 @@ async def crash_loop(args: argparse.Namespace, folder: Path) -> tuple[Tally, Tra
         elif count == 0 and name not in tally.lost:
             tally.lost.add(name)
             tally.problems.append(f"at the end: {name} was never persisted")
-    if traffic.owed():
-        tally.problems.append(f"at the end: {len(traffic.owed())} messages never answered")
+        tally.persisted_once += count == 1
+        tally.answered += bool(telegram.answers.get(name))
+        if count and not telegram.answers.get(name):
+            tally.unanswered.add(name)  # (one left owed at the end is counted here too)
     tally.stale_temp_files = final.stale_temp_files
     tally.answers_resent = sum(len(times) - 1 for times in telegram.answers.values())
     return tally, traffic, code
@@ -233,24 +247,24 @@ async def crash_loop(args: argparse.Namespace, folder: Path) -> tuple[Tally, Tra
 
 def report(tally: Tally, traffic: Traffic, telegram_code: int, args: argparse.Namespace) -> None:
     sent = len(traffic.sent)
-    persisted = sent - len(tally.lost)
     modes = ", ".join(f"{n} {m}" for m, n in tally.kills_by_mode.items())
     print(f"== crash loop: {args.users} users, up to {args.burst} unanswered each, LLM latency "
           f"{args.latency * 1000:.0f} ms, window {args.window}, seed {args.seed}")  # fmt: skip
     print(f"  kills survived   {tally.kills} ({modes}; {tally.kills_mid_consolidation} with a "
           f"consolidation request in flight)")  # fmt: skip
-    print(f"  messages         sent {sent}  persisted {persisted}  "
-          f"duplicated {len(tally.duplicated)}  lost {len(tally.lost)}")  # fmt: skip
-    print(f"  after kills      {tally.pending_at_kill} delivered-but-unacknowledged messages "
-          "awaited redelivery (all persisted later unless counted lost)")  # fmt: skip
-    print(f"  unanswered       {len(tally.unanswered)} persisted messages whose answer died "
-          "with the bot (acknowledged, so never redelivered)")  # fmt: skip
+    print(f"  messages         sent {sent}  persisted once {tally.persisted_once}  answered "
+          f"{tally.answered}  duplicated {len(tally.duplicated)}  lost {len(tally.lost)}  "
+          f"unanswered {len(tally.unanswered)}")  # fmt: skip
+    print(f"  after kills      {tally.pending_at_kill} delivered, unpersisted messages awaited "
+          "redelivery or the spool (all persisted later unless counted lost)")  # fmt: skip
     print(f"  answers resent   {tally.answers_resent} (killed after sendMessage, before the "
           "acknowledgement: redelivered, answer sent again; allowed)")  # fmt: skip
     print(f"  files            torn last lines seen {tally.torn_last_lines}, stale temp files "
           f"{tally.stale_temp_files}, final stop exit code {telegram_code}")  # fmt: skip
     for name in sorted(tally.lost)[:10]:
         print(f"  LOST             {name} (acknowledged by getUpdates, never persisted)")
+    for name in sorted(tally.unanswered)[:10]:
+        print(f"  UNANSWERED       {name} (persisted, no answer ever sent)")
     for name in sorted(tally.duplicated)[:10]:
         print(f"  DUPLICATED       {name}")
     for problem in tally.problems[:10]:

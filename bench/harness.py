@@ -31,6 +31,7 @@ if str(ROOT) not in sys.path:
 
 from aiohttp import web  # noqa: E402
 
+from adapters.telegram_spool import Spool  # noqa: E402
 from memory import clock  # noqa: E402
 from memory.session import SessionStore  # noqa: E402
 from tests.fakes.openai_server import (  # noqa: E402
@@ -124,7 +125,7 @@ class BenchLLM(FakeOpenAI):
     def _answer(self, body: dict[str, Any]) -> Any:
         if is_consolidation(body):
             return Delay(self.latency_s, self._save_memory(body))
-        last = _last_user_text(body)
+        last = last_user_text(body)
         found = TOKEN_RE.search(last)
         name = found.group(0) if found else "no-token"
         reply = f"ack {name} {filler(self.rng, self.reply_words)}"
@@ -164,7 +165,7 @@ class BenchLLM(FakeOpenAI):
         return total
 
 
-def _last_user_text(body: dict[str, Any]) -> str:
+def last_user_text(body: dict[str, Any]) -> str:
     for message in reversed(body.get("messages", [])):
         if message.get("role") == "user":
             content = message.get("content")
@@ -397,6 +398,9 @@ class DiskState:
     problems: list[str] = field(default_factory=list)  # damage: any entry fails the run
     torn_last_lines: int = 0  # a line cut by a kill at the end of a file (skipped on load)
     stale_temp_files: int = 0  # temp files of an atomic write interrupted by a kill
+    # update ids accepted into the Telegram spool and not done: Telegram may have forgotten them
+    # (acknowledged), but the next start handles them
+    spooled: set[int] = field(default_factory=set)
 
     @property
     def persisted(self) -> int:
@@ -408,10 +412,13 @@ class DiskState:
 
 
 def read_workspaces(base: Path) -> DiskState:
-    """Load every session file with SessionStore and check every MEMORY.md and HISTORY.md."""
+    """Load every session file with SessionStore and check every MEMORY.md and HISTORY.md;
+    note what the Telegram spool still holds."""
     state = DiskState()
     if not base.is_dir():
         return state
+    for path in base.glob(".telegram-*.spool"):
+        state.spooled.update(u["update_id"] for u in Spool(path).read())
     for root in sorted(p for p in base.iterdir() if p.is_dir()):
         _read_sessions(root / "sessions", state)
         _check_memory(root, state)

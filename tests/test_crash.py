@@ -20,16 +20,19 @@ from pathlib import Path
 
 import pytest
 
-from bench.crash_loop import Traffic
+from bench.crash_loop import Tally, Traffic, check_after_kill
 from bench.harness import (
     FIRST_USER_ID,
     BenchLLM,
     BenchTelegram,
     BotProcess,
     child_env,
+    last_user_text,
     read_workspaces,
+    token,
     write_config,
 )
+from tests.fakes.openai_server import Delay
 
 WAIT_S = 20.0
 pytestmark = pytest.mark.timeout(90)
@@ -164,3 +167,39 @@ async def test_a_message_persisted_before_its_acknowledgement_is_kept_once(rig: 
     await until(lambda: bool(rig.telegram.answers.get(name)), "the answer after the restart")
     assert await rig.bot.terminate() == 0
     assert rig.persisted().get(name) == 1
+
+
+async def test_a_spooled_message_killed_mid_turn_is_answered_after_the_restart(rig: Rig) -> None:
+    """The instant the crash loop counted as loss: one user's four messages, the last two
+    spooled (the first two are running), then acknowledged once the first two are answered;
+    the bot dies while the third is persisted and its answer is with the model, the fourth
+    waiting for it. Telegram has forgotten both; only the spool brings them back."""
+    traffic = Traffic(rig.telegram, users=1, burst=4, seed=3)
+    names = [token(FIRST_USER_ID, seq) for seq in range(4)]
+    answer = rig.llm.default
+    rig.llm.default = lambda body: (
+        Delay(WAIT_S * 3, answer(body)) if names[2] in last_user_text(body) else answer(body)
+    )  # the third message's answer never comes in this run
+    await rig.bot.start()
+    traffic.start()
+    traffic.running = False  # these four only
+    assert traffic.sent == names
+    await until(answered(rig, names[:2]), "the first two answers")
+    await until(
+        lambda: rig.persisted().get(names[2]) == 1
+        and rig.telegram.acked_token(names[2])
+        and rig.telegram.acked_token(names[3]),
+        "the third message persisted, the last two acknowledged",
+    )
+    await rig.kill()
+
+    tally = Tally()
+    check_after_kill(rig.workspaces, rig.telegram, traffic, tally, 1)
+    assert (tally.lost, tally.unanswered, tally.pending_at_kill) == (set(), set(), 1)
+    rig.llm.default = answer
+    await rig.bot.start()
+    await until(answered(rig, names), "every answer after the restart")
+    assert await rig.bot.terminate() == 0
+    persisted = rig.persisted()
+    assert [persisted.get(n, 0) for n in names] == [1, 1, 1, 1]
+    assert [len(rig.telegram.answers[n]) for n in names] == [1, 1, 1, 1]
