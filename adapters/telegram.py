@@ -145,7 +145,6 @@ class TelegramAdapter:
         The settings were checked when the configuration was loaded (telegram_config.py)."""
         token = self._config.token or ""
         logsafe.hide(*self._config.secrets())  # Bot API URLs carry the token
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs URLs, which hold the token
         app = self._build_app(token)
         try:
             await self._initialize(app)
