@@ -20,12 +20,7 @@ import aiohttp
 from bot.config import Config, LLMConfig
 from bot.context import ContextBuilder
 from bot.tools import TOOL_SCHEMAS
-from memory.budget import (
-    EXCHANGE_TOKENS,
-    MEMORY_BUDGET_TOKENS,
-    Budget,
-    default_margin,
-)
+from memory.budget import EXCHANGE_TOKENS, Budget, default_margin, memory_budget
 from memory.store import MEMORY_TEMPLATE, memory_prompt_section
 from memory.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenEstimator
 
@@ -164,16 +159,17 @@ async def check_window(config: Config) -> tuple[bool, str]:
             if found.note:
                 problems.append(found.note)
     fixed = fixed_prompt_tokens(config)
-    needed = budget.smallest_window(fixed)
+    memory = memory_budget(llm.context_window_tokens, config.memory.max_memory_tokens)
+    needed = budget.smallest_window(fixed, memory)
     facts.append(
         f"one turn needs at least {needed:,} (system prompt and tools {fixed:,}, memory "
-        f"{MEMORY_BUDGET_TOKENS}, a message {EXCHANGE_TOKENS}, answer {budget.answer:,}, "
+        f"{memory:,}, a message {EXCHANGE_TOKENS}, answer {budget.answer:,}, "
         f"margin {budget.margin:,})"
     )
     if llm.context_window_tokens < needed:
         problems.append(
             "the window cannot hold the system prompt, the memory and one exchange: use a "
-            "bigger window or a smaller [llm] max_output_tokens"
+            "bigger window, a smaller [llm] max_output_tokens or [memory] max_memory_tokens"
         )
     detail = "; ".join(facts)
     if problems:

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Room MEMORY.md may take in every prompt (and in a consolidation's answer, which rewrites it).
-MEMORY_BUDGET_TOKENS = 512
 # The user's side of one ordinary exchange: a message of a few sentences, its time stamp.
 EXCHANGE_TOKENS = 128
 # What a consolidation's answer needs besides the new MEMORY.md: the history entry, the JSON.
 HISTORY_ENTRY_TOKENS = 200
+
+
+def memory_budget(window: int, configured: int = 0) -> int:
+    """Room MEMORY.md may take in every prompt (and in a consolidation's answer, which rewrites
+    it): `configured` ([memory] max_memory_tokens) if set, else a quarter of the window."""
+    return configured if configured > 0 else window // 4
 
 
 def default_margin(window: int) -> int:
@@ -43,6 +47,7 @@ class Budget:
         room = max(0, self.prompt_limit - fixed_tokens)
         return fixed_tokens + room // 2
 
-    def smallest_window(self, fixed_tokens: int) -> int:
-        """The window a bot needs: fixed part, a full MEMORY.md, one exchange, answer, margin."""
-        return fixed_tokens + MEMORY_BUDGET_TOKENS + EXCHANGE_TOKENS + self.answer + self.margin
+    def smallest_window(self, fixed_tokens: int, memory_tokens: int) -> int:
+        """The window a bot needs: fixed part, a full MEMORY.md (`memory_tokens`, its budget),
+        one exchange, answer, margin."""
+        return fixed_tokens + memory_tokens + EXCHANGE_TOKENS + self.answer + self.margin

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from memory import clock
 from memory.boundary import pick_boundary, valid_ends
-from memory.budget import HISTORY_ENTRY_TOKENS, Budget
+from memory.budget import HISTORY_ENTRY_TOKENS, Budget, memory_budget
 from memory.checks import (
     check_history_entry,
     check_memory_update,
@@ -255,7 +255,7 @@ class MemoryConsolidator:
     @property
     def memory_budget(self) -> int:
         """Tokens MEMORY.md may take: as configured, else a quarter of the window."""
-        return self._memory_budget or self.window // 4
+        return memory_budget(self.window, self._memory_budget)
 
     def memory_tokens(self, memory: str) -> int:
         """About how many tokens `memory` takes in a prompt."""

@@ -389,12 +389,14 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key)
 
 
-def write_config(tmp_path: Path, fake: FakeOpenAI, window: int, answer: int = 256) -> Path:
+def write_config(
+    tmp_path: Path, fake: FakeOpenAI, window: int, answer: int = 256, memory: int = 0
+) -> Path:
     path = tmp_path / "config.toml"
     path.write_text(
         f'[llm]\nbase_url = "{fake.base_url}"\nmodel = "fake-model"\napi_key = "k"\n'
         f"context_window_tokens = {window}\nmax_output_tokens = {answer}\n"
-        f'[memory]\nworkspaces_dir = "{tmp_path / "ws"}"\n'
+        f'[memory]\nworkspaces_dir = "{tmp_path / "ws"}"\nmax_memory_tokens = {memory}\n'
     )
     return path
 
@@ -431,6 +433,20 @@ async def test_doctor_fails_when_the_window_cannot_hold_one_turn(
 ) -> None:
     code, line = await doctor(write_config(tmp_path, fake_llm, 1024, answer=512), capsys)
     assert code != 0 and line.startswith("FAIL") and "cannot hold" in line
+
+
+async def test_doctor_counts_the_configured_memory_budget(
+    fake_llm: FakeOpenAI, tmp_path: Path, clean_env: None, capsys: Any
+) -> None:
+    """A MEMORY.md allowed 3,000 tokens does not fit in 4,096 with the rest of a turn; one of
+    100 tokens leaves room in 1,300 that a fixed 512 would not have."""
+    code, line = await doctor(write_config(tmp_path, fake_llm, 4096, memory=3000), capsys)
+    assert code != 0 and line.startswith("FAIL") and "cannot hold" in line
+    assert "memory 3,000" in line
+    code, line = await doctor(write_config(tmp_path, fake_llm, 4096), capsys)
+    assert code == 0 and "memory 1,024" in line  # unset: a quarter of the window
+    code, line = await doctor(write_config(tmp_path, fake_llm, 1300, memory=100), capsys)
+    assert code == 0 and line.startswith("OK") and "memory 100," in line
 
 
 async def test_ollama_without_num_ctx_is_flagged(
