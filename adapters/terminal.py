@@ -32,7 +32,6 @@ from bot.config import ConfigError, data_home
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.outbound import CONSOLIDATING, Button, Notice, OutFile
-from bot.platform import PlatformPlugin
 from memory.keys import encode_key
 
 if TYPE_CHECKING:
@@ -467,14 +466,3 @@ def _is_tty(stream: TextIO) -> bool:
         return os.isatty(stream.fileno())
     except (AttributeError, ValueError, OSError):
         return False
-
-
-def create(
-    config: Config, agent: Core, *, user: str | None = None, log_file: Path | None = None
-) -> TerminalAdapter:
-    """Entry point `lightgrep.platforms: terminal`."""
-    return TerminalAdapter(config, agent, user=user, log_file=log_file)
-
-
-# Entry point `lightgrep.platforms: terminal`; no settings section (`lightgrep chat` starts it).
-PLUGIN = PlatformPlugin(name="terminal", create=create)

@@ -10,13 +10,10 @@ the agent nor any client library, so they start at once and can be piped (`| hea
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import os
-import signal
 import sys
-import tempfile
 import time
 import unicodedata
 from collections.abc import Callable, Coroutine, Iterator
@@ -27,7 +24,6 @@ from bot import cli_control, logsafe
 from bot.config import Config, ConfigError, data_home, load_config
 from bot.platform import (
     AdapterFactory,
-    PlatformAdapter,
     PlatformStartError,
     PluginError,
     load_platform,
@@ -40,10 +36,6 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE, what a shell reports for a tool its reader left
-SLOW_SHUTDOWN_NOTICE_S = 0.5
-RESTART_FIRST_S = 1.0  # back-off before restarting a platform that failed while running…
-RESTART_MAX_S = 60.0  # …doubling up to this…
-STABLE_S = 60.0  # …and starting afresh once a restarted platform has served this long
 
 
 class UserError(Exception):
@@ -126,6 +118,8 @@ def describe_endpoint(config: Config) -> str:
 
 
 async def cmd_chat(args: argparse.Namespace) -> int:
+    from bot.cli_serve import close_agent, stop_on_signals
+
     config = load(args.config)
     require_credentials(config)
     factory = _factory("terminal")
@@ -136,13 +130,12 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     with _only_writer(config):
         agent = _new_agent(config)
         await _warn_about_window(config)
-        stop = asyncio.Event()
         try:
             adapter = factory(config, agent, user=args.user, log_file=args.log_file)
-            with _signals_set(stop):
+            with stop_on_signals() as stop:
                 await adapter.run(stop)
         finally:
-            await _close_agent(agent)
+            await close_agent(agent)
     return 0
 
 
@@ -150,6 +143,8 @@ async def cmd_chat(args: argparse.Namespace) -> int:
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
+    from bot.cli_serve import close_agent, serve, stop_on_signals
+
     config = load(args.config)
     names = config.enabled_platforms()
     if not names:
@@ -165,7 +160,6 @@ async def cmd_run(args: argparse.Namespace) -> int:
     with _only_writer(config):
         agent = _new_agent(config, metered=True)
         await _warn_about_window(config)
-        stop = asyncio.Event()
         observe = None
         try:
             core = _metered_core(agent)
@@ -175,117 +169,15 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
                 observe = ObserveServer(config.metrics.listen, adapters, config.llm)
                 await observe.start()
-            with _signals_set(stop):
-                await _serve(adapters, stop)
+            with stop_on_signals() as stop:
+                await serve(adapters, stop)
         finally:
             if observe is not None:
                 await observe.stop()
             log.info("stopping: finishing pending memory work")
-            await _close_agent(agent)
+            await close_agent(agent)
     log.info("stopped")
     return 0
-
-
-async def _serve(adapters: list[PlatformAdapter], stop: asyncio.Event) -> None:
-    """Run every adapter until `stop`, each under its own supervisor (`_supervise`).
-
-    A platform that cannot start stops the others and its error is re-raised: a bad token is
-    one line and a non-zero exit, not a retry loop. Once a platform has served, its failure is
-    logged and it alone is restarted with a back-off while the others keep serving."""
-    for adapter in adapters:
-        log.info("starting %s", adapter.name)
-    tasks = [asyncio.create_task(_supervise(a, stop), name=a.name) for a in adapters]
-    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    errors = [error for t in done if not t.cancelled() and (error := t.exception()) is not None]
-    if errors:
-        stop.set()
-        await asyncio.wait(tasks)
-        raise errors[0]
-
-
-async def _supervise(adapter: PlatformAdapter, stop: asyncio.Event) -> None:
-    """One platform: run it; restart it after a failure, once it has served at least once."""
-    loop = asyncio.get_running_loop()
-    backoff = RESTART_FIRST_S
-    served = False
-    while True:
-        watcher = asyncio.create_task(_announce_ready(adapter))
-        error: Exception | None = None
-        try:
-            await adapter.run(stop)
-        except Exception as exc:  # any failure of one platform is that platform's alone
-            error = exc
-        finally:
-            if adapter.ready.is_set() and not watcher.done():
-                await asyncio.sleep(0)  # ready just before returning: let the watcher say so
-            watcher.cancel()
-        ready_at = watcher.result() if watcher.done() and not watcher.cancelled() else None
-        if ready_at is not None:
-            served = True
-            if loop.time() - ready_at >= STABLE_S:
-                backoff = RESTART_FIRST_S  # it ran well for a while: start the back-off afresh
-        if stop.is_set():
-            if error is not None:
-                log.warning("%s failed while stopping: %s", adapter.name, _describe(error))
-            return
-        if error is None:
-            log.warning("%s stopped on its own; the others keep running", adapter.name)
-            return
-        if not served:
-            raise error
-        log.error(
-            "%s failed while running: %s; restarting %s in %.0f s (the other platforms keep "
-            "serving)",
-            adapter.name,
-            _describe(error),
-            adapter.name,
-            backoff,
-            exc_info=None if isinstance(error, PlatformStartError) else error,
-        )
-        await _wait_or_stop(stop, backoff)
-        backoff = min(RESTART_MAX_S, backoff * 2)
-
-
-def _describe(error: Exception) -> str:
-    if isinstance(error, PlatformStartError):
-        return str(error)
-    first = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {first[0]}" if first else type(error).__name__
-
-
-async def _wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
-
-
-async def _announce_ready(adapter: PlatformAdapter) -> float:
-    """When the adapter became ready (loop time), having said so."""
-    await adapter.ready.wait()
-    log.info("%s is ready", adapter.name)
-    return asyncio.get_running_loop().time()
-
-
-@contextlib.contextmanager
-def _signals_set(stop: asyncio.Event) -> Iterator[None]:
-    """SIGINT/SIGTERM set `stop` (a clean wind-down); a second one cancels the main task."""
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-
-    def on_signal() -> None:
-        if stop.is_set() and main is not None:
-            main.cancel()
-        stop.set()
-
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, on_signal)
-            installed.append(sig)
-    try:
-        yield
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
 
 
 # ---- ingress and worker (several processes over NATS: bot/cluster/) ------------------------
@@ -293,6 +185,7 @@ def _signals_set(stop: asyncio.Event) -> Iterator[None]:
 
 async def cmd_ingress(args: argparse.Namespace) -> int:
     """The enabled platforms, answered by the workers through NATS JetStream."""
+    from bot.cli_serve import serve, stop_on_signals
     from bot.cluster.connection import ClusterError
     from bot.cluster.ingress import BrokerCore
 
@@ -308,8 +201,7 @@ async def cmd_ingress(args: argparse.Namespace) -> int:
     # The platforms keep their state here (Telegram's spool): one ingress per folder.
     with _only_writer(config):
         core = BrokerCore(config.cluster)
-        stop = asyncio.Event()
-        with _signals_set(stop):
+        with stop_on_signals() as stop:
             try:
                 try:
                     if not await core.start(stop):
@@ -317,7 +209,7 @@ async def cmd_ingress(args: argparse.Namespace) -> int:
                 except ClusterError as exc:
                     raise UserError(str(exc)) from None
                 adapters = [factories[name](config, core) for name in names]
-                await _serve(adapters, stop)
+                await serve(adapters, stop)
             finally:
                 await core.close()
     log.info("stopped")
@@ -326,6 +218,7 @@ async def cmd_ingress(args: argparse.Namespace) -> int:
 
 async def cmd_worker(args: argparse.Namespace) -> int:
     """The agent, answering the messages of some partitions from NATS JetStream."""
+    from bot.cli_serve import close_agent, stop_on_signals
     from bot.cluster.connection import ClusterError
     from bot.cluster.lease import this_worker
     from bot.cluster.partition import RangeError, describe_ranges, parse_ranges
@@ -345,17 +238,16 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     )
     with _only_writer(config):  # its own workspaces folder, as `run` has
         agent = _new_agent(config, metered=True)
-        stop = asyncio.Event()
         try:
             me = this_worker(_workspaces(config))
             worker = Worker(_metered_core(agent), config.cluster, partitions, me)
-            with _signals_set(stop):
+            with stop_on_signals() as stop:
                 await worker.run(stop)
         except ClusterError as exc:
             raise UserError(str(exc)) from None
         finally:
             log.info("stopping: finishing pending memory work")
-            await _close_agent(agent)
+            await close_agent(agent)
     log.info("stopped")
     return 0
 
@@ -383,7 +275,7 @@ async def cmd_partitions(args: argparse.Namespace) -> int:
 # ---- operator views -------------------------------------------------------------------------
 
 
-async def cmd_memory(args: argparse.Namespace) -> int:
+def cmd_memory(args: argparse.Namespace) -> int:
     """MEMORY.md as stored (the same read as /memory), so it can be piped or diffed."""
     workspaces = _reader(args)
     content = workspaces.get(args.user_key).memory.read()
@@ -463,6 +355,8 @@ async def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _check_workspaces(config: Config) -> tuple[bool, str, str]:
+    import tempfile
+
     path = _workspaces(config)
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -587,15 +481,6 @@ def _metered_core(agent: Any) -> Any:
     return MeteredCore(agent)
 
 
-async def _close_agent(agent: Any) -> None:
-    """Wait for pending consolidation, saying so if it takes a moment."""
-    closing = asyncio.ensure_future(agent.aclose())
-    done, _ = await asyncio.wait({closing}, timeout=SLOW_SHUTDOWN_NOTICE_S)
-    if not done:
-        print("(finishing memory consolidation before exiting…)", file=sys.stderr, flush=True)
-    await closing
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Global options work before the command and after it (`lightgrep --config F doctor`).
 
@@ -705,22 +590,34 @@ def main(argv: list[str] | None = None) -> int:
     chatting = args.command == "chat"
     wanted = _chat_log_file() if chatting and not args.verbose else None
     args.log_file = setup_logging(args.verbose, quiet=chatting, log_file=wanted)
-    command: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = args.func
+    command: Callable[[argparse.Namespace], int | Coroutine[Any, Any, int]] = args.func
     try:
-        return asyncio.run(command(args))
+        started = command(args)
+        return started if isinstance(started, int) else _run_async(started)
     except ConfigError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except UserError as exc:
         return _fail(str(exc), exc.code)
     except PlatformStartError as exc:
         return _fail(str(exc), EXIT_FAILURE)
-    except (KeyboardInterrupt, asyncio.CancelledError):
+    except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return _reader_went_away()
     finally:
         with contextlib.suppress(BrokenPipeError):
             sys.stdout.flush()
+
+
+def _run_async(command: Coroutine[Any, Any, int]) -> int:
+    """A command that needs the event loop; asyncio is imported only for those (a reading
+    command such as `memory` is a plain function and starts faster without it)."""
+    import asyncio
+
+    try:
+        return asyncio.run(command)
+    except asyncio.CancelledError:  # a second Ctrl-C (bot.cli_serve.stop_on_signals)
+        return EXIT_INTERRUPTED
 
 
 def _chat_log_file() -> Path | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -103,6 +102,8 @@ async def cmd_export(args: argparse.Namespace) -> int:
 
 def _write_atomically(target: Path, write: Callable[[IO[bytes]], ArchiveInfo]) -> tuple[int, int]:
     """Write into a temp file beside `target`, then rename: never a half archive at `target`."""
+    import tempfile  # only `export` writes one
+
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:

@@ -9,10 +9,8 @@ that names the key, never a traceback.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
-import tempfile
 import tomllib
 import types
 import typing
@@ -346,6 +344,8 @@ def _suggest(
     word: str, choices: typing.Iterable[str], show: typing.Callable[[str], str] = str
 ) -> str:
     """' (did you mean …?)' for a likely typo, else ''."""
+    import difflib  # only for a mistake: not on every start-up
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {show(close[0])}?)" if close else ""
 
@@ -526,6 +526,8 @@ class _Loader:
         memory.workspaces_dir = path
         if not check_writable:
             return
+        import tempfile  # (not for the commands that only read)
+
         try:
             make_private_dir(path)  # private at every level, whatever the umask
             with tempfile.TemporaryFile(dir=path):

@@ -9,7 +9,6 @@ of its adapter. bot/config.py reads and checks the section; the adapter trusts w
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from bot.settings import Section
 
 if TYPE_CHECKING:
+    import asyncio
+
     from bot.inbound import Inbound
     from bot.outbound import Outbound
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memory.atomic import atomic_write_text, remove_stale_temp_files
 from memory.keys import decode_key, encode_key, is_hashed_name
@@ -16,6 +16,9 @@ from memory.safefs import is_link, make_private_dir, read_bytes
 from memory.session import SessionStore
 from memory.store import HISTORY_FILE, MEMORY_FILE, VERSIONS_DIR, MemoryStore
 from memory.usage import USAGE_FILE
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +48,19 @@ class Workspace:
         self.sessions = SessionStore(root / SESSIONS_DIR)
         self.preferences = Preferences(root)
         self.media = MediaStore(root)
-        # One writer of MEMORY.md at a time: the consolidator holds it across read → LLM → write,
-        # so two sessions of one user cannot overwrite each other's update.
-        self.memory_lock = asyncio.Lock()
+        self._memory_lock: asyncio.Lock | None = None
+
+    @property
+    def memory_lock(self) -> asyncio.Lock:
+        """One writer of MEMORY.md at a time: the consolidator holds it across read → LLM →
+        write, so two sessions of one user cannot overwrite each other's update. Made on first
+        use: a command that only reads (`lightgrep memory`) then never imports asyncio (tens of
+        milliseconds of its start-up)."""
+        if self._memory_lock is None:
+            import asyncio
+
+            self._memory_lock = asyncio.Lock()
+        return self._memory_lock
 
     @property
     def memory_path(self) -> Path:

@@ -481,10 +481,14 @@ def test_version_and_global_options_before_the_command(
 def test_memory_and_recall_import_no_client_library(
     known_user: Path, child_env: dict[str, str]
 ) -> None:
-    """They only read files: the agent, openai and the platforms' libraries stay unloaded
-    (bench/cli_startup.py measures what that is worth)."""
-    heavy = ("bot.agent", "openai", "telegram", "discord", "tiktoken", "prompt_toolkit", "rich")
-    for command in (["memory", "telegram-42"], ["recall", "telegram-42", "tea"]):
+    """They only read files: the agent, openai and the platforms' libraries stay unloaded, and
+    `memory`, which needs no event loop, loads no asyncio either (bench/cli_startup.py measures
+    what that is worth)."""
+    clients = ("bot.agent", "openai", "telegram", "discord", "tiktoken", "prompt_toolkit", "rich")
+    for command, heavy in (
+        (["memory", "telegram-42"], (*clients, "asyncio", "adapters.terminal")),
+        (["recall", "telegram-42", "tea"], clients),
+    ):
         script = (
             "import sys\nfrom bot.cli import main\n"
             f"code = main({['--config', str(known_user), *command]!r})\n"
