@@ -642,4 +642,8 @@ def _fail(message: str, code: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m bot.cli` runs this file as __main__, a second copy beside the `bot.cli` that
+    # the operator commands import (bot/cli_control.py): run that one, whose UserError they raise.
+    from bot.cli import main as module_main
+
+    sys.exit(module_main())

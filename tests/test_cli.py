@@ -518,6 +518,22 @@ def test_recall_into_a_closed_pipe_exits_quietly(
     assert proc.returncode == 141  # what a shell reports for a tool whose reader left
 
 
+def test_python_m_bot_cli_reports_a_mistake_in_one_line(
+    known_user: Path, child_env: dict[str, str]
+) -> None:
+    """`python -m bot.cli` (how the benches and some tests start it) runs the module as
+    __main__; the operator commands raise bot.cli's UserError, which that copy's main did not
+    catch: a traceback instead of the one line."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "forget", "--config", str(known_user), "telegram-42",
+         ""],
+        capture_output=True, env=child_env, timeout=STEP_TIMEOUT,
+    )  # fmt: skip
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and "Traceback" not in err, err
+    assert err.startswith("lightgrep: Tell me what to forget")
+
+
 def test_recall_with_a_bad_regex_or_page_exits_non_zero(
     known_user: Path, clean_env: None, capsys
 ) -> None:
