@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from memory import stems
 from memory.dates import DateSpan
@@ -48,6 +48,15 @@ from memory.terms import (
     SearchError,
     Term,
     parse_query,
+)
+from memory.word_scan import (
+    WORD_VIEW,
+    Row,
+    TermHits,
+    WordScan,
+    all_stamps,
+    region_end,
+    scan_words,
 )
 
 __all__ = ["STOPWORDS", "HistoryHit", "SearchError", "SearchResult", "search_history"]
@@ -93,15 +102,11 @@ class SearchResult:
 
 # One matching entry as kept for ranking: (-length, stamp, file offset). Shorter entries score
 # higher and ties go to the newest, so the largest of these tuples ranks first.
-_Row = tuple[int, Any, int]
-# One term's matches in a region: the entries holding it once, as the word itself (the common
-# case, grouped without a loop), then the other entries and their weighted occurrences.
-_TermHits = tuple[list[_Row], list[_Row], list[float]]
+_Row = Row
+# One term's matches in a region (memory/word_scan.py).
+_TermHits = TermHits
 
-# A stamp without its opening "[" with every digit made "0": _all_stamps checks many at once.
-_STAMP_SHAPE = b"0000-00-00 00:00]"
 _STAMP_OF, _OFFSET = itemgetter(1), itemgetter(2)
-_DIGITS_TO_0 = bytes.maketrans(b"0123456789", b"0" * 10)
 
 
 class _Tally:
@@ -162,14 +167,6 @@ class _Tally:
                 del kept[self.keep :]
 
 
-def _region_end(buf: bytes, s: int, end: int) -> int:
-    """End of the file's last entry: before the trailing blank line(s)."""
-    e = end
-    while e > s + 1 and buf[e - 1 : e].isspace():
-        e -= 1
-    return e
-
-
 def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> _TermHits | None:
     """Entries of ``buf[:end]`` holding an ASCII keyword: a few C calls per matching entry.
 
@@ -201,7 +198,7 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> _TermH
                 return None
         e = find(marker, hit, limit)
         if e < 0:
-            e = _region_end(buf, s, end) if eof else end - 2
+            e = region_end(buf, s, end) if eof else end - 2
         else:
             after(buf[e + 3 : e + 20])
         if forms is None:
@@ -231,12 +228,7 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> _TermH
             add((s - e, buf[s + 1 : s + 18], base + s))
             add_tf(tf)
     starts = [*map(_STAMP_OF, ones), *map(_STAMP_OF, rows)]
-    return (ones, rows, tfs) if _all_stamps(starts) and _all_stamps(nexts) else None
-
-
-def _all_stamps(bodies: list[bytes]) -> bool:
-    """True when each item is ``YYYY-MM-DD HH:MM]`` (a stamp after its ``[``); one C pass."""
-    return b"".join(bodies).translate(_DIGITS_TO_0) == _STAMP_SHAPE * len(bodies)
+    return (ones, rows, tfs) if all_stamps(starts) and all_stamps(nexts) else None
 
 
 def _scan_careful(
@@ -272,7 +264,7 @@ def _scan_careful(
         while q >= 0 and stamp_at(buf, q + 2) is None:
             q = find(marker, q + 1, end)
         if q < 0:  # the region's last entry ends at the blank line before the next region
-            q = _region_end(buf, s, end) if eof else end - 2
+            q = region_end(buf, s, end) if eof else end - 2
         e = q
         tf = term.weight_in(buf, s, e)
         if tf:
@@ -298,7 +290,7 @@ def _cache_key(term: Term) -> Hashable | None:
         return None
     forms = term.forms
     weights = (forms.word, forms.exact_weight, stems.FORM, forms.part_weight) if forms else None
-    return term.kind, term.needle, weights
+    return term.kind, term.needle, weights, BM25_B > 0  # without a length norm: no lengths
 
 
 def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
@@ -321,6 +313,7 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
         for key, hits in zip(keys, known, strict=True)
     ]
     deadline = time.monotonic() + REGEX_TIME_BUDGET_S if query.regex else None
+    words = [WordScan(t.forms) if t.forms is not None and not query.regex else None for t in terms]
     with open_binary(path) as f:
         carry = b""
         base = 0  # file offset of carry[0]
@@ -346,23 +339,33 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
             tally.n_entries += region[2]
             tally.n_bytes += cut
             same = regions is not None and r < len(regions) and regions[r] == region
+            found: list[_TermHits | None] = [
+                hits[r] if same and hits is not None else None for hits in known
+            ]
+            todo = [t for t, got in enumerate(found) if got is None and words[t] is not None]
+            if todo:  # bare ASCII keywords: in bulk, on the word view (memory/word_scan.py)
+                scans = [w for t in todo if (w := words[t]) is not None]
+                view = buf.translate(WORD_VIEW)
+                bulk = scan_words(buf, view, cut, eof, scans, base, BM25_B > 0)
+                del view
+                for t, hits_t in zip(todo, bulk or [], strict=False):
+                    found[t] = hits_t
             # Regexes see the text as written (RE2 folds case itself, in UTF-8); the rest the
             # lowered bytes, with a newline after the file's end (the fast loop may look one
-            # byte past a word). The tail past ``cut`` is lowered again next time; cheap.
-            low = b"" if query.regex else buf.lower()
-            seen = buf if query.regex else low + b"\n" if eof else low
-            found = []
-            for t, term in enumerate(terms):
-                hits = known[t]
-                got = hits[r] if same and hits is not None else None
+            # byte past a word), lowered only when a term needs them.
+            seen: bytes | None = None
+            for t, got in enumerate(found):
                 if got is None:
-                    got = _scan_term(seen, cut, eof, base, term, deadline)
+                    if seen is None:
+                        low = b"" if query.regex else buf.lower()
+                        seen = buf if query.regex else low + b"\n" if eof else low
+                        del low
+                    got = found[t] = _scan_term(seen, cut, eof, base, terms[t], deadline)
                 kept = fresh[t]
                 if kept is not None:
                     kept.append(got)
-                found.append(got)
-            tally.add_region(found)
-            del seen, low, found
+            tally.add_region([got for got in found if got is not None])
+            del seen, found
             carry, base, want = buf[cut:], base + cut, chunk
             del buf
             if eof:
@@ -467,6 +470,27 @@ def _dated(text: str, span: DateSpan) -> bool:
     return span.holds(text[1:11]) or bool(_date_spans(text, span))
 
 
+def _read_entry(f: BinaryIO, start: int, length: int) -> bytes:
+    """The entry at ``start``: ``length`` bytes, or up to the next entry when unknown (0)."""
+    f.seek(start)
+    if length:
+        return f.read(length)
+    layout = BYTES_LAYOUT
+    data, pos = b"", 1  # pos: where the next entry's marker may start
+    while True:
+        block = f.read(max(SAMPLE_BYTES, len(data)))  # doubling: a long entry reads in few steps
+        data += block
+        last = len(data) if not block else len(data) - 20  # a marker and its stamp, whole
+        q = data.find(layout.marker, pos, last + 3)
+        while q >= 0 and not layout.is_start(data, q + 2):
+            q = data.find(layout.marker, q + 1, last + 3)
+        if q >= 0:
+            return data[:q]
+        if not block:
+            return data
+        pos = max(pos, last + 1)
+
+
 def search_history(
     path: Path,
     query: str,
@@ -501,8 +525,7 @@ def search_history(
     if top:
         with open_binary(path) as f:
             for score, start, length, stamp in top:
-                f.seek(start)
-                text = f.read(length).decode("utf-8", "replace").rstrip()
+                text = _read_entry(f, start, length).decode("utf-8", "replace").rstrip()
                 spans, why = _marks(text, parsed)
                 hits.append(HistoryHit(stamp[:16].decode("ascii"), text, score, spans, why))
     return SearchResult(hits, tally.total)
