@@ -51,6 +51,7 @@ from memory.terms import (
 )
 from memory.word_scan import (
     WORD_VIEW,
+    RegionWords,
     Row,
     TermHits,
     WordScan,
@@ -133,26 +134,39 @@ class _Tally:
         """Record one region's matches (an entry never spans two regions)."""
         for t, (ones, rows, _) in enumerate(found):
             self.df[t] += len(ones) + len(rows)
-        grouped: dict[tuple[float, ...], list[_Row]] = {}
         if self.n_terms == 1:
             ones, rows, tfs = found[0]
             self.total += len(ones) + len(rows)
-            if ones:
-                grouped[(1.0,)] = list(ones)  # the input may be remembered: never grow it
-            keys: Iterable[tuple[float, ...]] = zip(tfs, strict=True)
-        else:  # each entry's vector of occurrences, built column by column in C
-            by_offset: dict[int, _Row] = {}
-            for ones, rows, _ in found:
-                by_offset.update(zip(map(_OFFSET, ones), ones, strict=True))
-                by_offset.update(zip(map(_OFFSET, rows), rows, strict=True))
-            offsets = list(by_offset)
-            columns = []
-            for ones, rows, tfs in found:
-                tf_at = dict.fromkeys(map(_OFFSET, ones), 1.0)
-                tf_at.update(zip(map(_OFFSET, rows), tfs, strict=True))
-                columns.append(list(map(tf_at.get, offsets, repeat(0.0))))
-            rows, keys = list(by_offset.values()), zip(*columns, strict=True)
-            self.total += len(rows)
+            # The input may be remembered: never grow it.
+            self._group(rows, zip(tfs, strict=True), {(1.0,): list(ones)} if ones else {})
+            return
+        # Each entry's vector of occurrences, built column by column in C.
+        by_offset: dict[int, _Row] = {}
+        for ones, rows, _ in found:
+            by_offset.update(zip(map(_OFFSET, ones), ones, strict=True))
+            by_offset.update(zip(map(_OFFSET, rows), rows, strict=True))
+        offsets = list(by_offset)
+        columns = []
+        for ones, rows, tfs in found:
+            tf_at = dict.fromkeys(map(_OFFSET, ones), 1.0)
+            tf_at.update(zip(map(_OFFSET, rows), tfs, strict=True))
+            columns.append(list(map(tf_at.get, offsets, repeat(0.0))))
+        self.total += len(offsets)
+        self._group(list(by_offset.values()), zip(*columns, strict=True), {})
+
+    def add_columns(self, found: RegionWords) -> None:
+        """Record one region's matches as the bulk scan gives them, vectors ready."""
+        for t, column in enumerate(found.columns):
+            self.df[t] += len(column) - column.count(0.0)
+        self.total += len(found.rows)
+        self._group(found.rows, zip(*found.columns, strict=True), {})
+
+    def _group(
+        self,
+        rows: list[_Row],
+        keys: Iterable[tuple[float, ...]],
+        grouped: dict[tuple[float, ...], list[_Row]],
+    ) -> None:
         for key, row in zip(keys, rows, strict=True):
             group = grouped.get(key)
             if group is None:
@@ -343,12 +357,13 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
                 hits[r] if same and hits is not None else None for hits in known
             ]
             todo = [t for t, got in enumerate(found) if got is None and words[t] is not None]
+            bulk = None
             if todo:  # bare ASCII keywords: in bulk, on the word view (memory/word_scan.py)
                 scans = [w for t in todo if (w := words[t]) is not None]
                 view = buf.translate(WORD_VIEW)
                 bulk = scan_words(buf, view, cut, eof, scans, base, BM25_B > 0)
                 del view
-                for t, hits_t in zip(todo, bulk or [], strict=False):
+                for t, hits_t in zip(todo, bulk.hits if bulk else [], strict=False):
                     found[t] = hits_t
             # Regexes see the text as written (RE2 folds case itself, in UTF-8); the rest the
             # lowered bytes, with a newline after the file's end (the fast loop may look one
@@ -364,7 +379,10 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
                 kept = fresh[t]
                 if kept is not None:
                     kept.append(got)
-            tally.add_region([got for got in found if got is not None])
+            if bulk is not None and len(todo) == len(terms) > 1:
+                tally.add_columns(bulk)  # the vectors are there already
+            else:
+                tally.add_region([got for got in found if got is not None])
             del seen, found
             carry, base, want = buf[cut:], base + cut, chunk
             del buf

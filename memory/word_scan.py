@@ -16,6 +16,7 @@ summed in the same order as a per-hit loop would, so the figures are the same to
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import chain, compress, repeat
 from operator import itemgetter, not_
 from typing import Any
@@ -24,7 +25,16 @@ from ahocorasick_rs import BytesAhoCorasick
 
 from memory.stems import WORD_BYTES, WordForms, word_end
 
-__all__ = ["WORD_VIEW", "Row", "TermHits", "WordScan", "all_stamps", "region_end", "scan_words"]
+__all__ = [
+    "WORD_VIEW",
+    "RegionWords",
+    "Row",
+    "TermHits",
+    "WordScan",
+    "all_stamps",
+    "region_end",
+    "scan_words",
+]
 
 # One matching entry as kept for ranking: (-length, stamp, file offset).
 Row = tuple[int, Any, int]
@@ -77,22 +87,24 @@ class WordScan:
             return {}
         # rfind up to the hit, not past it: a root is a word, so no marker ends on the hit.
         marks = list(map(buf.rfind, repeat(MARKER), repeat(0), hits))
-        whole = list(map(view.startswith, repeat(self.whole), map((-1).__add__, hits)))
         forms = self.forms
-        if all(whole):  # the common case: every hit is the keyword itself
+        # The common case: every hit is the keyword itself, a whole word (checked lazily).
+        if all(map(view.startswith, repeat(self.whole), map((-1).__add__, hits))):
             tf_of = dict.fromkeys(marks, forms.exact_weight)
             if len(tf_of) == len(marks):  # and no entry holds it twice
                 return tf_of
             weights = [forms.exact_weight] * len(hits)
         else:
+            whole = list(map(view.startswith, repeat(self.whole), map((-1).__add__, hits)))
             weights = self._weights(view, hits, whole)
             tf_of = dict(zip(marks, weights, strict=True))
-            if len(tf_of) == len(marks):
-                return tf_of
-        tf_of = {}
-        get = tf_of.get
-        for q, w in zip(marks, weights, strict=True):  # summed in order, as a loop per hit
-            tf_of[q] = get(q, 0.0) + w
+        if len(tf_of) < len(marks):  # an entry holds it more than once
+            tf_of = {}
+            get = tf_of.get
+            for q, w in zip(marks, weights, strict=True):  # summed in order, as a loop per hit
+                tf_of[q] = get(q, 0.0) + w
+        if 0.0 in tf_of.values():  # only longer words that are no form of it: no match
+            tf_of = {q: tf for q, tf in tf_of.items() if tf}
         return tf_of
 
     def _weights(self, view: bytes, hits: list[int], whole: list[bool]) -> list[float]:
@@ -112,6 +124,20 @@ class WordScan:
         return weights
 
 
+@dataclass
+class RegionWords:
+    """What the bulk scan found in one region, per keyword and across them.
+
+    ``hits`` is each keyword's ``TermHits``; ``rows`` the entries holding any of them, in file
+    order, and ``columns[t][i]`` keyword t's weighted occurrences in ``rows[i]``: the vectors
+    ranking groups entries by, without matching entries up again.
+    """
+
+    hits: list[TermHits]
+    rows: list[Row]
+    columns: list[list[float]]
+
+
 def scan_words(
     buf: bytes,
     view: bytes,
@@ -120,7 +146,7 @@ def scan_words(
     scans: list[WordScan],
     base: int,
     lengths: bool,
-) -> list[TermHits] | None:
+) -> RegionWords | None:
     """Each keyword's entries in ``buf[:end]`` (``view``: its word view), or None.
 
     Every ``\\n\\n[`` is taken as an entry edge and the stamps of the entries used are checked
@@ -131,16 +157,16 @@ def scan_words(
     """
     per_term = [scan.entries(buf, view, end) for scan in scans]
     # One keyword's entries come in file order, as its hits did; several are merged.
-    merged = chain.from_iterable(per_term)
-    marks = list(per_term[0]) if len(per_term) == 1 else sorted(set(merged))
+    merged = dict.fromkeys(chain.from_iterable(per_term))  # sorted runs: a cheap sort
+    marks = list(per_term[0]) if len(per_term) == 1 else sorted(merged)
     if not marks:
-        return [([], [], []) for _ in scans]
-    starts = [q + 2 for q in marks]
+        return RegionWords([([], [], []) for _ in scans], [], [[] for _ in scans])
+    stamps = [buf[q + 3 : q + 20] for q in marks]  # an entry starts 2 past its marker
+    starts = list(map((2).__add__, marks))
     if marks[0] < 0:  # the region's first entry
-        starts[0] = 0
-        if buf[:1] != b"[" or not all_stamps([buf[1:18]]):
+        starts[0], stamps[0] = 0, buf[1:18]
+        if buf[:1] != b"[":
             return None
-    stamps = [buf[s + 1 : s + 18] for s in starts]
     if not all_stamps(stamps):
         return None
     if lengths:
@@ -155,18 +181,17 @@ def scan_words(
     else:
         negs = [0] * len(starts)
     rows = list(zip(negs, stamps, map(base.__add__, starts), strict=True))
-    row_of = dict(zip(marks, rows, strict=True))
-    out: list[TermHits] = []
-    for tf_of in per_term:
-        ones: list[Row] = []
-        more: list[Row] = []
-        tfs: list[float] = []
-        if set(tf_of.values()) == {1.0}:  # keys come in file order, as the hits did
-            ones = list(map(row_of.__getitem__, tf_of))
-        else:
-            ones = [row_of[q] for q, tf in tf_of.items() if tf == 1.0]
-            weighed = [(q, tf) for q, tf in tf_of.items() if tf and tf != 1.0]
-            more = [row_of[q] for q, _ in weighed]
-            tfs = [tf for _, tf in weighed]
-        out.append((ones, more, tfs))
-    return out
+    columns = [list(map(tf_of.get, marks, repeat(0.0))) for tf_of in per_term]
+    hits = [
+        _term_hits(rows, column, tf_of) for column, tf_of in zip(columns, per_term, strict=True)
+    ]
+    return RegionWords(hits, rows, columns)
+
+
+def _term_hits(rows: list[Row], column: list[float], tf_of: dict[int, float]) -> TermHits:
+    """One keyword's ``TermHits`` from its column of weights over ``rows``."""
+    if set(tf_of.values()) == {1.0}:  # the common case: each entry holds it once, as itself
+        return list(compress(rows, column)), [], []
+    ones = [row for row, tf in zip(rows, column, strict=True) if tf == 1.0]
+    weighed = [(row, tf) for row, tf in zip(rows, column, strict=True) if tf and tf != 1.0]
+    return ones, [row for row, _ in weighed], [tf for _, tf in weighed]

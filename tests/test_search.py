@@ -512,3 +512,60 @@ def test_remembered_scans_are_bounded_and_change_no_answer(
             again = search_history(path, q, limit=7, offset=3)
             assert [(h.text, h.score) for h in again.hits] == fresh[q]
             assert 0 < small.rows <= 50
+
+
+# ---- the bulk scan of bare keywords (memory/word_scan.py) against the careful one ----------
+
+BULK_WORDS = ["paid", "Paid,", "pays", "unpaid", "euro", "euros", "(12 euros)", "late", "later"]
+BULK_WORDS += ["latency", "plate", "flat", "neuro", "LATE.", "ü", "paid paid", "2026", "ünpaid"]
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    bodies=st.lists(
+        st.lists(st.sampled_from(BULK_WORDS), min_size=1, max_size=10), min_size=1, max_size=25
+    ),
+    query=st.sampled_from(["paid euros late", "euros", "late", "paid 2026", "pays unpaid"]),
+    b=st.sampled_from([0.0, 0.75]),
+)
+def test_the_bulk_scan_ranks_as_the_careful_scan_does(
+    tmp_path: Path, monkeypatch, bodies: list[list[str]], query: str, b: float
+) -> None:
+    """Keywords after a ``\n\n[`` that starts no entry make the region's scan check every edge
+    as it is found (the careful scan); the same ``\n\n[`` in an entry without keywords leaves
+    it to the bulk scan. Same words, lengths and edges otherwise: the very same scores."""
+    entries = [
+        f"[2026-03-{i % 28 + 1:02d} {i % 24:02d}:00] " + " ".join(words)
+        for i, words in enumerate(bodies)
+    ]
+    first, other = "[2026-01-01 10:00] ", "[2026-01-01 11:00] yy\n\n"
+    careful = [f"{first}zz\n\n[note] {query}", other + "(x)", *entries]
+    bulk = [f"{first}{query}\n\n(note) zz", other + "[x]", *entries]
+    monkeypatch.setattr(search_module, "BM25_B", b)
+    search_module.SCANS.clear()
+    slow = search_history(write_history(tmp_path / "careful.md", *careful), query, limit=100)
+    fast = search_history(write_history(tmp_path / "bulk.md", *bulk), query, limit=100)
+    assert fast.total == slow.total
+    assert [(h.timestamp, h.score) for h in fast.hits] == [
+        (h.timestamp, h.score) for h in slow.hits
+    ]
+    same = {bulk[0]: careful[0], bulk[1]: careful[1]}
+    assert [h.text for h in slow.hits] == [same.get(h.text, h.text) for h in fast.hits]
+
+
+def test_an_entry_shown_is_whole_past_brackets_and_long(history: Path) -> None:
+    """Ranking needs no entry lengths, so an entry found in bulk is read to the next real entry
+    when it is shown: past a ``\\n\\n[`` that starts none, however long the entry is."""
+    brackets = "[2026-01-02 10:00] Paid 40 euros.\n\n[draft] rent\n\n[x] more"
+    long = "[2026-01-03 10:00] Paid the bill.\n" + "line of a long entry\n" * 9000 + "\n\n[y] end"
+    write_history(
+        history, "[2026-01-01 10:00] Paid 5 euros.", brackets, long, "[2026-01-04 10:00] ok"
+    )
+    shown = {hit.timestamp: hit.text for hit in search_history(history, "paid").hits}
+    assert shown == {
+        "2026-01-01 10:00": "[2026-01-01 10:00] Paid 5 euros.",
+        "2026-01-02 10:00": brackets,
+        "2026-01-03 10:00": long,
+    }
