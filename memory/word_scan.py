@@ -189,9 +189,17 @@ def scan_words(
 
 
 def _term_hits(rows: list[Row], column: list[float], tf_of: dict[int, float]) -> TermHits:
-    """One keyword's ``TermHits`` from its column of weights over ``rows``."""
-    if set(tf_of.values()) == {1.0}:  # the common case: each entry holds it once, as itself
-        return list(compress(rows, column)), [], []
-    ones = [row for row, tf in zip(rows, column, strict=True) if tf == 1.0]
-    weighed = [(row, tf) for row, tf in zip(rows, column, strict=True) if tf and tf != 1.0]
-    return ones, [row for row, _ in weighed], [tf for _, tf in weighed]
+    """One keyword's ``TermHits`` from its column of weights over ``rows``, in C passes.
+
+    The other entries are gathered per distinct weight: their order does not matter, as every
+    entry ranks by its own key.
+    """
+    weights = set(tf_of.values())
+    ones = list(compress(rows, map((1.0).__eq__, column) if weights != {1.0} else column))
+    more: list[Row] = []
+    tfs: list[float] = []
+    for tf in sorted(weights - {0.0, 1.0}):
+        found = list(compress(rows, map(tf.__eq__, column)))
+        more += found
+        tfs += [tf] * len(found)
+    return ones, more, tfs
