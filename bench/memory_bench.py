@@ -34,7 +34,7 @@ import recall_life  # noqa: E402
 from memory.search import SCANS, search_history  # noqa: E402
 
 SEARCH_MB = 100
-SEARCH_RUNS = 5
+SEARCH_RUNS = 7
 
 
 def median_time(fn: Callable[[], object], runs: int) -> float:
@@ -206,33 +206,40 @@ def search_vs_grep(
     grep_label: str = "",
     regex: bool = False,
 ) -> float:
-    """Print and return median search_history time / median `grep -i -c` time, same file.
+    """Print and return how many times `grep -i -c`'s time search_history takes, same file.
 
     Several words go to grep as ``-F -e w1 -e w2 …``: lines holding any of them, like the ranking;
     a regex as ``-E``. "cold" forgets the remembered scans before each run (a new or changed
     file: the whole file is read); "warm" asks again (the next page, a keyword asked before; a
-    regex is never remembered). Returns the cold ratio.
+    regex is never remembered). Each run times grep, then cold, then warm, one after the other,
+    and a ratio is taken per run, so a machine busy with other work slows both sides of it
+    alike; the figures are medians over the runs. Returns the cold ratio.
     """
     args = [grep, "-i", "-c"] + (["-E"] if regex else ["-F"] if len(words) > 1 else [])
     args += [part for word in words for part in ("-e", word)] + [str(path)]
     counted = subprocess.run(args, capture_output=True, text=True, check=False).stdout.strip()
-    g = median_time(lambda: subprocess.run(args, capture_output=True, check=False), SEARCH_RUNS)
 
     def cold() -> object:
         SCANS.clear()
         return search_history(path, query, regex=regex)
 
     total = search_history(path, query, regex=regex).total
-    c = median_time(cold, SEARCH_RUNS)
-    search_history(path, query, regex=regex)
-    w = median_time(lambda: search_history(path, query, regex=regex), SEARCH_RUNS)
+    times: list[tuple[float, float, float]] = []
+    for _ in range(SEARCH_RUNS):
+        g = median_time(lambda: subprocess.run(args, capture_output=True, check=False), 1)
+        c = median_time(cold, 1)
+        w = median_time(lambda: search_history(path, query, regex=regex), 1)
+        times.append((g, c, w))
+    g, c, w = (statistics.median(column) for column in zip(*times, strict=True))
+    cold_ratio = statistics.median(c / g for g, c, _ in times)
+    warm_ratio = statistics.median(w / g for g, _, w in times)
     label = grep_label or repr(query)
     print(
-        f"   {label:17} grep -i -c {g * 1e3:5.0f} ms ({counted:>6} lines) | search_history cold "
-        f"{c * 1e3:5.0f} ms = {c / g:4.2f}×, warm {w * 1e3:4.0f} ms = {w / g:4.2f}× "
+        f"   {label:20} grep -i -c {g * 1e3:4.0f} ms ({counted:>6} lines) | search_history cold "
+        f"{c * 1e3:5.0f} ms = {cold_ratio:4.2f}×, warm {w * 1e3:4.0f} ms = {warm_ratio:4.2f}× "
         f"({total:>7,} entries)"
     )
-    return c / g
+    return cold_ratio
 
 
 # --- 4. relevance ----------------------------------------------------------------------------

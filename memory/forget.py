@@ -193,6 +193,7 @@ class _Refs:
     kept: set[str] = field(default_factory=set)
 
 
+
 def _strings(value: Any) -> Iterator[str]:
     """Every string inside a record (content parts, tool-call arguments, names…)."""
     if isinstance(value, str):

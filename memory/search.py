@@ -14,12 +14,16 @@ Ranking: an entry holding more of the keywords first, then BM25 over the weighte
 (rare words weigh more), ties to the newest. With ``regex=True`` the query is one
 case-insensitive RE2 expression (memory/linear_regex.py; ``^``/``$`` match at lines).
 
-Speed: the scan works on bytes. Each chunk is lowered once in C and searched with
-``bytes.find``; only matching entries cost Python work (a few C calls each, their timestamps
-checked in bulk), and per pattern of term counts only the few entries that can still reach the
-requested page are kept, so memory stays small however many entries match. What a scan found
-per keyword is remembered until the file changes (memory/scan_cache.py, bounded), so the next
-page, or a keyword asked again, reads nothing.
+Speed: the scan works on bytes, a chunk at a time. Bare ASCII keywords, the common case, are
+found in bulk (memory/word_scan.py): one memmem pass per keyword, C calls mapped over the hits,
+no Python step per hit or entry unless a hit is another form of the word. Phrases, non-ASCII
+words and dates search the lowered chunk with ``bytes.find``, a few C calls per matching entry;
+regexes run RE2 on the bytes as written. Timestamps are checked in bulk; per pattern of term
+counts only the few entries that can still reach the requested page are kept, so memory stays
+small however many entries match. Ranking without a length norm (b = 0) needs no entry's end:
+the few entries shown are read up to the next one. What a scan found per keyword is remembered
+until the file changes (memory/scan_cache.py, bounded), so the next page, or a keyword asked
+again, reads nothing.
 """
 
 from __future__ import annotations
@@ -101,12 +105,8 @@ class SearchResult:
 
 # --- scanning ---------------------------------------------------------------------------------
 
-# One matching entry as kept for ranking: (-length, stamp, file offset). Shorter entries score
-# higher and ties go to the newest, so the largest of these tuples ranks first.
-_Row = Row
-# One term's matches in a region (memory/word_scan.py).
-_TermHits = TermHits
-
+# A Row (memory/word_scan.py) is one matching entry as kept for ranking: (-length, stamp, file
+# offset). Shorter entries score higher and ties go to the newest, so the largest ranks first.
 _STAMP_OF, _OFFSET = itemgetter(1), itemgetter(2)
 
 
@@ -126,11 +126,11 @@ class _Tally:
         self.best = None if BM25_B > 0 else itemgetter(1, 2)  # the order rows win in
         self.total = 0  # matching entries
         self.df = [0] * n_terms  # matching entries per term
-        self.groups: dict[tuple[float, ...], list[_Row]] = {}  # occurrences per term -> rows
+        self.groups: dict[tuple[float, ...], list[Row]] = {}  # occurrences per term -> rows
         self.n_entries = 0
         self.n_bytes = 0
 
-    def add_region(self, found: list[_TermHits]) -> None:
+    def add_region(self, found: list[TermHits]) -> None:
         """Record one region's matches (an entry never spans two regions)."""
         for t, (ones, rows, _) in enumerate(found):
             self.df[t] += len(ones) + len(rows)
@@ -141,7 +141,7 @@ class _Tally:
             self._group(rows, zip(tfs, strict=True), {(1.0,): list(ones)} if ones else {})
             return
         # Each entry's vector of occurrences, built column by column in C.
-        by_offset: dict[int, _Row] = {}
+        by_offset: dict[int, Row] = {}
         for ones, rows, _ in found:
             by_offset.update(zip(map(_OFFSET, ones), ones, strict=True))
             by_offset.update(zip(map(_OFFSET, rows), rows, strict=True))
@@ -163,10 +163,11 @@ class _Tally:
 
     def _group(
         self,
-        rows: list[_Row],
+        rows: list[Row],
         keys: Iterable[tuple[float, ...]],
-        grouped: dict[tuple[float, ...], list[_Row]],
+        grouped: dict[tuple[float, ...], list[Row]],
     ) -> None:
+        """Add each row to the group of its vector, keeping only the ``keep`` that can win."""
         for key, row in zip(keys, rows, strict=True):
             group = grouped.get(key)
             if group is None:
@@ -181,7 +182,7 @@ class _Tally:
                 del kept[self.keep :]
 
 
-def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> _TermHits | None:
+def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> TermHits | None:
     """Entries of ``buf[:end]`` holding an ASCII keyword: a few C calls per matching entry.
 
     The hot loop, kept flat on purpose. It takes every ``\\n\\n[`` as an entry edge and checks
@@ -198,8 +199,8 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> _TermH
     if forms is not None:
         word, part, exact = forms.word.encode("ascii"), forms.part_weight, forms.exact_weight
         wn, cached, weigh, inside = len(word), forms.weights.get, forms.weigh, WORD_BYTES
-    ones: list[_Row] = []
-    rows: list[_Row] = []
+    ones: list[Row] = []
+    rows: list[Row] = []
     tfs: list[float] = []
     nexts: list[bytes] = []  # the stamp after each entry end used
     one, add, add_tf, after = ones.append, rows.append, tfs.append, nexts.append
@@ -247,13 +248,13 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> _TermH
 
 def _scan_careful(
     buf: bytes, end: int, eof: bool, term: Term, base: int, deadline: float | None
-) -> _TermHits:
+) -> TermHits:
     """Every entry of ``buf[:end]`` holding ``term``, with its weighted occurrences.
 
     For regexes, non-ASCII keywords, dates and regions with a ``\\n\\n[`` that starts no entry:
     every entry edge is checked for a real timestamp as it is found.
     """
-    rows: list[_Row] = []
+    rows: list[Row] = []
     tfs: list[float] = []
     layout = BYTES_LAYOUT
     marker, stamp_at = layout.marker, layout.stamp.match
@@ -322,7 +323,7 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
         return tally
     seen_regions: list[Region] = []
     # Hits to remember: only for keywords worth it and not remembered already.
-    fresh: list[list[_TermHits] | None] = [
+    fresh: list[list[TermHits] | None] = [
         [] if key is not None and hits is None else None
         for key, hits in zip(keys, known, strict=True)
     ]
@@ -353,7 +354,7 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
             tally.n_entries += region[2]
             tally.n_bytes += cut
             same = regions is not None and r < len(regions) and regions[r] == region
-            found: list[_TermHits | None] = [
+            found: list[TermHits | None] = [
                 hits[r] if same and hits is not None else None for hits in known
             ]
             todo = [t for t, got in enumerate(found) if got is None and words[t] is not None]
@@ -398,10 +399,10 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
 
 def _scan_term(
     buf: bytes, cut: int, eof: bool, base: int, term: Term, deadline: float | None
-) -> _TermHits:
+) -> TermHits:
     """One term in one region: the fast loop when it can, else the careful one."""
     if term.alternatives:  # a date: entries holding any of its texts, each once
-        union: dict[int, _Row] = {}
+        union: dict[int, Row] = {}
         for alt in term.alternatives:
             _, rows, _ = _scan_careful(buf, cut, eof, alt, base, deadline)
             union.update(zip(map(_OFFSET, rows), rows, strict=True))

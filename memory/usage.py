@@ -110,15 +110,12 @@ class UsageLog:
         first = _month_start(today, months_back=1)
         days = {day: totals for day, totals in self._load().items() if day >= first}
         text = "".join(
-            json.dumps(
-                {
-                    "day": day.isoformat(),
-                    "prompt_tokens": totals.prompt_tokens,
-                    "completion_tokens": totals.completion_tokens,
-                    "calls": totals.calls,
-                }
-            )
-            + "\n"
+            json.dumps({
+                "day": day.isoformat(),
+                "prompt_tokens": totals.prompt_tokens,
+                "completion_tokens": totals.completion_tokens,
+                "calls": totals.calls,
+            }) + "\n"
             for day, totals in sorted(days.items())
         )
         atomic_write_text(self.path, text)

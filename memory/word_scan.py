@@ -156,9 +156,12 @@ def scan_words(
     blank line before the next region unless ``eof``, and the entry after each is checked too.
     """
     per_term = [scan.entries(buf, view, end) for scan in scans]
-    # One keyword's entries come in file order, as its hits did; several are merged.
-    merged = dict.fromkeys(chain.from_iterable(per_term))  # sorted runs: a cheap sort
-    marks = list(per_term[0]) if len(per_term) == 1 else sorted(merged)
+    # One keyword's entries come in file order, as its hits did; several are merged (sorted
+    # runs, one after the other: a cheap sort).
+    if len(per_term) == 1:
+        marks = list(per_term[0])
+    else:
+        marks = sorted(dict.fromkeys(chain.from_iterable(per_term)))
     if not marks:
         return RegionWords([([], [], []) for _ in scans], [], [[] for _ in scans])
     stamps = [buf[q + 3 : q + 20] for q in marks]  # an entry starts 2 past its marker
