@@ -34,7 +34,7 @@ import time
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import repeat
+from itertools import compress, repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -55,7 +55,6 @@ from memory.terms import (
 )
 from memory.word_scan import (
     WORD_VIEW,
-    RegionWords,
     Row,
     TermHits,
     WordScan,
@@ -131,55 +130,63 @@ class _Tally:
         self.n_bytes = 0
 
     def add_region(self, found: list[TermHits]) -> None:
-        """Record one region's matches (an entry never spans two regions)."""
-        for t, (ones, rows, _) in enumerate(found):
-            self.df[t] += len(ones) + len(rows)
-        if self.n_terms == 1:
-            ones, rows, tfs = found[0]
-            self.total += len(ones) + len(rows)
-            # The input may be remembered: never grow it.
-            self._group(rows, zip(tfs, strict=True), {(1.0,): list(ones)} if ones else {})
+        """Record one region's matches (an entry never spans two regions).
+
+        A weight of 0 is an entry another keyword of the same scan holds: not a match here.
+        """
+        for t, (_, tfs) in enumerate(found):
+            self.df[t] += len(tfs) - tfs.count(0.0)
+        if self.n_terms == 1:  # grouped by weight in C, without a loop over the rows
+            rows, tfs = found[0]
+            self.total += len(tfs) - tfs.count(0.0)
+            weights = set(tfs)
+            for tf in weights - {0.0}:
+                self._keep(
+                    (tf,), rows if len(weights) == 1 else compress(rows, map(tf.__eq__, tfs))
+                )
             return
-        # Each entry's vector of occurrences, built column by column in C.
+        shared = found[0][0]
+        if all(rows is shared for rows, _ in found):  # one bulk scan's: the vectors are ready
+            self.total += self._group(shared, zip(*(tfs for _, tfs in found), strict=True))
+            return
+        # Else each entry's vector of occurrences, matched up by offset column by column in C.
         by_offset: dict[int, Row] = {}
-        for ones, rows, _ in found:
-            by_offset.update(zip(map(_OFFSET, ones), ones, strict=True))
+        held = []
+        for rows, tfs in found:
+            if 0.0 in tfs:
+                rows, tfs = list(compress(rows, tfs)), list(compress(tfs, tfs))
+            held.append((rows, tfs))
             by_offset.update(zip(map(_OFFSET, rows), rows, strict=True))
         offsets = list(by_offset)
         columns = []
-        for ones, rows, tfs in found:
-            tf_at = dict.fromkeys(map(_OFFSET, ones), 1.0)
-            tf_at.update(zip(map(_OFFSET, rows), tfs, strict=True))
+        for rows, tfs in held:
+            tf_at = dict(zip(map(_OFFSET, rows), tfs, strict=True))
             columns.append(list(map(tf_at.get, offsets, repeat(0.0))))
-        self.total += len(offsets)
-        self._group(list(by_offset.values()), zip(*columns, strict=True), {})
+        self.total += self._group(list(by_offset.values()), zip(*columns, strict=True))
 
-    def add_columns(self, found: RegionWords) -> None:
-        """Record one region's matches as the bulk scan gives them, vectors ready."""
-        for t, column in enumerate(found.columns):
-            self.df[t] += len(column) - column.count(0.0)
-        self.total += len(found.rows)
-        self._group(found.rows, zip(*found.columns, strict=True), {})
-
-    def _group(
-        self,
-        rows: list[Row],
-        keys: Iterable[tuple[float, ...]],
-        grouped: dict[tuple[float, ...], list[Row]],
-    ) -> None:
-        """Add each row to the group of its vector, keeping only the ``keep`` that can win."""
+    def _group(self, rows: list[Row], keys: Iterable[tuple[float, ...]]) -> int:
+        """Add each row to the group of its vector; returns how many hold any keyword."""
+        grouped: dict[tuple[float, ...], list[Row]] = {}
         for key, row in zip(keys, rows, strict=True):
             group = grouped.get(key)
             if group is None:
                 grouped[key] = [row]
             else:
                 group.append(row)
+        none = grouped.pop((0.0,) * self.n_terms, [])  # from a scan with other keywords
         for key, members in grouped.items():
-            kept = self.groups.setdefault(key, [])
-            kept.extend(members)
-            if len(kept) > self.keep:  # a sort in C: rows come nearly in order, so it is cheap
-                kept.sort(key=self.best, reverse=True)
-                del kept[self.keep :]
+            self._keep(key, members)
+        return len(rows) - len(none)
+
+    def _keep(self, key: tuple[float, ...], members: Iterable[Row]) -> None:
+        """Add rows of one vector (copied: the input may be remembered), keeping the best."""
+        kept = self.groups.get(key)
+        if kept is None:
+            kept = self.groups[key] = []
+        kept.extend(members)
+        if len(kept) > self.keep:  # a sort in C: rows come nearly in order, so it is cheap
+            kept.sort(key=self.best, reverse=True)
+            del kept[self.keep :]
 
 
 def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> TermHits | None:
@@ -199,11 +206,10 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> TermHi
     if forms is not None:
         word, part, exact = forms.word.encode("ascii"), forms.part_weight, forms.exact_weight
         wn, cached, weigh, inside = len(word), forms.weights.get, forms.weigh, WORD_BYTES
-    ones: list[Row] = []
     rows: list[Row] = []
     tfs: list[float] = []
     nexts: list[bytes] = []  # the stamp after each entry end used
-    one, add, add_tf, after = ones.append, rows.append, tfs.append, nexts.append
+    add, add_tf, after = rows.append, tfs.append, nexts.append
     hit = find(needle, 0, end)
     while hit >= 0:
         s = rfind(marker, 0, hit + 1) + 2
@@ -237,13 +243,11 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> TermHi
                     w = cached(token)
                     tf += weigh(token) if w is None else w
                 hit = find(needle, hit + n, end)
-        if tf == 1.0:
-            one((s - e, buf[s + 1 : s + 18], base + s))
-        elif tf:
+        if tf:
             add((s - e, buf[s + 1 : s + 18], base + s))
             add_tf(tf)
-    starts = [*map(_STAMP_OF, ones), *map(_STAMP_OF, rows)]
-    return (ones, rows, tfs) if all_stamps(starts) and all_stamps(nexts) else None
+    starts = list(map(_STAMP_OF, rows))
+    return (rows, tfs) if all_stamps(starts) and all_stamps(nexts) else None
 
 
 def _scan_careful(
@@ -286,7 +290,7 @@ def _scan_careful(
             rows.append((s - e, stamp, base + s))
             tfs.append(tf)
         pos = e + 1
-    return [], rows, tfs
+    return rows, tfs
 
 
 def _estimate_entries(buf: bytes, cut: int) -> int:
@@ -364,7 +368,7 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
                 view = buf.translate(WORD_VIEW)
                 bulk = scan_words(buf, view, cut, eof, scans, base, BM25_B > 0)
                 del view
-                for t, hits_t in zip(todo, bulk.hits if bulk else [], strict=False):
+                for t, hits_t in zip(todo, bulk or [], strict=False):
                     found[t] = hits_t
             # Regexes see the text as written (RE2 folds case itself, in UTF-8); the rest the
             # lowered bytes, with a newline after the file's end (the fast loop may look one
@@ -380,10 +384,7 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
                 kept = fresh[t]
                 if kept is not None:
                     kept.append(got)
-            if bulk is not None and len(todo) == len(terms) > 1:
-                tally.add_columns(bulk)  # the vectors are there already
-            else:
-                tally.add_region([got for got in found if got is not None])
+            tally.add_region([got for got in found if got is not None])
             del seen, found
             carry, base, want = buf[cut:], base + cut, chunk
             del buf
@@ -392,7 +393,7 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
     if file_version(path) == version:  # not changed while it was read
         for key, hits in zip(keys, fresh, strict=True):
             if key is not None and hits is not None:
-                rows = sum(len(ones) + len(more) for ones, more, _ in hits)
+                rows = sum(len(tfs) for _, tfs in hits)
                 SCANS.store(path, version, chunk, seen_regions, key, hits, rows)
     return tally
 
@@ -404,9 +405,9 @@ def _scan_term(
     if term.alternatives:  # a date: entries holding any of its texts, each once
         union: dict[int, Row] = {}
         for alt in term.alternatives:
-            _, rows, _ = _scan_careful(buf, cut, eof, alt, base, deadline)
+            rows, _ = _scan_careful(buf, cut, eof, alt, base, deadline)
             union.update(zip(map(_OFFSET, rows), rows, strict=True))
-        return list(union.values()), [], []
+        return list(union.values()), [1.0] * len(union)
     if term.needle is not None:
         found = _scan_fast(buf, cut, eof, term, base)
         if found is not None:

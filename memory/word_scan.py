@@ -16,7 +16,6 @@ summed in the same order as a per-hit loop would, so the figures are the same to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import chain, compress, repeat
 from operator import itemgetter, not_
 from typing import Any
@@ -27,7 +26,6 @@ from memory.stems import WORD_BYTES, WordForms, word_end
 
 __all__ = [
     "WORD_VIEW",
-    "RegionWords",
     "Row",
     "TermHits",
     "WordScan",
@@ -38,9 +36,9 @@ __all__ = [
 
 # One matching entry as kept for ranking: (-length, stamp, file offset).
 Row = tuple[int, Any, int]
-# One term's matches in a region: the entries holding it with weight 1 (the common case), then
-# the other entries and their weighted occurrences.
-TermHits = tuple[list[Row], list[Row], list[float]]
+# One term's matches in a region: entries and its weighted occurrences in each, aligned. A
+# weight may be 0: the rows of one bulk scan are shared by its keywords, each with its column.
+TermHits = tuple[list[Row], list[float]]
 
 MARKER = b"\n\n["  # an entry edge, when a stamp follows
 # The word view's translation table (see the module docstring).
@@ -124,20 +122,6 @@ class WordScan:
         return weights
 
 
-@dataclass
-class RegionWords:
-    """What the bulk scan found in one region, per keyword and across them.
-
-    ``hits`` is each keyword's ``TermHits``; ``rows`` the entries holding any of them, in file
-    order, and ``columns[t][i]`` keyword t's weighted occurrences in ``rows[i]``: the vectors
-    ranking groups entries by, without matching entries up again.
-    """
-
-    hits: list[TermHits]
-    rows: list[Row]
-    columns: list[list[float]]
-
-
 def scan_words(
     buf: bytes,
     view: bytes,
@@ -146,8 +130,12 @@ def scan_words(
     scans: list[WordScan],
     base: int,
     lengths: bool,
-) -> RegionWords | None:
+) -> list[TermHits] | None:
     """Each keyword's entries in ``buf[:end]`` (``view``: its word view), or None.
+
+    The keywords share one list of rows, the entries holding any of them, in file order; each
+    has its column of weights over it (0 where it is not held), the vectors ranking groups
+    entries by, without matching entries up again.
 
     Every ``\\n\\n[`` is taken as an entry edge and the stamps of the entries used are checked
     afterwards, in bulk; None means one was no stamp (the caller then scans the region the
@@ -163,7 +151,7 @@ def scan_words(
     else:
         marks = sorted(dict.fromkeys(chain.from_iterable(per_term)))
     if not marks:
-        return RegionWords([([], [], []) for _ in scans], [], [[] for _ in scans])
+        return [([], []) for _ in scans]
     stamps = [buf[q + 3 : q + 20] for q in marks]  # an entry starts 2 past its marker
     starts = list(map((2).__add__, marks))
     if marks[0] < 0:  # the region's first entry
@@ -184,25 +172,6 @@ def scan_words(
     else:
         negs = [0] * len(starts)
     rows = list(zip(negs, stamps, map(base.__add__, starts), strict=True))
-    columns = [list(map(tf_of.get, marks, repeat(0.0))) for tf_of in per_term]
-    hits = [
-        _term_hits(rows, column, tf_of) for column, tf_of in zip(columns, per_term, strict=True)
-    ]
-    return RegionWords(hits, rows, columns)
-
-
-def _term_hits(rows: list[Row], column: list[float], tf_of: dict[int, float]) -> TermHits:
-    """One keyword's ``TermHits`` from its column of weights over ``rows``, in C passes.
-
-    The other entries are gathered per distinct weight: their order does not matter, as every
-    entry ranks by its own key.
-    """
-    weights = set(tf_of.values())
-    ones = list(compress(rows, map((1.0).__eq__, column) if weights != {1.0} else column))
-    more: list[Row] = []
-    tfs: list[float] = []
-    for tf in sorted(weights - {0.0, 1.0}):
-        found = list(compress(rows, map(tf.__eq__, column)))
-        more += found
-        tfs += [tf] * len(found)
-    return ones, more, tfs
+    if len(per_term) == 1:
+        return [(rows, list(per_term[0].values()))]
+    return [(rows, list(map(tf_of.get, marks, repeat(0.0)))) for tf_of in per_term]

@@ -569,3 +569,29 @@ def test_an_entry_shown_is_whole_past_brackets_and_long(history: Path) -> None:
         "2026-01-02 10:00": brackets,
         "2026-01-03 10:00": long,
     }
+
+
+def test_keywords_remembered_from_another_query_answer_as_a_fresh_scan(tmp_path: Path) -> None:
+    """A scan of several keywords remembers them over the entries holding any of them; a later
+    query with only some of them (or others too) must still see just its own matches."""
+    entries = [
+        f"[2026-02-{d % 28 + 1:02d} {d % 24:02d}:00] "
+        + ["Paid the rent late.", "Paid 40 euros.", "Bought a plate.", "Ran later", "rent"][d % 5]
+        for d in range(60)
+    ]
+    path = write_history(tmp_path / "HISTORY.md", *entries)
+    queries = ["paid euros late", "paid euros", "euros", "late rent", "paid", "rent late euros"]
+
+    def answers(query: str) -> tuple[int, list[tuple[str, float]]]:
+        result = search_history(path, query, limit=60, offset=2)
+        return result.total, [(h.text, h.score) for h in result.hits]
+
+    fresh = {}
+    for query in queries:
+        search_module.SCANS.clear()
+        fresh[query] = answers(query)
+    for first in queries:
+        search_module.SCANS.clear()
+        answers(first)
+        for query in queries:
+            assert answers(query) == fresh[query], (first, query)
