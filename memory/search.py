@@ -392,10 +392,18 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
                 break
     if file_version(path) == version:  # not changed while it was read
         for key, hits in zip(keys, fresh, strict=True):
-            if key is not None and hits is not None:
-                rows = sum(len(tfs) for _, tfs in hits)
-                SCANS.store(path, version, chunk, seen_regions, key, hits, rows)
+            if key is None or hits is None:
+                continue
+            rows = sum(len(tfs) - tfs.count(0.0) for _, tfs in hits)
+            if rows <= SCANS.max_rows:  # each keyword keeps its own entries only: bounded
+                SCANS.store(path, version, chunk, seen_regions, key, list(map(_own, hits)), rows)
     return tally
+
+
+def _own(hits: TermHits) -> TermHits:
+    """A keyword's hits without the entries only other keywords of its scan hold."""
+    rows, tfs = hits
+    return (list(compress(rows, tfs)), list(compress(tfs, tfs))) if 0.0 in tfs else hits
 
 
 def _scan_term(
