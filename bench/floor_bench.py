@@ -12,6 +12,7 @@ turn, and the ratios lightgrep / floor (issue 13's target: ≤ 1.5x for the p50)
 
 Run: python bench/floor_bench.py                 (10 users × 20 turns each per bot)
      python bench/floor_bench.py --turns 400 --block 20
+     python bench/floor_bench.py --no-stream      (lightgrep asks for answers whole)
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ async def run(args: argparse.Namespace, folder: Path) -> tuple[Runner, Runner]:
     tg_floor, tg_bot = await BenchTelegram().start(), await BenchTelegram().start()
     env = child_env(folder)
     floor = FloorProcess(tg_floor.api_base, llm.base_url, folder, env)
-    config = write_config(folder, llm, tg_bot, WINDOW_TOKENS)
+    config = write_config(folder, llm, tg_bot, WINDOW_TOKENS, stream=not args.no_stream)
     bot = BotProcess(config, env, folder / "bot.log", profile=args.profile)
     try:
         await floor.start()
@@ -177,7 +178,8 @@ async def run(args: argparse.Namespace, folder: Path) -> tuple[Runner, Runner]:
 
 def report(floor: Runner, bot: Runner, args: argparse.Namespace) -> None:
     print(f"== sequential turns: {args.turns} per bot in blocks of {args.block}, "
-          f"{args.users} users, instant fake LLM, {os.cpu_count()} CPUs "
+          f"{args.users} users, instant fake LLM, lightgrep's stream "
+          f"{'off' if args.no_stream else 'on'}, {os.cpu_count()} CPUs "
           f"(load average {os.getloadavg()[0]:.1f})")  # fmt: skip
     rows = []
     for runner in (floor, bot):
@@ -198,6 +200,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=20, help="unmeasured turns per bot")
     parser.add_argument("--users", type=int, default=10, help="users taking turns")
     parser.add_argument("--reply-words", type=int, default=40, help="words per LLM answer")
+    parser.add_argument("--no-stream", action="store_true", help="lightgrep with stream = false")
     parser.add_argument(
         "--profile",
         metavar="FILE",

@@ -250,8 +250,16 @@ class BenchTelegram(FakeTelegram):
 # ---- the bot process ----------------------------------------------------------------------------
 
 
-def write_config(folder: Path, llm: FakeOpenAI, telegram: FakeTelegram, window_tokens: int) -> Path:
-    """A config with Telegram at the fake, everyone allowed, a small context window."""
+def write_config(
+    folder: Path,
+    llm: FakeOpenAI,
+    telegram: FakeTelegram,
+    window_tokens: int,
+    *,
+    stream: bool = True,
+) -> Path:
+    """A config with Telegram at the fake, everyone allowed, a small context window; the
+    answers streamed (the default) or, with `stream=False`, asked whole."""
     workspaces = folder / "workspaces"
     path = folder / "config.toml"
     path.write_text(
@@ -261,6 +269,7 @@ def write_config(folder: Path, llm: FakeOpenAI, telegram: FakeTelegram, window_t
         f"max_output_tokens = {max(64, window_tokens // 10)}\n"
         "[memory]\n"
         f"workspaces_dir = {json.dumps(str(workspaces))}\n"
+        f"[agent]\nstream = {'true' if stream else 'false'}\n"
         "[telegram]\n"
         f'enabled = true\ntoken = "{TOKEN}"\nallow_from = ["*"]\n'
         f'api_base = "{telegram.api_base}"\npoll_timeout_s = 5\n'

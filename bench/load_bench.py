@@ -11,6 +11,7 @@ messages sent / answered / persisted (must be equal; the exit code is 1 if not).
 
 Run: python bench/load_bench.py                    (100 and 500 users × 5 messages, 200 ms)
      python bench/load_bench.py --users 50 --messages 3 --latency 0.1
+     python bench/load_bench.py --users 500 --no-stream      (answers asked whole)
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ async def run_once(args: argparse.Namespace, users: int, folder: Path) -> Result
     llm = await BenchLLM(args.latency, reply_words=args.reply_words).start()
     telegram = await BenchTelegram().start()
     bot = BotProcess(
-        write_config(folder, llm, telegram, args.window),
+        write_config(folder, llm, telegram, args.window, stream=not args.no_stream),
         child_env(folder),
         folder / "bot.log",
         profile=Path(f"{args.profile}.{users}.prof") if args.profile else None,
@@ -182,7 +183,8 @@ def report(result: Result, args: argparse.Namespace) -> None:
     p50, p99 = percentile(result.overheads_ms, 50), percentile(result.overheads_ms, 99)
     print(f"== {result.users} users × {result.messages} messages "
           f"({'burst' if args.burst else 'each waits for the answer'}), "
-          f"LLM latency {args.latency * 1000:.0f} ms, window {args.window} tokens")  # fmt: skip
+          f"LLM latency {args.latency * 1000:.0f} ms, window {args.window} tokens, "
+          f"stream {'off' if args.no_stream else 'on'}")  # fmt: skip
     print(f"  throughput      {throughput:8.1f} turns/s   (ideal {ideal:.0f} turns/s = "
           f"min({result.users} users, concurrency limit {limit}) / {args.latency:.3f} s; "
           f"{result.sent} turns in {result.elapsed_s:.1f} s)")  # fmt: skip
@@ -217,6 +219,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--window", type=int, default=1600, help="context_window_tokens")
     parser.add_argument("--reply-words", type=int, default=40, help="words per LLM answer")
     parser.add_argument("--burst", action="store_true", help="each user sends all at once")
+    parser.add_argument("--no-stream", action="store_true", help="[agent] stream = false")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per run")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(

@@ -13,7 +13,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx2
 import openai
@@ -21,6 +21,7 @@ from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
 from bot import logsafe
 from bot.llm_http import AiohttpTransport
+from bot.llm_sse import ErrorEvent, events
 from bot.llm_stream import Assembled
 from bot.overflow import context_overflow
 from memory.llm import ChatResult, LLMBadRequest, LLMContextOverflow, LLMError, ToolCall
@@ -30,9 +31,9 @@ if TYPE_CHECKING:
     from bot.config import LLMConfig
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 NOT_A_COMPLETION = "the model provider answered with something that is not a completion"
-AS_IS = ("messages", "tools", "tool_choice")  # request fields sent without the SDK's transform
 
 
 @dataclass
@@ -121,33 +122,51 @@ class LLMClient:
             kwargs["stream_options"] = {"include_usage": True}
         answer = Assembled()
         with _provider_errors():
-            chunks = await self._open_stream(kwargs)
-            if isinstance(chunks, str | bytes) or not hasattr(chunks, "__aiter__"):
-                raise LLMError(NOT_A_COMPLETION)  # e.g. an HTML page answered with 200
-            async for chunk in chunks:
-                piece = answer.add(chunk)
-                if piece:
-                    await on_text(piece)
-        if not answer.chunks:  # a body that was not a stream of events at all
+            response = await self._open_stream(kwargs)
+            try:
+                async with contextlib.aclosing(events(response.aiter_bytes())) as chunks:
+                    async for chunk in chunks:
+                        piece = answer.add(chunk)
+                        if piece:
+                            await on_text(piece)
+            except ErrorEvent as exc:
+                reason = logsafe.mask(str(exc))[:200]
+                raise LLMError(f"the model provider broke off its answer: {reason}") from exc
+            except TypeError as exc:  # a chunk of the wrong shape
+                raise LLMError(NOT_A_COMPLETION) from exc
+            finally:
+                await response.aclose()
+        if not answer.chunks:  # a body that was not a stream of events at all (an HTML page)
             raise LLMError(NOT_A_COMPLETION)
         if not answer.choices:
             raise LLMError("the model provider answered without any choice")
         try:
-            return self._to_result(answer.as_completion())
+            return self._to_result(_Fields(answer.as_completion()))
         except (AttributeError, TypeError) as exc:
             raise LLMError(NOT_A_COMPLETION) from exc
 
-    async def _open_stream(self, kwargs: dict[str, Any]) -> Any:
+    async def _open_stream(self, kwargs: dict[str, Any]) -> httpx2.Response:
         """The stream; a server that does not know stream_options (400) is asked without them,
         now and from then on (its usage is then not reported)."""
         try:
-            return await self._create(kwargs)
+            return await self._create(kwargs, self._post_streamed)
         except openai.BadRequestError as exc:
             if "stream_options" not in kwargs or "stream_options" not in _reason(exc):
                 raise
             log.info("the model provider does not take stream_options; usage not reported")
             self._usage_refused = True
-            return await self._create({k: v for k, v in kwargs.items() if k != "stream_options"})
+            without = {k: v for k, v in kwargs.items() if k != "stream_options"}
+            return await self._create(without, self._post_streamed)
+
+    async def _post_streamed(self, kwargs: dict[str, Any]) -> httpx2.Response:
+        """POST /chat/completions through the SDK's request path, as `_post`; the response
+        comes back once its head is in (its status checked, failures retried by the SDK), its
+        body unread: the events are read from it here (bot/llm_sse.py), without the SDK's
+        pydantic model per chunk."""
+        response: httpx2.Response = await self._client.post(
+            "/chat/completions", body=kwargs, cast_to=httpx2.Response, stream=True
+        )
+        return response
 
     def _request(
         self,
@@ -169,9 +188,8 @@ class LLMClient:
         return kwargs
 
     async def _create(
-        self, kwargs: dict[str, Any], send: Callable[[dict[str, Any]], Awaitable[Any]] | None = None
-    ) -> Any:
-        send = send or self._send
+        self, kwargs: dict[str, Any], send: Callable[[dict[str, Any]], Awaitable[_T]]
+    ) -> _T:
         try:
             return await send(kwargs)
         except UnicodeEncodeError:
@@ -192,14 +210,6 @@ class LLMClient:
         if not isinstance(data, dict):  # e.g. a JSON string or list
             raise LLMError(NOT_A_COMPLETION)
         return _Fields(data)
-
-    async def _send(self, kwargs: dict[str, Any]) -> Any:
-        """chat.completions.create with the conversation and tools handed over as the JSON body
-        as is (extra_body): create() would first copy every message, field by field, against its
-        TypedDicts — a no-op for our plain JSON dicts that cost more CPU than the rest of a turn."""
-        body = {key: kwargs[key] for key in AS_IS if key in kwargs}
-        rest = {key: value for key, value in kwargs.items() if key not in body}
-        return await self._client.chat.completions.create(messages=[], **rest, extra_body=body)
 
     def _to_result(self, response: Any) -> ChatResult:
         if isinstance(response, str | bytes):  # e.g. an HTML error page with status 200
@@ -275,7 +285,7 @@ def _provider_errors() -> Iterator[None]:
         raise LLMError("the model provider timed out") from exc
     except (openai.APIConnectionError, httpx2.TransportError) as exc:
         raise LLMError("the model provider could not be reached") from exc
-    except openai.OpenAIError as exc:  # an error event mid-stream, among others
+    except openai.OpenAIError as exc:
         reason = type(exc).__name__
         raise LLMError(f"the model provider's answer was unusable: {reason}") from exc
     except json.JSONDecodeError as exc:  # a 200 whose body is not JSON: an error page as JSON

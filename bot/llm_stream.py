@@ -14,7 +14,6 @@ estimate and the per-user usage accounting).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from types import SimpleNamespace
 from typing import Any
 
 from memory.llm import ChatLLM, ChatResult
@@ -42,7 +41,8 @@ async def stream_or_chat(
 
 
 class Assembled:
-    """A streamed completion put back together, chunk by chunk."""
+    """A streamed completion put back together from its chunks (JSON, bot/llm_sse.py). A
+    chunk of the wrong shape raises TypeError: the answer is not a completion."""
 
     def __init__(self) -> None:
         self.chunks = 0
@@ -50,53 +50,80 @@ class Assembled:
         self.text: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}  # index → id, name, argument fragments
         self.finish_reason: str | None = None
-        self.usage: Any = None
+        self.usage: dict[str, Any] | None = None
 
     def add(self, chunk: Any) -> str:
         """Take one chunk; the text it adds to the answer ("" if none)."""
         self.chunks += 1
-        if getattr(chunk, "usage", None) is not None:
-            self.usage = chunk.usage
+        _object(chunk)
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
         piece = ""
-        for choice in getattr(chunk, "choices", None) or []:
-            if getattr(choice, "index", 0) != 0:
+        for choice in _list(chunk.get("choices")):
+            _object(choice)
+            if (choice.get("index") or 0) != 0:
                 continue  # only the first choice is ever asked for
             self.choices += 1
-            if choice.finish_reason is not None:
-                self.finish_reason = choice.finish_reason
-            delta = choice.delta
+            if choice.get("finish_reason") is not None:
+                self.finish_reason = choice["finish_reason"]
+            delta = choice.get("delta")
             if delta is None:
                 continue
-            if delta.content:
-                piece += valid_text(str(delta.content))
-            for call in delta.tool_calls or []:
+            _object(delta)
+            if delta.get("content"):
+                piece += valid_text(str(delta["content"]))
+            for call in _list(delta.get("tool_calls")):
                 self._add_call(call)
         if piece:
             self.text.append(piece)
         return piece
 
     def _add_call(self, call: Any) -> None:
-        entry = self.calls.setdefault(call.index, {"id": None, "name": "", "arguments": []})
-        if call.id:
-            entry["id"] = call.id
-        function = call.function
+        """A piece of a tool call. Where a server leaves out the index, a piece with an id
+        other than the last call's starts the next call; any other piece continues it."""
+        _object(call)
+        index = call.get("index")
+        if not isinstance(index, int):
+            last = max(self.calls, default=-1)
+            fresh = last < 0 or (call.get("id") and call["id"] != self.calls[last]["id"])
+            index = last + 1 if fresh else last
+        entry = self.calls.setdefault(index, {"id": None, "name": "", "arguments": []})
+        if call.get("id"):
+            entry["id"] = call["id"]
+        function = call.get("function")
         if function is not None:
-            if function.name:
-                entry["name"] += function.name
-            if function.arguments:
-                entry["arguments"].append(function.arguments)
+            _object(function)
+            if function.get("name"):
+                entry["name"] += str(function["name"])
+            if function.get("arguments"):
+                entry["arguments"].append(str(function["arguments"]))
 
-    def as_completion(self) -> Any:
-        """The shape of a whole completion, for LLMClient._to_result."""
+    def as_completion(self) -> dict[str, Any]:
+        """The JSON of the whole completion it was, read as one (LLMClient._to_result)."""
         calls = [
-            SimpleNamespace(
-                id=entry["id"],
-                function=SimpleNamespace(name=entry["name"], arguments="".join(entry["arguments"])),
-            )
+            {
+                "id": entry["id"],
+                "type": "function",
+                "function": {"name": entry["name"], "arguments": "".join(entry["arguments"])},
+            }
             for _, entry in sorted(self.calls.items())
             if entry["name"]
         ]
         content = "".join(self.text) if self.text else None
-        message = SimpleNamespace(content=content, tool_calls=calls)
-        choice = SimpleNamespace(message=message, finish_reason=self.finish_reason)
-        return SimpleNamespace(choices=[choice], usage=self.usage)
+        message = {"role": "assistant", "content": content, "tool_calls": calls}
+        choice = {"index": 0, "message": message, "finish_reason": self.finish_reason}
+        return {"choices": [choice], "usage": self.usage}
+
+
+def _object(value: Any) -> None:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a JSON object, got {type(value).__name__}")
+
+
+def _list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TypeError(f"expected a JSON list, got {type(value).__name__}")
+    return value

@@ -4,8 +4,11 @@ on a platform that shows each piece as it comes."""
 
 from __future__ import annotations
 
+import json
 from datetime import date
 from pathlib import Path
+
+import pytest
 
 from bot.agent import LLM_FAILED_REPLY, Agent
 from bot.inbound import Inbound
@@ -132,3 +135,103 @@ async def test_with_stream_false_the_model_is_asked_whole(
     out = await answer(agent, dm("1", "what is tea?"))
     await agent.aclose()
     assert out.pieces == [ANSWER] and "stream" not in fake_llm.chat_requests[0]
+
+
+def sse(*events: str, end: str = "\n") -> str:
+    """A raw event-stream body: each event's lines, a blank line after each."""
+    return "".join(event.replace("\n", end) + end + end for event in events)
+
+
+def delta_event(delta: dict[str, object], finish: str | None = None) -> str:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return "data: " + json.dumps({"object": "chat.completion.chunk", "choices": [choice]})
+
+
+async def test_an_event_stream_in_crlf_with_comments_and_split_data_is_read_whole(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """What servers other than OpenAI send: CRLF line ends, keep-alive comments, event and id
+    fields, one event's JSON over two data lines."""
+    usage = {"prompt_tokens": 77, "completion_tokens": 3, "total_tokens": 80}
+    body = sse(
+        ": keep-alive",
+        "event: message\nid: 1\n" + delta_event({"role": "assistant", "content": "Tea "}),
+        'data: {"choices": [{"index": 0,\ndata: "delta": {"content": "is good."}}]}',
+        ": still here",
+        delta_event({}, "stop"),
+        "data: " + json.dumps({"choices": [], "usage": usage}),
+        "data: [DONE]",
+        end="\r\n",
+    )
+    fake_llm.queue(Status(200, body, content_type="text/event-stream"))
+    agent = make_agent(fake_llm, workspaces_dir)
+    out = await answer(agent, dm("1", "tea?"))
+    await agent.aclose()
+    assert out.pieces == ["Tea", " is good."] and out.reply.text == "Tea is good."
+    today = agent.usage.of("telegram-1").day(date.today())
+    assert (today.prompt_tokens, today.completion_tokens) == (77, 3)
+
+
+async def test_streamed_tool_calls_without_an_index_are_told_apart_by_their_ids(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    def call(call_id: str | None, name: str | None, arguments: str) -> str:
+        piece: dict[str, object] = {"type": "function", "function": {"arguments": arguments}}
+        if call_id:
+            piece["id"] = call_id
+            piece["function"] = {"name": name, "arguments": arguments}
+        return delta_event({"tool_calls": [piece]})
+
+    tea = json.dumps({"action": "add", "section": "Preferences", "text": "Likes tea."})
+    rain = json.dumps({"action": "add", "section": "Preferences", "text": "Likes rain."})
+    body = sse(
+        call("call_a", "edit_memory", tea[:10]),
+        call(None, None, tea[10:]),
+        call("call_b", "edit_memory", ""),
+        call("call_b", None, rain),  # a server that repeats the id in every piece
+        delta_event({}, "tool_calls"),
+        "data: [DONE]",
+    )
+    fake_llm.queue(
+        Status(200, body, content_type="text/event-stream"), Streamed(pieces_of("Noted both."))
+    )
+    agent = make_agent(fake_llm, workspaces_dir)
+    out = await answer(agent, dm("1", "I like tea and rain"))
+    await agent.aclose()
+    assert out.reply.text == "Noted both."
+    results = [m for m in fake_llm.chat_requests[1]["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in results] == ["call_a", "call_b"]
+    memory = (user_home(workspaces_dir, "1") / "MEMORY.md").read_text("utf-8")
+    assert "Likes tea." in memory and "Likes rain." in memory
+
+
+async def test_an_error_event_reaches_the_log_with_the_providers_reason(
+    fake_llm: FakeOpenAI, workspaces_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = sse(delta_event({"content": "Half"}), 'data: {"error": {"message": "overloaded"}}')
+    fake_llm.queue(Status(200, body, content_type="text/event-stream"))
+    agent = make_agent(fake_llm, workspaces_dir)
+    out = await answer(agent, dm("1", "hi"))
+    await agent.aclose()
+    assert out.reply.text == "Half\n\n" + LLM_FAILED_REPLY
+    assert "broke off its answer: overloaded" in caplog.text
+
+
+async def test_chunks_of_the_wrong_shape_are_not_a_completion(
+    fake_llm: FakeOpenAI, workspaces_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = [
+        'data: {"choices": {"index": 0}}',
+        'data: {"choices": [{"index": 0, "delta": "text"}]}',
+        'data: {"choices": [{"index": 0, "delta": {"tool_calls": [7]}}]}',
+        "data: [1, 2]",
+        "data: not json",
+    ]
+    agent = make_agent(fake_llm, workspaces_dir)
+    replies = []
+    for event in broken:
+        fake_llm.queue(Status(200, sse(event, "data: [DONE]"), content_type="text/event-stream"))
+        replies.append((await answer(agent, dm("1", "hi"))).reply.text)
+    await agent.aclose()
+    assert replies == [LLM_FAILED_REPLY] * len(broken)
+    assert caplog.text.count("not a completion") == len(broken)

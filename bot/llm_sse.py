@@ -1,0 +1,76 @@
+"""Server-sent events of a streamed chat completion, read straight from the response body.
+
+The openai SDK's stream builds a pydantic model per chunk (about a word of the answer), which
+cost more CPU than the rest of a turn; the events here are plain JSON. What is read is what the
+SDK read: `data:` lines joined per event (an event ends at a blank line; CR, LF and CRLF all end
+a line; comments and other fields ignored), `data: [DONE]` ends the answer, an event whose JSON
+has an "error" is the provider failing mid-answer, and an event left unfinished when the body
+ends is dropped. The body is read to its end even after [DONE], so the connection can be
+reused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterable, Iterator
+from typing import Any
+
+DONE = b"[DONE]"
+
+
+class ErrorEvent(Exception):
+    """The provider sent an error instead of the next piece of the answer."""
+
+    def __init__(self, error: Any) -> None:
+        message = error.get("message") if isinstance(error, dict) else None
+        super().__init__(message if isinstance(message, str) and message else "an error event")
+        self.error = error
+
+
+async def events(body: AsyncIterable[bytes]) -> AsyncGenerator[Any, None]:
+    """Each event's JSON data, in order, until [DONE] or the end of the body."""
+    decoder = _Decoder()
+    buffer = b""
+    async for received in body:
+        if decoder.done:
+            continue  # read on: the rest of the body, so the connection goes back to the pool
+        lines = (buffer + received).splitlines(keepends=True)
+        # An unfinished line waits for the rest, and so does a CR: its LF may come next.
+        buffer = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
+        for payload in decoder.feed(lines):
+            yield _parsed(payload)
+    if buffer.endswith(b"\r") and not decoder.done:
+        for payload in decoder.feed([buffer]):
+            yield _parsed(payload)
+
+
+class _Decoder:
+    """Lines in, each finished event's data out."""
+
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+        self.done = False
+
+    def feed(self, lines: list[bytes]) -> Iterator[bytes]:
+        for line in lines:
+            line = line.rstrip(b"\r\n")
+            if line:
+                field, _, value = line.partition(b":")
+                if field == b"data":
+                    self.data.append(value[1:] if value.startswith(b" ") else value)
+                continue  # comments (":…") and other fields carry nothing we read
+            if not self.data:
+                continue
+            payload = b"\n".join(self.data)
+            self.data = []
+            if payload.startswith(DONE):
+                self.done = True
+                return
+            yield payload
+
+
+def _parsed(payload: bytes) -> Any:
+    chunk = json.loads(payload)
+    if isinstance(chunk, dict) and chunk.get("error"):
+        raise ErrorEvent(chunk["error"])
+    return chunk

@@ -1,0 +1,55 @@
+"""The event-stream reader (bot/llm_sse.py) on bodies cut anywhere: TCP may hand a streamed
+answer over in pieces that end mid-line, mid-CRLF or mid-character of UTF-8."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from bot.llm_sse import ErrorEvent, events
+
+BODY = (
+    b": keep-alive\r\n\r\n"
+    b'data: {"n": 1, "text": "th\xc3\xa9"}\r\n\r\n'
+    b'event: message\ndata: {"n": 2,\ndata: "text": "two lines"}\n\n'
+    b'data:{"n": 3}\r\r'
+    b"data: [DONE]\n\n"
+    b'data: {"n": 4}\n\n'  # after [DONE]: read, not taken
+)
+WANTED = [{"n": 1, "text": "thé"}, {"n": 2, "text": "two lines"}, {"n": 3}]
+
+
+async def pieces(*parts: bytes) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+async def read(*parts: bytes) -> list[Any]:
+    return [event async for event in events(pieces(*parts))]
+
+
+async def test_a_body_cut_at_any_byte_gives_the_same_events() -> None:
+    assert await read(BODY) == WANTED
+    for cut in range(1, len(BODY)):
+        assert await read(BODY[:cut], BODY[cut:]) == WANTED, cut
+    assert await read(*(BODY[i : i + 1] for i in range(len(BODY)))) == WANTED
+
+
+async def test_the_body_is_read_to_its_end_after_done() -> None:
+    read_parts: list[bytes] = []
+
+    async def recorded() -> AsyncIterator[bytes]:
+        for part in (b"data: [DONE]\n\n", b"trailing", b"bytes"):
+            read_parts.append(part)
+            yield part
+
+    assert [event async for event in events(recorded())] == []
+    assert len(read_parts) == 3  # the connection can go back to the pool
+
+
+async def test_an_unfinished_last_event_is_dropped_and_an_error_event_raises() -> None:
+    assert await read(b'data: {"n": 1}\n\ndata: {"n": 2}\n') == [{"n": 1}]
+    with pytest.raises(ErrorEvent, match="overloaded"):
+        await read(b'data: {"n": 1}\n\ndata: {"error": {"message": "overloaded"}}\n\n')
