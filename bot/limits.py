@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -45,11 +46,20 @@ class UsageReport:
 
 
 class Limits:
-    def __init__(self, config: LimitsConfig, book: UsageBook) -> None:
+    def __init__(
+        self,
+        config: LimitsConfig,
+        book: UsageBook,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.config = config
         self.book = book
         self._admins = {key.strip() for key in config.admins if key.strip()}
-        self._recent: dict[str, deque[float]] = {}  # user key → monotonic times of messages
+        self._monotonic = monotonic
+        # user key → monotonic times of their messages in the last minute. Someone who never
+        # writes again would stay in it forever: once a minute, those idle for a minute go.
+        self._recent: dict[str, deque[float]] = {}
+        self._swept = monotonic()
 
     def is_admin(self, user_key: str) -> bool:
         return user_key in self._admins
@@ -60,7 +70,10 @@ class Limits:
             return None
         refusal = self._per_minute(user_key) or self._per_day(user_key) or self._budget()
         if refusal is None and self.config.messages_per_minute:
-            self._recent.setdefault(user_key, deque()).append(time.monotonic())
+            now = self._monotonic()
+            self._recent.setdefault(user_key, deque()).append(now)
+            if now - self._swept >= MINUTE_S:
+                self._sweep(now)
         return refusal
 
     def check_tokens(self, user_key: str) -> Refusal | None:
@@ -91,7 +104,7 @@ class Limits:
         recent = self._recent.get(user_key)
         if not limit or recent is None:
             return None
-        now = time.monotonic()
+        now = self._monotonic()
         while recent and recent[0] <= now - MINUTE_S:
             recent.popleft()
         if not recent:
@@ -107,6 +120,14 @@ class Limits:
             f"I didn't save this one: please send it again in {wait} s "
             f"(after {at:%H:%M:%S} UTC).",
         )
+
+    def _sweep(self, now: float) -> None:
+        """Forget everyone whose last message is a minute old: the table holds the people of
+        the last two minutes at most, however many ever wrote."""
+        self._recent = {
+            key: times for key, times in self._recent.items() if times[-1] > now - MINUTE_S
+        }
+        self._swept = now
 
     def _per_day(self, user_key: str) -> Refusal | None:
         limit = self.config.tokens_per_day

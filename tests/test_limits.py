@@ -18,6 +18,9 @@ from typing import Any
 import pytest
 
 from bot.config import ConfigError, LimitsConfig, load_config
+from bot.limits import Limits
+from bot.usage import UsageBook
+from memory.workspace import Workspaces
 from memory.usage import USAGE_FILE, UsageLog
 from tests.agent_helpers import ask, dm, make_agent, session_records, user_home
 from tests.fakes.openai_server import FakeOpenAI, completion, is_consolidation, save_memory_call
@@ -194,3 +197,25 @@ async def test_messages_waiting_for_a_turn_are_checked_again_when_it_starts(
     assert len(answered) == 3  # 0, 1000, 2000 spent before each: the fourth finds 3000
     assert all("didn't save" in r.text for r in replies if r not in answered)
     assert len(user_texts(workspaces_dir, "42")) == 3
+
+
+def test_the_per_minute_table_forgets_people_who_stopped_writing(tmp_path: Path) -> None:
+    """Each person who ever wrote once must not stay in RAM: after a minute of silence they are
+    dropped, while the limit still holds for whoever writes within the minute."""
+    now = [1000.0]
+    limits = Limits(
+        LimitsConfig(messages_per_minute=2),
+        UsageBook(Workspaces(tmp_path / "workspaces")),
+        monotonic=lambda: now[0],
+    )
+    for minute in range(5):
+        for user in range(2000):
+            assert limits.check(f"telegram-{minute}-{user}") is None
+            now[0] += 0.01  # 2,000 new people a minute, 20 s in all
+        now[0] += 40
+        assert len(limits._recent) <= 2 * 2000  # the people of the last two minutes at most
+    assert limits.check("telegram-busy") is None and limits.check("telegram-busy") is None
+    assert limits.check("telegram-busy") is not None  # the limit itself still holds
+    now[0] += 61
+    assert limits.check("telegram-late") is None
+    assert list(limits._recent) == ["telegram-late"]
