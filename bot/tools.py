@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from memory.safefs import LinkRefusedError
 from memory.search import SearchError, search_history
 from memory.store import DEFAULT_SECTION, SECTIONS, MemoryEditError
 from memory.text import valid_text
+from memory.threads import in_thread
 from memory.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -120,25 +123,29 @@ class AgentTools:
         return f"Error: there is no tool named {name!r}. Use edit_memory or search_history."
 
     async def _edit_memory(self, args: dict[str, Any]) -> str:
+        """The edit, written in a thread (its fsync would stall every other user's turn)."""
         action, text = args.get("action"), args.get("text")
         if not isinstance(text, str) or not text.strip():
             return "Error: `text` must be a non-empty string."
         store = self._workspace.memory
+        edit: Callable[[], str]
+        if action == "add":
+            section = str(args.get("section") or DEFAULT_SECTION)
+            edit = partial(store.add_to_section, section, text)
+        elif action == "replace":
+            new_text = args.get("new_text")
+            if not isinstance(new_text, str):
+                return "Error: 'replace' needs `new_text`."
+            edit = partial(store.replace_passage, text, new_text)
+        elif action == "remove":
+            edit = partial(store.remove_passage, text)
+        else:
+            return "Error: `action` must be add, replace or remove."
         async with self._workspace.memory_lock:
             try:
-                if action == "add":
-                    section = str(args.get("section") or DEFAULT_SECTION)
-                    return store.add_to_section(section, text)
-                if action == "replace":
-                    new_text = args.get("new_text")
-                    if not isinstance(new_text, str):
-                        return "Error: 'replace' needs `new_text`."
-                    return store.replace_passage(text, new_text)
-                if action == "remove":
-                    return store.remove_passage(text)
+                return await in_thread(edit)
             except MemoryEditError as exc:
                 return f"Error: {exc}"
-        return "Error: `action` must be add, replace or remove."
 
     async def _public_call(self, name: str, args: dict[str, Any]) -> str:
         if name != "edit_memory":

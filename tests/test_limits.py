@@ -20,8 +20,8 @@ import pytest
 from bot.config import ConfigError, LimitsConfig, load_config
 from bot.limits import Limits
 from bot.usage import UsageBook
-from memory.workspace import Workspaces
 from memory.usage import USAGE_FILE, UsageLog
+from memory.workspace import Workspaces
 from tests.agent_helpers import ask, dm, make_agent, session_records, user_home
 from tests.fakes.openai_server import FakeOpenAI, completion, is_consolidation, save_memory_call
 

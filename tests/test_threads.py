@@ -1,14 +1,19 @@
-"""memory.threads.in_thread: blocking file work off the loop, never abandoned by a cancel."""
+"""memory.threads.in_thread: blocking file work off the loop, never abandoned by a cancel; and
+the writes that use it (edit_memory) leave the loop free."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from memory.threads import in_thread
+from tests.agent_helpers import ask, dm, make_agent, user_home
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_call
 
 
 async def test_a_cancelled_caller_lets_go_only_once_the_work_is_done() -> None:
@@ -47,3 +52,36 @@ async def test_the_loop_runs_while_the_work_blocks() -> None:
     assert await in_thread(lambda: time.sleep(0.2) or 42) == 42
     running.cancel()
     assert ticks >= 5
+
+
+async def test_an_edit_of_memory_md_never_stalls_the_loop(
+    fake_llm: FakeOpenAI, workspaces_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow disk (fsync 0.3 s) under edit_memory: other people's turns must go on meanwhile."""
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        time.sleep(0.3)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    note = tool_call("edit_memory", {"action": "add", "text": "Likes tea."})
+    fake_llm.queue(completion(None, [note]), completion("Noted."))
+    agent = make_agent(fake_llm, workspaces_dir)
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    running = asyncio.create_task(ticker())
+    reply = await ask(agent, dm("1", "I like tea"))
+    running.cancel()
+    await agent.aclose()
+    assert reply.text == "Noted."
+    assert "Likes tea." in (user_home(workspaces_dir, "1") / "MEMORY.md").read_text("utf-8")
+    assert max(gaps) < 0.2, f"the loop stalled for {max(gaps):.2f} s"
