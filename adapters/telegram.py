@@ -71,6 +71,7 @@ from adapters.telegram_polling import (
     PerChatInterval,
     PerUserOrder,
     Poller,
+    allow_raw_calls,
     flood_safe,
 )
 from adapters.telegram_request import AiohttpRequest
@@ -153,6 +154,7 @@ class TelegramAdapter:
             await self._wind_down(app)
 
     def _build_app(self, token: str) -> Application:
+        allow_raw_calls()
         builder = (
             ApplicationBuilder()
             .token(token)

@@ -20,13 +20,13 @@ import itertools
 import logging
 from typing import Any
 
-from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Message, ReplyParameters
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
 from adapters.live import LiveAnswer, Pacer
 from adapters.telegram_format import markdown_to_html
-from adapters.telegram_polling import flood_safe, retry_seconds
+from adapters.telegram_polling import flood_safe, raw_call, retry_seconds
 from bot.formatting import split_message
 from bot.outbound import Button
 
@@ -49,19 +49,27 @@ def telegram_chunks(text: str) -> list[str]:
 
 async def send_chunk(
     bot: Bot, chat_id: int, chunk: str, markup: bool, extra: dict[str, Any]
-) -> Message:
-    """One chunk as a message: rendered, else (markup refused) as plain text."""
+) -> int:
+    """One chunk as a message: rendered, else (markup refused) as plain text; its id."""
     if markup:
         html = markdown_to_html(chunk)
         try:
-            return await flood_safe(
-                lambda: bot.send_message(chat_id, html, parse_mode=ParseMode.HTML, **extra)
-            )
+            return await _send_message(bot, chat_id, html, {"parse_mode": ParseMode.HTML, **extra})
         except BadRequest as exc:
             if not is_markup_error(exc):
                 raise
             log.warning("telegram rejected the markup (%s); sending plain text", exc.message)
-    return await flood_safe(lambda: bot.send_message(chat_id, chunk, **extra))
+    return await _send_message(bot, chat_id, chunk, extra)
+
+
+async def _send_message(bot: Bot, chat_id: int, text: str, extra: dict[str, Any]) -> int:
+    """sendMessage, flood limits waited out; the id of the message, read from the raw answer
+    (a Message object built for one field cost more than the call itself)."""
+    data = {"chat_id": chat_id, "text": text, **extra}
+    result = await flood_safe(lambda: raw_call(bot, "sendMessage", data))
+    if not isinstance(result, dict) or type(result.get("message_id")) is not int:
+        raise TelegramError(f"sendMessage returned {type(result).__name__}, not a message")
+    return result["message_id"]
 
 
 def keyboard(buttons: tuple[Button, ...]) -> InlineKeyboardMarkup:
@@ -99,7 +107,7 @@ class ChatSurface:
         self.drafting = drafts
         self.thread = thread
         self.reply_to = reply_to  # the first message of the answer replies to it (groups)
-        self.message: Message | None = None  # the message being edited
+        self.message: int | None = None  # the id of the message being edited
         self.showing: str | None = None  # the chunk it (or the draft) shows
         self.draft_id = next(_draft_ids)
         self.sent = 0  # messages of this answer sent so far
@@ -161,7 +169,7 @@ class ChatSurface:
         self.drafting = False
         return False
 
-    async def _send(self, chunk: str, markup: InlineKeyboardMarkup | None = None) -> Message:
+    async def _send(self, chunk: str, markup: InlineKeyboardMarkup | None = None) -> int:
         extra: dict[str, Any] = {}
         if markup is not None:
             extra["reply_markup"] = markup
@@ -176,14 +184,14 @@ class ChatSurface:
         return message
 
     async def _edit(
-        self, message: Message, chunk: str, markup: InlineKeyboardMarkup | None = None
+        self, message: int, chunk: str, markup: InlineKeyboardMarkup | None = None
     ) -> None:
         """Edit to `chunk` (rendered; plain if the markup is refused). Paced by the caller."""
         html = markdown_to_html(chunk)
 
         async def edit(text: str, mode: str | None) -> None:
             await self.bot.edit_message_text(
-                text, self.chat_id, message.message_id, parse_mode=mode, reply_markup=markup
+                text, self.chat_id, message, parse_mode=mode, reply_markup=markup
             )
 
         try:

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from telegram import Update
+from telegram import Bot, Update
 from telegram.error import (
     Conflict,
     EndPointNotFound,
@@ -72,6 +72,33 @@ async def flood_safe(call: Callable[[], Awaitable[T]]) -> T:
             log.warning("telegram: flood limit, retrying in %.0f s", wait)
             await asyncio.sleep(wait)
     return await call()
+
+
+def allow_raw_calls() -> None:
+    """do_api_request warns that Bot has a method for what raw_call asks; it is on purpose.
+    (Installed when the application is built, not at import: a test framework's warning
+    capture drops filters set during collection.)"""
+    warnings.filterwarnings(
+        "ignore", message=r"Please use 'Bot\.(getUpdates|sendMessage)'", category=PTBUserWarning
+    )
+
+
+async def raw_call(
+    bot: Bot, method: str, data: dict[str, Any], read_timeout: float | None = None
+) -> Any:
+    """A Bot API call through PTB's public raw call, its JSON result not made into objects
+    (Update, Message: parsing them cost more CPU than the rest of a turn's Bot API work).
+    Errors are raised as the named method raises them. No read_timeout: PTB's default."""
+    try:
+        if read_timeout is None:
+            return await bot.do_api_request(method, data)
+        return await bot.do_api_request(method, data, read_timeout=read_timeout)
+    except EndPointNotFound as exc:
+        # do_api_request reports a rejected token (401) as an unknown method; the methods we
+        # call always exist, so it is the token.
+        if isinstance(exc.__cause__, InvalidToken):
+            raise exc.__cause__ from None
+        raise
 
 
 def retry_seconds(exc: RetryAfter) -> float:
@@ -339,10 +366,6 @@ class Poller:
         self._got_new = True  # the last poll brought a new update
         self._full = False  # the last poll brought as many updates as it asked for
         self._first = True  # no getUpdates answered yet (the spooled updates wait for one)
-        # do_api_request warns that Bot.get_updates exists; we call the raw method on purpose.
-        warnings.filterwarnings(
-            "ignore", message=r"Please use 'Bot\.getUpdates'", category=PTBUserWarning
-        )
 
     def offset(self) -> int | None:
         """What to acknowledge: every update below this id has been handled or spooled."""
@@ -427,16 +450,9 @@ class Poller:
         data: dict[str, Any] = {"offset": offset, "limit": limit, "timeout": wait_s}
         if self._allowed:
             data["allowed_updates"] = self._allowed
-        try:
-            result = await self._app.bot.do_api_request(
-                "getUpdates", data, read_timeout=GET_UPDATES_READ_S + wait_s
-            )
-        except EndPointNotFound as exc:
-            # do_api_request reports a rejected token (401) as an unknown method; getUpdates
-            # always exists, so it is the token.
-            if isinstance(exc.__cause__, InvalidToken):
-                raise exc.__cause__ from None
-            raise
+        result = await raw_call(
+            self._app.bot, "getUpdates", data, read_timeout=GET_UPDATES_READ_S + wait_s
+        )
         if not isinstance(result, list):
             raise TelegramError(f"getUpdates returned {type(result).__name__}, not a list")
         return [u for u in result if isinstance(u, dict) and isinstance(u.get("update_id"), int)]

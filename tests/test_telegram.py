@@ -113,7 +113,11 @@ def by_prompt(answers: dict[str, Any]) -> Callable[[dict[str, Any]], Any]:
 
 
 async def test_dm_turn_answered_and_persisted(
-    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path, caplog: pytest.LogCaptureFixture
+    tg: FakeTelegram,
+    fake_llm: FakeOpenAI,
+    workspaces_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+    recwarn: pytest.WarningsRecorder,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     tg.dm(42, "hi there, I'm Ana")  # waiting before the bot starts: must not be dropped
@@ -138,6 +142,7 @@ async def test_dm_turn_answered_and_persisted(
     assert tg.method_calls("deleteWebhook")[0].get("drop_pending_updates") in (None, "false")
     assert f"@{BOT_NAME}" in caplog.text  # start-up says which bot it is
     assert TOKEN not in caplog.text and TOKEN.split(":")[1] not in caplog.text
+    assert not [w for w in recwarn if "Please use" in str(w.message)]  # raw calls on purpose
 
 
 async def test_memory_and_recall_in_dm(
