@@ -124,9 +124,9 @@ class LLMClient:
         with _provider_errors():
             response = await self._open_stream(kwargs)
             try:
-                async with contextlib.aclosing(events(response.aiter_bytes())) as chunks:
-                    async for chunk in chunks:
-                        piece = answer.add(chunk)
+                async with contextlib.aclosing(events(response.aiter_bytes())) as batches:
+                    async for batch in batches:  # what arrived at once is shown at once
+                        piece = "".join([answer.add(chunk) for chunk in batch])
                         if piece:
                             await on_text(piece)
             except ErrorEvent as exc:

@@ -27,8 +27,10 @@ class ErrorEvent(Exception):
         self.error = error
 
 
-async def events(body: AsyncIterable[bytes]) -> AsyncGenerator[Any, None]:
-    """Each event's JSON data, in order, until [DONE] or the end of the body."""
+async def events(body: AsyncIterable[bytes]) -> AsyncGenerator[list[Any], None]:
+    """The events' JSON data, in order, until [DONE] or the end of the body: a list per piece
+    of the body received (the events that arrived together, handed on together). An error
+    event is raised after the events before it are handed on."""
     decoder = _Decoder()
     buffer = b""
     async for received in body:
@@ -37,11 +39,24 @@ async def events(body: AsyncIterable[bytes]) -> AsyncGenerator[Any, None]:
         lines = (buffer + received).splitlines(keepends=True)
         # An unfinished line waits for the rest, and so does a CR: its LF may come next.
         buffer = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
-        for payload in decoder.feed(lines):
-            yield _parsed(payload)
+        for batch in _batches(decoder.feed(lines)):
+            yield batch
     if buffer.endswith(b"\r") and not decoder.done:
-        for payload in decoder.feed([buffer]):
-            yield _parsed(payload)
+        for batch in _batches(decoder.feed([buffer])):
+            yield batch
+
+
+def _batches(payloads: Iterator[bytes]) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for payload in payloads:
+        chunk = json.loads(payload)
+        if isinstance(chunk, dict) and chunk.get("error"):
+            if batch:
+                yield batch
+            raise ErrorEvent(chunk["error"])
+        batch.append(chunk)
+    if batch:
+        yield batch
 
 
 class _Decoder:
@@ -67,10 +82,3 @@ class _Decoder:
                 self.done = True
                 return
             yield payload
-
-
-def _parsed(payload: bytes) -> Any:
-    chunk = json.loads(payload)
-    if isinstance(chunk, dict) and chunk.get("error"):
-        raise ErrorEvent(chunk["error"])
-    return chunk

@@ -27,7 +27,7 @@ async def pieces(*parts: bytes) -> AsyncIterator[bytes]:
 
 
 async def read(*parts: bytes) -> list[Any]:
-    return [event async for event in events(pieces(*parts))]
+    return [event async for batch in events(pieces(*parts)) for event in batch]
 
 
 async def test_a_body_cut_at_any_byte_gives_the_same_events() -> None:
@@ -45,11 +45,21 @@ async def test_the_body_is_read_to_its_end_after_done() -> None:
             read_parts.append(part)
             yield part
 
-    assert [event async for event in events(recorded())] == []
+    assert [batch async for batch in events(recorded())] == []
     assert len(read_parts) == 3  # the connection can go back to the pool
+
+
+async def test_events_that_arrive_together_are_handed_on_together() -> None:
+    together = b'data: {"n": 1}\n\ndata: {"n": 2}\n\ndata: {"n": 3}'
+    batches = [batch async for batch in events(pieces(together, b"\n\n"))]
+    assert batches == [[{"n": 1}, {"n": 2}], [{"n": 3}]]
 
 
 async def test_an_unfinished_last_event_is_dropped_and_an_error_event_raises() -> None:
     assert await read(b'data: {"n": 1}\n\ndata: {"n": 2}\n') == [{"n": 1}]
+    got: list[Any] = []
     with pytest.raises(ErrorEvent, match="overloaded"):
-        await read(b'data: {"n": 1}\n\ndata: {"error": {"message": "overloaded"}}\n\n')
+        body = b'data: {"n": 1}\n\ndata: {"error": {"message": "overloaded"}}\n\n'
+        async for batch in events(pieces(body)):
+            got.extend(batch)
+    assert got == [{"n": 1}]  # what came before the error, in the same piece, is handed on
