@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from bot import heap
 from bot.platform import PlatformAdapter, PlatformStartError
 
 log = logging.getLogger("lightgrep")
@@ -99,8 +100,10 @@ async def _wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
 
 
 async def _announce_ready(adapter: PlatformAdapter) -> float:
-    """When the adapter became ready (loop time), having said so."""
+    """When the adapter became ready (loop time), having said so; start-up is then over
+    (bot/heap.py)."""
     await adapter.ready.wait()
+    heap.settle()
     log.info("%s is ready", adapter.name)
     return asyncio.get_running_loop().time()
 
