@@ -124,16 +124,7 @@ class LLMClient:
         with _provider_errors():
             response = await self._open_stream(kwargs)
             try:
-                async with contextlib.aclosing(events(response.aiter_bytes())) as batches:
-                    async for batch in batches:  # what arrived at once is shown at once
-                        piece = "".join([answer.add(chunk) for chunk in batch])
-                        if piece:
-                            await on_text(piece)
-            except ErrorEvent as exc:
-                reason = logsafe.mask(str(exc))[:200]
-                raise LLMError(f"the model provider broke off its answer: {reason}") from exc
-            except TypeError as exc:  # a chunk of the wrong shape
-                raise LLMError(NOT_A_COMPLETION) from exc
+                await _read_events(response, answer, on_text)
             finally:
                 await response.aclose()
         if not answer.chunks:  # a body that was not a stream of events at all (an HTML page)
@@ -265,6 +256,27 @@ def _fields(value: Any) -> Any:
     if isinstance(value, list):
         return [_fields(item) for item in value]
     return value
+
+
+async def _read_events(
+    response: httpx2.Response, answer: Assembled, on_text: Callable[[str], Awaitable[None]]
+) -> None:
+    """The stream's events into `answer`; what arrived at once goes to `on_text` at once. Only
+    what the provider sent is judged here (a failure of `on_text` is the caller's own)."""
+    async with contextlib.aclosing(events(response.aiter_bytes())) as batches:
+        while True:
+            try:
+                batch = await anext(batches)
+                piece = "".join([answer.add(chunk) for chunk in batch])
+            except StopAsyncIteration:
+                return
+            except ErrorEvent as exc:
+                reason = logsafe.mask(str(exc))[:200]
+                raise LLMError(f"the model provider broke off its answer: {reason}") from exc
+            except (TypeError, ValueError) as exc:  # not UTF-8, not JSON, not a chunk
+                raise LLMError(NOT_A_COMPLETION) from exc
+            if piece:
+                await on_text(piece)
 
 
 @contextlib.contextmanager
