@@ -57,6 +57,46 @@ async def test_a_gzip_compressed_answer_is_read(provider) -> None:
     assert await ask(await provider(gzipped)) == "hello from gzip"
 
 
+async def test_a_gzip_compressed_stream_is_read(provider) -> None:
+    async def gzipped(request: web.Request) -> web.Response:
+        await request.read()
+        chunks = [
+            {"choices": [{"index": 0, "delta": {"content": word}}]} for word in ("Hi", " there")
+        ]
+        events = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+        headers = {"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
+        return web.Response(body=gzip.compress(events.encode()), headers=headers)
+
+    client = LLMClient(model="m", base_url=await provider(gzipped), max_retries=0)
+    pieces: list[str] = []
+
+    async def shown(piece: str) -> None:
+        pieces.append(piece)
+
+    try:
+        result = await client.stream([{"role": "user", "content": "hi"}], on_text=shown)
+    finally:
+        await client.aclose()
+    assert result.content == "".join(pieces) == "Hi there"
+
+
+async def test_the_provider_is_not_told_about_the_machine(provider) -> None:
+    """The SDK's telemetry headers (OS, CPU, Python version) are not sent: a provider needs
+    none of them, and each was work on every request."""
+    seen: list[dict[str, str]] = []
+
+    async def recording(request: web.Request) -> web.Response:
+        await request.read()
+        seen.append(dict(request.headers))
+        return web.json_response(completion("ok"))
+
+    assert await ask(await provider(recording)) == "ok"
+    names = {name.lower() for name in seen[0]}
+    assert "authorization" in names and "content-type" in names
+    gone = {"x-stainless-os", "x-stainless-arch", "x-stainless-runtime-version", "x-stainless-lang"}
+    assert not names & gone
+
+
 async def test_a_provider_that_hangs_up_could_not_be_reached(provider) -> None:
     async def hang_up(request: web.Request) -> web.Response:
         await request.read()
