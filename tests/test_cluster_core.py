@@ -128,6 +128,42 @@ class Scripted:
         await self.answer(inbound, out)
 
 
+class Watched(BufferedOutbound):
+    """The adapter's side: when each piece of text arrived."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pieces: list[str] = []
+        self.first = asyncio.Event()
+
+    async def add_text(self, text: str) -> None:
+        await super().add_text(text)
+        self.pieces.append(text)
+        self.first.set()
+
+
+async def test_a_streamed_answer_shows_at_the_ingress_while_it_is_written(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """The worker's core goes on only once the ingress's adapter has the first words: an
+    answer replayed whole at the end would never get there."""
+    out = Watched()
+
+    async def write(inbound: Inbound, port: Outbound) -> None:
+        await port.begin()
+        await port.add_text("Hello")
+        await asyncio.wait_for(out.first.wait(), WAIT_S)
+        for word in (" wide", " world"):
+            await port.add_text(word)
+        await port.finish()
+
+    cluster = settings(nats_server)
+    async with serving(Scripted(write), cluster, tmp_path / "w"), ingress(cluster) as core:
+        await asyncio.wait_for(core.handle(dm("1", "hi"), out), WAIT_S)
+    assert out.reply.text == "Hello wide world"
+    assert out.pieces[0] == "Hello"  # the rest came later, together (paced by the worker)
+
+
 async def test_a_file_larger_than_a_nats_message_arrives_whole(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -166,3 +167,58 @@ def test_partition_ranges() -> None:
                       ("5-2", "lower to a higher"), ("-1", "not a partition")]:  # fmt: skip
         with pytest.raises(RangeError, match=said):
             parse_ranges(bad, 16)
+
+
+class Published:
+    """An answer message as the ingress receives it (the worker's headers, one attempt's seq)."""
+
+    def __init__(self, attempt: str, seq: int, calls: list[tuple[str, object]]) -> None:
+        self.headers = {wire.ATTEMPT: attempt, wire.SEQ: str(seq)}
+        self.data = wire.encode_calls([wire.call(op, arg) for op, arg in calls])  # type: ignore[arg-type]
+
+
+async def replayed(messages: list[Published]) -> BufferedOutbound:
+    """What the adapter gets from these messages, arriving in this order one by one."""
+    from bot.cluster.assembly import Assembly
+
+    assembly = Assembly()
+    out = BufferedOutbound()
+    replay = asyncio.create_task(assembly.replay(out))
+    for msg in messages:
+        assembly.add(msg)  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+    await asyncio.wait_for(replay, 5)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("second", "shown"),
+    [
+        ("Hello world, again.", "Hello world, again."),  # the same words: only the rest added
+        ("Hi there.", "Hello wor\n\nHi there."),  # other words: nothing shown is taken back
+    ],
+)
+async def test_an_answer_a_second_worker_finished_goes_on_after_what_was_shown(
+    second: str, shown: str
+) -> None:
+    """The first worker died mid-answer ("Hello wor" shown); the next one's attempt starts
+    over and is complete."""
+    out = await replayed(
+        [
+            Published("a", 0, [("begin", False), ("add_text", "Hello wor")]),
+            Published("b", 0, [("begin", False), ("add_text", second)]),
+            Published("b", 1, [("finish", None)]),
+        ]
+    )
+    assert out.reply.text == shown
+
+
+async def test_a_second_attempt_after_the_first_finished_is_not_replayed() -> None:
+    out = await replayed(
+        [
+            Published("a", 1, [("add_text", " world"), ("finish", None)]),  # out of order
+            Published("a", 0, [("begin", True), ("add_text", "Hello")]),
+            Published("b", 0, [("begin", True), ("add_text", "Other"), ("finish", None)]),
+        ]
+    )
+    assert out.reply.text == "Hello world" and out.reply.private

@@ -3,16 +3,13 @@
 `handle(inbound, out)` publishes the message to its user's partition and waits until JetStream
 has it (retrying through an outage: meanwhile the adapter does not acknowledge the platform, which
 keeps the message). Then it waits for the answer, which a worker publishes (its Outbound calls,
-in order) to this process's own subject, and replays the calls into `out` once the answer is
-complete. So `handle`
-returns after the answer, as the agent's does: the adapter's "typing…" shows the whole time,
-Discord's interaction is deferred after its `defer_after_s`, and the platform is acknowledged
-only after both JetStream and the answer (an adapter needs no change to run here).
-
-The answer is replayed whole, not as it comes: a worker killed mid-answer leaves a beginning
-that the next worker's run (another attempt) does not continue. Answers travel through a
-JetStream stream, so one published while NATS or this process's connection was away arrives
-after the reconnection.
+in order) to this process's own subject, and replays the calls into `out` as they arrive
+(assembly.py), so the adapter shows a streamed answer while it is written, as in one process.
+So `handle` returns after the answer, as the agent's does: the adapter's "typing…" shows the
+whole time, Discord's interaction is deferred after its `defer_after_s`, and the platform is
+acknowledged only after both JetStream and the answer (an adapter needs no change to run here).
+Answers travel through a JetStream stream, so one published while NATS or this process's
+connection was away arrives after the reconnection.
 
 An ingress that restarts gets a new id, so answers on their way to the old one are not
 delivered by the new one. Telegram delivers the message again (it was not acknowledged): its
@@ -42,6 +39,7 @@ from nats.js.errors import NotFoundError
 from nats.js.object_store import ObjectStore
 
 from bot.cluster import wire
+from bot.cluster.assembly import Assembly
 from bot.cluster.connection import Names, bodies, connect, ensure_streams
 from bot.cluster.partition import partition_of
 from bot.cluster.publish import Publisher
@@ -63,50 +61,6 @@ def new_ingress_id() -> str:
     return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-class _Answer:
-    """The messages of one handle() call's answer (each holds calls), as they arrive, by
-    attempt."""
-
-    def __init__(self) -> None:
-        self.done: asyncio.Future[list[tuple[str, Any]]] = (
-            asyncio.get_running_loop().create_future()
-        )
-        self.msgs: list[Msg] = []  # every message of it, acknowledged once it is replayed
-        self._attempts: dict[str, dict[int, bytes]] = {}
-        self._parts: dict[tuple[str, int], dict[int, bytes]] = {}
-
-    def add(self, msg: Msg) -> None:
-        self.msgs.append(msg)
-        if self.done.done():
-            return  # a second attempt's calls, after the first finished: not needed
-        headers = msg.headers or {}
-        attempt = headers.get(wire.ATTEMPT, "")
-        try:
-            seq = int(headers.get(wire.SEQ, ""))
-        except ValueError:
-            raise wire.WireError(f"bad {wire.SEQ} header") from None
-        index, count = wire.part_of(headers)
-        body = msg.data
-        if count > 1:
-            parts = self._parts.setdefault((attempt, seq), {})
-            parts[index] = body
-            if len(parts) < count:
-                return
-            body = b"".join(parts[i] for i in range(count))
-            del self._parts[(attempt, seq)]
-        calls = self._attempts.setdefault(attempt, {})
-        calls.setdefault(seq, body)  # the same call twice (a retried publish): the first
-        self._complete(calls)
-
-    def _complete(self, calls: dict[int, bytes]) -> None:
-        last = len(calls) - 1
-        if sorted(calls) != list(range(last + 1)):
-            return  # a call still on its way
-        decoded = [c for seq in range(last + 1) for c in wire.decode_calls(calls[seq])]
-        if decoded and decoded[-1][0] in wire.ENDS:
-            self.done.set_result(decoded)
-
-
 class BrokerCore:
     """Core for the adapters of an ingress: the answers come from the workers (see above)."""
 
@@ -115,7 +69,7 @@ class BrokerCore:
         self._names = Names(settings.subject_prefix)
         self.ingress_id = ingress_id or new_ingress_id()
         self._reply_subject = self._names.out_subject(self.ingress_id)
-        self._answers: dict[str, _Answer] = {}
+        self._answers: dict[str, Assembly] = {}
         self._client: Client | None = None
         self._publisher: Publisher | None = None
         self._bodies: ObjectStore | None = None
@@ -158,10 +112,10 @@ class BrokerCore:
         core raised, and the adapter apologises as for any core)."""
         assert self._publisher is not None, "start() first"
         key = uuid.uuid4().hex
-        answer = self._answers[key] = _Answer()
+        answer = self._answers[key] = Assembly()
         try:
             await self._publish(inbound, key)
-            await wire.replay(await answer.done, out)
+            await answer.replay(out)
         finally:
             del self._answers[key]
             for msg in answer.msgs:
@@ -253,5 +207,4 @@ class BrokerCore:
             answer.add(msg)
         except (wire.WireError, UnicodeDecodeError) as exc:
             log.error("ingress: an answer that is not ours (%s)", exc)
-            if not answer.done.done():
-                answer.done.set_result([("error", str(exc))])
+            answer.fail(str(exc))

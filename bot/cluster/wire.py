@@ -38,6 +38,7 @@ SEQ = "Lg-Seq"  # answer: the call's place in the answer, from 0
 PART = "Lg-Part"  # "i/n" of a body split in n parts
 BODY = "Lg-Body"  # inbound: the object holding the body (too large for a message)
 SESSION = "Lg-Session"  # inbound with BODY: its session key
+DESTINATION = "Lg-Destination"  # answer: where it goes if the ingress that asked is gone
 HEADROOM = 8192  # bytes of a message kept for its headers: bodies are at most max_payload − this
 
 Op = Literal["begin", "add_text", "attach_file", "offer", "notice", "finish", "error"]

@@ -47,17 +47,27 @@ MAX_IN_FLIGHT = 256  # messages of all partitions fetched and not yet acknowledg
 FETCH_BATCH = 64
 FETCH_WAIT_S = 1.0
 FAILED = "the worker's core raised"
+FIRST_TEXT_S = 0.2  # the first streamed text waits this long for more (a short answer: one message)
+STREAM_EVERY_S = 0.5  # then the streamed text leaves at most this often
 
 
 class PublishingOutbound:
     """The reply port in a worker: the calls published, in order, to the ingress's subject.
 
-    They go out together when the answer ends (finish, or error when the core raised): the
-    ingress replays an answer whole anyway (see ingress.py), and one message instead of one per
-    call costs both sides a third of the work per turn. A streaming ingress would flush after
-    every add_text instead; `seq` numbers the messages of one attempt either way."""
+    Calls are gathered and published together: the ones made while the text streams every
+    STREAM_EVERY_S at most (the first FIRST_TEXT_S after the first piece), the rest when the
+    answer ends (finish, or error when the core raised). The ingress paces what it shows
+    itself (adapters/live.py); this only bounds the messages: an answer written in a fraction
+    of a second travels as one message, a long one as about two a second. `seq` numbers the
+    messages of one attempt."""
 
-    def __init__(self, publisher: Publisher, subject: str, key: str, part_limit: int) -> None:
+    def __init__(
+        self,
+        publisher: Publisher,
+        subject: str,
+        key: str,
+        part_limit: int,
+    ) -> None:
         self._publisher = publisher
         self._subject = subject
         self._key = key
@@ -65,6 +75,9 @@ class PublishingOutbound:
         self._seq = 0
         self._limit = part_limit
         self._calls: list[dict[str, Any]] = []
+        self._lock = asyncio.Lock()  # one flush at a time: messages leave in `seq` order
+        self._timer: asyncio.Task[None] | None = None
+        self._flushed_text = False
 
     async def begin(self, *, private: bool = False) -> None:
         await self._send("begin", private)
@@ -90,24 +103,38 @@ class PublishingOutbound:
     async def _send(self, op: wire.Op, arg: Any = None) -> None:
         self._calls.append(wire.call(op, arg))
         if op in wire.ENDS:
+            if self._timer is not None:
+                self._timer.cancel()  # a flush under way is let finish (it holds the lock)
             await self._flush()
+        elif op in ("add_text", "notice") and self._timer is None:
+            delay = STREAM_EVERY_S if self._flushed_text else FIRST_TEXT_S
+            self._timer = asyncio.create_task(self._flush_after(delay))
+
+    async def _flush_after(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        self._timer = None  # from here on, a new piece starts the next wait
+        self._flushed_text = True
+        await self._flush()
 
     async def _flush(self) -> None:
-        parts = wire.split(wire.encode_calls(self._calls), self._limit)
-        self._calls = []
-        for index, part in enumerate(parts):
-            headers = {
-                wire.KEY: self._key,
-                wire.ATTEMPT: self._attempt,
-                wire.SEQ: str(self._seq),
-                # JetStream drops a message published twice (a retry whose first try got
-                # through).
-                wire.MSG_ID: f"{self._attempt}:{self._seq}:{index}",
-            }
-            if len(parts) > 1:
-                headers[wire.PART] = f"{index}/{len(parts)}"
-            await self._publisher.publish(self._subject, part, headers)
-        self._seq += 1
+        async with self._lock:
+            if not self._calls:
+                return
+            calls, self._calls = self._calls, []
+            parts = wire.split(wire.encode_calls(calls), self._limit)
+            for index, part in enumerate(parts):
+                headers = {
+                    wire.KEY: self._key,
+                    wire.ATTEMPT: self._attempt,
+                    wire.SEQ: str(self._seq),
+                    # JetStream drops a message published twice (a retry whose first try got
+                    # through).
+                    wire.MSG_ID: f"{self._attempt}:{self._seq}:{index}",
+                }
+                if len(parts) > 1:
+                    headers[wire.PART] = f"{index}/{len(parts)}"
+                await self._publisher.publish(self._subject, part, headers)
+            self._seq += 1
 
 
 class Worker:
