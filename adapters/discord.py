@@ -24,6 +24,7 @@ import aiohttp
 import discord
 from discord import app_commands
 
+from adapters import discord_resend as resend
 from adapters.discord_config import PLATFORM, DiscordConfig
 from adapters.discord_endpoints import endpoints, rest_base
 from adapters.discord_live import MESSAGE_LIMIT, NO_MENTIONS, ChannelSurface, DiscordAnswer
@@ -52,6 +53,7 @@ REFUSAL = "Sorry, this bot only talks to people on its allow list."
 RESTARTING = "I'm restarting; please try again in a minute."
 FAILURE = "Sorry, something went wrong while answering. Please try again."
 SHUTDOWN_GRACE_S = 120.0  # longest wait for running turns when stopping
+RESEND_WAIT_S = 60.0  # an answer to send by its destination waits this long for the gateway
 UPLOAD_LIMIT = 10 * 1024 * 1024  # bytes per attachment without boosts (an interaction says its own)
 
 
@@ -206,6 +208,7 @@ class DiscordAdapter:
             user_key=user_key(PLATFORM, author.id),
             text=text,
             is_private=guild_id is None,
+            destination=resend.of_message(message, guild_id),
         )
         out = self._answer_in(message, in_guild=guild_id is not None)
         async with _typing(message.channel, until=out.shown):
@@ -265,6 +268,16 @@ class DiscordAdapter:
         except discord.HTTPException:
             return "That answer is private and I can't DM you; use the slash command instead."
         return "I sent you that in a DM."
+
+    async def send_to(self, destination: dict[str, str], reply: Reply | None) -> None:
+        """An answer without its message (bot.platform.Resender): adapters/discord_resend.py."""
+        await asyncio.wait_for(self.ready.wait(), RESEND_WAIT_S)  # else tried again later
+        assert self._client is not None
+        reply = reply or Reply(FAILURE)
+        messages = _messages(reply, UPLOAD_LIMIT)
+        await resend.send_by_destination(
+            self._client, destination, messages, private=reply.private
+        )
 
     async def on_button(self, interaction: discord.Interaction) -> None:
         """A pressed button of ours: its command text, as if the presser had typed it."""
@@ -329,6 +342,7 @@ class DiscordAdapter:
             user_key=user_key(PLATFORM, user.id),
             text=text,
             is_private=interaction.guild_id is None,
+            destination=resend.of_interaction(interaction),
         )
         answer = BufferedOutbound()
         work = asyncio.create_task(self._handle(inbound, answer))

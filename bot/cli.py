@@ -187,7 +187,8 @@ async def cmd_ingress(args: argparse.Namespace) -> int:
     """The enabled platforms, answered by the workers through NATS JetStream."""
     from bot.cli_serve import serve, stop_on_signals
     from bot.cluster.connection import ClusterError
-    from bot.cluster.ingress import BrokerCore
+    from bot.cluster.ingress import BrokerCore, ingress_id_for
+    from bot.platform import Resender
 
     config = load(args.config)
     names = config.enabled_platforms()
@@ -200,7 +201,7 @@ async def cmd_ingress(args: argparse.Namespace) -> int:
     factories = {name: _factory(name) for name in names}
     # The platforms keep their state here (Telegram's spool): one ingress per folder.
     with _only_writer(config):
-        core = BrokerCore(config.cluster)
+        core = BrokerCore(config.cluster, ingress_id_for(_workspaces(config)))
         with stop_on_signals() as stop:
             try:
                 try:
@@ -209,6 +210,9 @@ async def cmd_ingress(args: argparse.Namespace) -> int:
                 except ClusterError as exc:
                     raise UserError(str(exc)) from None
                 adapters = [factories[name](config, core) for name in names]
+                for adapter in adapters:  # before any await: answers may be waiting already
+                    if isinstance(adapter, Resender):
+                        core.send_with(adapter.name, adapter)
                 await serve(adapters, stop)
             finally:
                 await core.close()

@@ -7,7 +7,7 @@ platform object or a link to fetch later.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -38,3 +38,8 @@ class Inbound:
     # after a crash is recognised instead of persisted and answered twice.
     message_id: str | None = None
     attachments: tuple[Attachment, ...] = ()
+    # Where an answer can be sent without this message's own connection (platform ids as text:
+    # channel, message replied to, interaction token), so an answer whose `lightgrep ingress`
+    # died on its way is still sent, by the next. None: the platform delivers the message again
+    # instead (Telegram). Not in repr: an interaction token may answer for 15 minutes.
+    destination: dict[str, str] | None = field(default=None, repr=False, hash=False)

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from bot.settings import Section
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from bot.inbound import Inbound
-    from bot.outbound import Outbound
+    from bot.outbound import Outbound, Reply
 
 ENTRY_POINT_GROUP = "lightgrep.platforms"
 
@@ -49,6 +49,17 @@ class PlatformAdapter(Protocol):
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until `stop` is set (or, for the terminal, until the user quits), then wind down:
         stop receiving, let running turns finish. Raise PlatformStartError if it cannot start."""
+        ...
+
+
+@runtime_checkable
+class Resender(Protocol):
+    """An adapter that can send an answer by its `Inbound.destination` alone (in `lightgrep
+    ingress`: the answer of a message whose handle() call is gone, its ingress restarted)."""
+
+    async def send_to(self, destination: dict[str, str], reply: Reply | None) -> None:
+        """Send `reply` (None: the turn failed, say so) there; raise if the platform did not
+        take it (it is tried again later)."""
         ...
 
 

@@ -21,45 +21,12 @@ from bot.cluster.wire import RemoteTurnFailed
 from bot.config import ClusterConfig
 from bot.inbound import Attachment, Inbound
 from bot.outbound import BufferedOutbound, Outbound, OutFile
-from bot.platform import Core
 from tests.agent_helpers import dm, make_agent, session_records
+from tests.cluster_helpers import WAIT_S, serving, settings
 from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.nats_server import NatsServer
 
 pytestmark = pytest.mark.timeout(60)
-WAIT_S = 15.0
-
-
-def settings(server: NatsServer, **changes: object) -> ClusterConfig:
-    config = ClusterConfig(nats_url=[server.url], partitions=4, ack_wait_s=2, lease_ttl_s=3)
-    for key, value in changes.items():
-        setattr(config, key, value)
-    return config
-
-
-@contextlib.asynccontextmanager
-async def serving(
-    core: Core, cluster: ClusterConfig, folder: Path, partitions: list[int] | None = None
-) -> AsyncIterator[asyncio.Task[None]]:
-    """A Worker on `folder` for `partitions` (default: all), running until the block ends."""
-    from bot.cluster.worker import Worker
-
-    folder.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - a test's folder
-    chosen = partitions or list(range(cluster.partitions))
-    worker = Worker(core, cluster, chosen, this_worker(folder))
-    stop = asyncio.Event()
-    task = asyncio.create_task(worker.run(stop))
-    ready = asyncio.create_task(worker.ready.wait())
-    await asyncio.wait({task, ready}, timeout=WAIT_S, return_when=asyncio.FIRST_COMPLETED)
-    ready.cancel()
-    if task.done():
-        task.result()  # raises what made it stop
-    assert worker.ready.is_set(), "the worker did not start"
-    try:
-        yield task
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, WAIT_S)
 
 
 @contextlib.asynccontextmanager

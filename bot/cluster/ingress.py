@@ -11,12 +11,14 @@ acknowledged only after both JetStream and the answer (an adapter needs no chang
 Answers travel through a JetStream stream, so one published while NATS or this process's
 connection was away arrives after the reconnection.
 
-An ingress that restarts gets a new id, so answers on their way to the old one are not
-delivered by the new one. Telegram delivers the message again (it was not acknowledged): its
-publish is then a duplicate, so it is published again under a new id, and the worker's core,
-which recognises the message by its platform id, answers with what it has on file, without
-persisting it twice or asking the model again. Discord does not deliver a message again: an
-answer on its way when the ingress dies is not sent.
+An answer is acknowledged once the platform has it. An ingress that restarts on the same
+folder has the same id, so it gets the answers on their way to the run before; nobody waits for
+them. Telegram delivers the message again (it was not acknowledged): its publish is then a
+duplicate, so it is published again under a new `Nats-Msg-Id`, and the worker's core, which
+recognises the message by its platform id, answers with what it has on file, without persisting
+it twice or asking the model again; the old answer is dropped. Discord does not deliver a
+message again: its answer names where it goes (`Inbound.destination`) and is sent by
+resend.py.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import os
 import re
 import socket
 import uuid
+from pathlib import Path
 from typing import Any
 
 import nats.errors
@@ -41,11 +44,14 @@ from nats.js.object_store import ObjectStore
 from bot.cluster import wire
 from bot.cluster.assembly import Assembly
 from bot.cluster.connection import Names, bodies, connect, ensure_streams
+from bot.cluster.lease import folder_id
 from bot.cluster.partition import partition_of
 from bot.cluster.publish import Publisher
+from bot.cluster.resend import Resending, ack_soon
 from bot.config import ClusterConfig
 from bot.inbound import Inbound
 from bot.outbound import Outbound
+from bot.platform import Resender
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +63,17 @@ IDLE_CONSUMER_S = 3600.0  # an ingress gone this long: NATS deletes its answer c
 
 def new_ingress_id() -> str:
     """Unique per process run: host, pid, and a random part (a subject token: no dots)."""
-    host = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname())[:40] or "host"
-    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return f"{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def ingress_id_for(folder: Path) -> str:
+    """The same for every run on this folder (`lightgrep ingress` holds its lock): a restarted
+    ingress gets the answers that were on their way to the one before (resend.py)."""
+    return f"{_host()}-{folder_id(folder)[:12]}"
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname())[:40] or "host"
 
 
 class BrokerCore:
@@ -75,7 +90,8 @@ class BrokerCore:
         self._bodies: ObjectStore | None = None
         self._limit = 0
         self._listener: asyncio.Task[None] | None = None
-        self._acking: set[asyncio.Future[None]] = set()
+        self._delivering: set[str] = set()  # answered; the adapter is sending it
+        self.resending = Resending()
 
     @property
     def waiting(self) -> int:
@@ -98,7 +114,12 @@ class BrokerCore:
         log.info("ingress %s: answers come on %s", self.ingress_id, self._reply_subject)
         return True
 
+    def send_with(self, platform: str, adapter: Resender) -> None:
+        """Send through `adapter` the answers for `platform` whose handle() call is gone."""
+        self.resending.senders[platform] = adapter
+
     async def close(self) -> None:
+        await self.resending.close()
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(BaseException):
@@ -118,9 +139,24 @@ class BrokerCore:
             await answer.replay(out)
         finally:
             del self._answers[key]
-            for msg in answer.msgs:
-                with contextlib.suppress(Exception):
-                    await msg.ack()
+            self._settle(key, answer, inbound)
+
+    def _settle(self, key: str, answer: Assembly, inbound: Inbound) -> None:
+        """Acknowledge the answer once the platform has it: for an answer that can be sent by
+        its destination, when the adapter's task that called handle() is done sending it (a
+        cancelled one is left in the stream, and sent by resend.py); else now."""
+        task = asyncio.current_task()
+        if inbound.destination is None or task is None:
+            ack_soon(answer.msgs)
+            return
+        self._delivering.add(key)
+
+        def sent(done: asyncio.Future[object]) -> None:
+            self._delivering.discard(key)
+            if not done.cancelled():
+                ack_soon(answer.msgs)
+
+        task.add_done_callback(sent)
 
     async def _publish(self, inbound: Inbound, key: str) -> None:
         assert self._publisher is not None
@@ -158,7 +194,11 @@ class BrokerCore:
         return b""
 
     async def _subscribe(self, js: JetStreamContext) -> Any:
+        """Made afresh, as a worker's (worker.py): what the run before us was given and did
+        not acknowledge comes at once, not after the ack wait."""
         durable = self._names.ingress_consumer(self.ingress_id)
+        with contextlib.suppress(NotFoundError):
+            await js.delete_consumer(self._names.out_stream, durable)
         config = ConsumerConfig(
             durable_name=durable,
             filter_subject=self._reply_subject,
@@ -199,9 +239,10 @@ class BrokerCore:
         key = (msg.headers or {}).get(wire.KEY, "")
         answer = self._answers.get(key)
         if answer is None:
-            # Nobody waits for it: a second answer to a message asked twice (see above).
-            self._acking.add(task := asyncio.ensure_future(msg.ack()))
-            task.add_done_callback(self._acking.discard)
+            if key in self._delivering:  # being sent: a later attempt's, or a redelivery
+                ack_soon([msg])
+            else:  # nobody waits for it: the answer of an earlier run, or asked twice
+                self.resending.take(key, msg)
             return
         try:
             answer.add(msg)

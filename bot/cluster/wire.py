@@ -178,6 +178,24 @@ def decode_inbound(body: bytes) -> Inbound:
     return result
 
 
+def destination(inbound: Inbound) -> str | None:
+    """The DESTINATION header of the answer to `inbound`: its platform and destination."""
+    if inbound.destination is None:
+        return None
+    return _dumps({**inbound.destination, "platform": inbound.platform}).decode("ascii")
+
+
+def parse_destination(header: str) -> tuple[str, dict[str, str]]:
+    """(platform, destination) of a DESTINATION header (WireError if it is not one)."""
+    data = _loads(header.encode("utf-8", "surrogatepass"))
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise WireError(f"bad {DESTINATION} header")
+    platform = data.pop("platform", None)
+    if not platform:
+        raise WireError(f"{DESTINATION} without a platform")
+    return platform, data
+
+
 def call(op: Op, arg: Any = None) -> dict[str, Any]:
     """One Outbound call as plain data: begin(private), add_text(text), attach_file(file),
     offer(buttons), notice(what), finish(); and error(reason) when the core raised instead."""

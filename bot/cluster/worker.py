@@ -78,6 +78,7 @@ class PublishingOutbound:
         self._lock = asyncio.Lock()  # one flush at a time: messages leave in `seq` order
         self._timer: asyncio.Task[None] | None = None
         self._flushed_text = False
+        self.destination: str | None = None  # wire.destination(inbound), on every message
 
     async def begin(self, *, private: bool = False) -> None:
         await self._send("begin", private)
@@ -131,6 +132,8 @@ class PublishingOutbound:
                     # through).
                     wire.MSG_ID: f"{self._attempt}:{self._seq}:{index}",
                 }
+                if self.destination is not None:
+                    headers[wire.DESTINATION] = self.destination
                 if len(parts) > 1:
                     headers[wire.PART] = f"{index}/{len(parts)}"
                 await self._publisher.publish(self._subject, part, headers)
@@ -307,6 +310,7 @@ class Worker:
                 assert stored is not None
                 inbound = await self._fetch(stored, seq)
             if inbound is not None:
+                out.destination = wire.destination(inbound)
                 try:
                     await self._core.handle(inbound, out)
                 except Exception:

@@ -89,6 +89,10 @@ class FakeDiscord:
         self.too_fast: list[tuple[int, float]] = []  # (channel, seconds since its last edit)
         self.refused: list[tuple[str, str]] = []  # (path, Discord's message) of refusals
         self._last_edit: dict[int, float] = {}
+        # While set, a new message is held (not answered, not posted) until it is cleared; one
+        # whose sender went away meanwhile is never posted (it did not reach Discord).
+        self.hold_messages = False
+        self.held = 0  # messages held so far
 
     # ---- addresses -------------------------------------------------------------------------
     @property
@@ -306,6 +310,12 @@ class FakeDiscord:
     # ---- REST ------------------------------------------------------------------------------
     async def _rest(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["tail"]
+        if request.method == "POST" and path.endswith("/messages") and self.hold_messages:
+            self.held += 1
+            while self.hold_messages:  # noqa: ASYNC110 - a test clears it
+                await asyncio.sleep(0.01)
+            if request.transport is None or request.transport.is_closing():
+                return web.Response(status=499)  # the sender is gone: nothing was sent
         body: Any = None
         files: dict[str, bytes] = {}
         if request.content_type.startswith("multipart/"):

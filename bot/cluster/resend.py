@@ -1,0 +1,119 @@
+"""The answers an ingress receives that no handle() call waits for, sent by their destination.
+
+An answer stays in the answer stream until the ingress acknowledges it, which it does only once
+the platform took it (ingress.py). If the ingress dies before, the answer is delivered again to
+the ingress that restarts on the same folder (its id is the folder's), which has no handle()
+call waiting for it: if the answer names its destination (`Inbound.destination`, Discord's),
+it is sent here through the adapter's `send_to` (bot.platform.Resender), once complete, and
+acknowledged after; one the platform refuses is delivered again later. An answer without a
+destination is dropped: its platform delivers the message again (Telegram), and that message's
+answer is the one sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable
+
+from nats.aio.msg import Msg
+
+from bot.cluster import wire
+from bot.cluster.assembly import Assembly
+from bot.outbound import BufferedOutbound, Reply
+from bot.platform import Resender
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 5.0  # an answer the platform refused comes back this much later
+REMEMBERED = 10_000  # keys of answers sent here, so a late second attempt is not sent again
+
+
+class Resending:
+    """Sends the answers whose handle() call is gone (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.senders: dict[str, Resender] = {}  # platform → its adapter
+        self.sent = 0  # answers sent here (for /metrics)
+        self._pending: dict[str, Assembly] = {}  # key → the answer, until it is complete
+        self._done: OrderedDict[str, None] = OrderedDict()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def take(self, key: str, msg: Msg) -> None:
+        """A message of an answer nobody waits for."""
+        if key in self._done or not (msg.headers or {}).get(wire.DESTINATION):
+            ack_soon([msg])
+            return
+        answer = self._pending.setdefault(key, Assembly())
+        answer.add(msg)
+        calls = answer.whole()
+        if calls is None:
+            return
+        del self._pending[key]
+        self._remember(key)
+        task = asyncio.create_task(self._send(key, answer, calls))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Let the sends under way finish (a send is never cut half way)."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _send(self, key: str, answer: Assembly, calls: list[tuple[str, object]]) -> None:
+        try:
+            platform, destination = wire.parse_destination(answer.destination or "")
+        except wire.WireError as exc:
+            log.error("ingress: an answer with a bad destination, dropped (%s)", exc)
+            ack_soon(answer.msgs)
+            return
+        sender = self.senders.get(platform)
+        if sender is None:
+            log.warning("ingress: an answer for %s, which this ingress does not serve: dropped",
+                        platform)  # fmt: skip
+            ack_soon(answer.msgs)
+            return
+        out = BufferedOutbound()
+        reply: Reply | None
+        try:
+            await wire.replay(calls, out)
+            reply = out.reply
+        except wire.RemoteTurnFailed:
+            reply = None
+        try:
+            await sender.send_to(destination, reply)
+        except Exception as exc:  # not taken: delivered again, tried again
+            log.warning("ingress: could not send an earlier answer on %s (%s); retrying later",
+                        platform, exc)  # fmt: skip
+            self._done.pop(key, None)
+            for msg in answer.msgs:
+                with contextlib.suppress(Exception):
+                    await msg.nak(delay=RETRY_AFTER_S)
+            return
+        self.sent += 1
+        log.info("ingress: sent an answer on %s whose ingress had stopped before", platform)
+        ack_soon(answer.msgs)
+
+    def _remember(self, key: str) -> None:
+        self._done[key] = None
+        while len(self._done) > REMEMBERED:
+            self._done.popitem(last=False)
+
+
+_acking: set[asyncio.Task[None]] = set()
+
+
+def ack_soon(msgs: list[Msg]) -> None:
+    """Acknowledge answer messages without waiting (done with either way; one that fails is
+    delivered again, and dropped then)."""
+    for msg in msgs:
+        task = asyncio.ensure_future(_quiet(msg.ack()))
+        _acking.add(task)
+        task.add_done_callback(_acking.discard)
+
+
+async def _quiet(ack: Awaitable[None]) -> None:
+    with contextlib.suppress(Exception):
+        await ack

@@ -1,0 +1,100 @@
+"""`lightgrep ingress` on the fake Discord as a real process, a worker beside it: Discord does
+not deliver a message again, so an answer on its way when the ingress dies must still be sent,
+once, by the ingress that restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from bench.harness import BotProcess, child_env
+from bot.cluster.connection import connect
+from tests.agent_helpers import make_agent
+from tests.cluster_helpers import WAIT_S, serving, settings
+from tests.fakes.discord_server import FakeDiscord, user_payload
+from tests.fakes.openai_server import FakeOpenAI, completion
+from tests.nats_server import NatsServer
+
+pytestmark = pytest.mark.timeout(120)
+DM_CHANNEL = 555
+READY = "discord: connected as"
+
+
+@pytest.fixture
+async def discord_fake() -> AsyncIterator[FakeDiscord]:
+    fake = await FakeDiscord().start()
+    try:
+        yield fake
+    finally:
+        await fake.stop()
+
+
+def ingress_process(tmp_path: Path, fake: FakeDiscord, nats: NatsServer) -> BotProcess:
+    home = tmp_path / "ingress"
+    home.mkdir()
+    config = home / "config.toml"
+    config.write_text(
+        f"[memory]\nworkspaces_dir = {json.dumps(str(home / 'workspaces'))}\n"
+        f'[discord]\nenabled = true\ntoken = "{fake.token}"\nallow_from = ["*"]\n'
+        f'api_base = "{fake.api_base}"\ngateway_url = "{fake.gateway_url}"\n'
+        f"[cluster]\nnats_url = [{json.dumps(nats.url)}]\npartitions = 4\nack_wait_s = 2\n"
+    )
+    return BotProcess(config, child_env(tmp_path), home / "ingress.log", command=("ingress",),
+                      ready=READY)  # fmt: skip
+
+
+async def until(check: Callable[[], object], what: str, proc: BotProcess) -> None:
+    async def poll() -> None:
+        while not check():  # noqa: ASYNC110 - polled: it looks at the fakes
+            await asyncio.sleep(0.02)
+
+    try:
+        await asyncio.wait_for(poll(), WAIT_S)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}\n{proc.log_tail(30)}") from None
+
+
+async def messages_waiting(nats: NatsServer, stream: str) -> int:
+    client = await connect(settings(nats), "test", asyncio.Event())
+    assert client is not None
+    try:
+        return (await client.jetstream().stream_info(stream)).state.messages
+    finally:
+        await client.close()
+
+
+async def test_an_answer_whose_ingress_was_killed_before_sending_it_is_sent_once(
+    tmp_path: Path, nats_server: NatsServer, discord_fake: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.queue(completion("Here is the one answer."))
+    agent = make_agent(fake_llm, tmp_path / "w")
+    ingress = ingress_process(tmp_path, discord_fake, nats_server)
+    person = user_payload(42, "ada")
+    async with serving(agent, settings(nats_server), tmp_path / "w"):
+        await ingress.start()
+        discord_fake.hold_messages = True
+        await discord_fake.dispatch(
+            "MESSAGE_CREATE", discord_fake.message(person, "hello", channel_id=DM_CHANNEL)
+        )
+        await until(lambda: discord_fake.held, "the answer on its way to Discord", ingress)
+        assert await messages_waiting(nats_server, "lightgrep-in") == 0  # the worker is done
+        await ingress.kill()  # SIGKILL: the answer never reached Discord
+        discord_fake.hold_messages = False
+        assert discord_fake.seen_in(DM_CHANNEL) == []
+
+        await ingress.start()  # the same folder: the same answers
+        await until(lambda: discord_fake.seen_in(DM_CHANNEL), "the answer, sent again", ingress)
+        await asyncio.sleep(1.0)  # nothing more comes
+        assert discord_fake.seen_in(DM_CHANNEL) == ["Here is the one answer."]
+        for _ in range(100):  # acknowledged once Discord took it
+            if not await messages_waiting(nats_server, "lightgrep-out"):
+                break
+            await asyncio.sleep(0.05)
+        assert await messages_waiting(nats_server, "lightgrep-out") == 0
+        await ingress.terminate()
+    assert len(fake_llm.chat_requests) == 1
+    await agent.aclose()
