@@ -81,6 +81,7 @@ class DiscordAdapter:
         self._accepting = False
         self._inflight: set[asyncio.Task[Any]] = set()
         self._pacer = Pacer()  # edits of answers being written, per channel
+        self._dms = True  # this process answers DMs (it has shard 0, or is unsharded)
         watch_in_flight(PLATFORM, lambda: len(self._inflight))
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -122,7 +123,17 @@ class DiscordAdapter:
         intents.message_content = self.config.message_content_intent
         # The bot never speaks in voice channels: skip discord.py's warnings about voice libraries.
         discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
-        client = _Client(self, intents=intents, guild_ready_timeout=self.guild_ready_timeout)
+        shards = self.config.shards()
+        self._dms = shards is None or 0 in shards  # Discord sends DMs to shard 0 only
+        client: discord.Client
+        if shards is None:
+            client = _Client(self, intents=intents, guild_ready_timeout=self.guild_ready_timeout)
+        else:
+            log.info("discord: shards %s of %d", shards, self.config.shard_count)
+            client = _ShardedClient(
+                self, intents=intents, guild_ready_timeout=self.guild_ready_timeout,
+                shard_ids=shards, shard_count=self.config.shard_count,
+            )  # fmt: skip
         _drop_unparsable_events(client)
         self._install_commands(client.tree)
         return client
@@ -185,6 +196,8 @@ class DiscordAdapter:
             return
         author = message.author
         guild_id = _guild_id(message)
+        if guild_id is None and not self._dms:
+            return  # the process that has shard 0 answers DMs
         if guild_id is None:
             text = message.content
             session = session_key(PLATFORM, "dm", author.id)
@@ -390,7 +403,8 @@ class _Client(discord.Client):
         )
 
     async def setup_hook(self) -> None:
-        await self.adapter._sync_commands(self.tree)
+        if self.adapter._dms:  # once per bot, not once per shard's process: shard 0's
+            await self.adapter._sync_commands(self.tree)
 
     async def on_ready(self) -> None:
         self.adapter._on_ready()
@@ -406,6 +420,10 @@ class _Client(discord.Client):
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
         await self.adapter.on_button(interaction)
+
+
+class _ShardedClient(_Client, discord.AutoShardedClient):
+    """The same, connecting only some shards ([discord] shard_ids of shard_count)."""
 
 
 # ---- helpers -------------------------------------------------------------------------------

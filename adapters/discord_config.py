@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bot.platform import PlatformPlugin
-from bot.settings import HTTP, WEBSOCKET, Rule, Section, setting
+from bot.settings import HTTP, WEBSOCKET, Rule, Section, SettingError, setting
 
 if TYPE_CHECKING:
     from adapters.discord import DiscordAdapter
@@ -41,6 +41,40 @@ class DiscordConfig(Section):
     sync_guild_id: int | None = setting(
         None, rule=Rule("a positive integer (a guild id)", lambda v: v > 0)
     )
+    # Sharding, to split the gateway between `lightgrep ingress` processes: this one connects
+    # `shard_ids` (default: all) of `shard_count`. Discord sends DMs to shard 0 only, so only
+    # the process with shard 0 answers DMs. Unset: one connection, unsharded.
+    shard_count: int | None = setting(
+        None, rule=Rule("an integer from 1 to 65536", lambda v: 0 < v <= 65536)
+    )
+    shard_ids: list[str] = setting(default_factory=list)  # integers (a list is of text)
+
+    def shards(self) -> list[int] | None:
+        """The shards this process connects; None: unsharded (check() made sure they parse)."""
+        if self.shard_count is None:
+            return None
+        return [int(i) for i in self.shard_ids] or list(range(self.shard_count))
+
+
+def check(settings: DiscordConfig) -> None:
+    """Rules across keys of an enabled [discord]."""
+    if not settings.shard_ids:
+        return
+    if settings.shard_count is None:
+        raise SettingError("shard_ids needs shard_count (the number of shards in all)", "shard_ids")
+    try:
+        ids = [int(i) for i in settings.shard_ids]
+    except ValueError:
+        raise SettingError("shard_ids must be a list of integers", "shard_ids") from None
+    if len(set(ids)) != len(ids):
+        raise SettingError("shard_ids must list each shard once", "shard_ids")
+    wrong = [i for i in ids if not 0 <= i < settings.shard_count]
+    if wrong:
+        raise SettingError(
+            f"shard_ids {wrong} are not shards of shard_count = {settings.shard_count} "
+            f"(0 to {settings.shard_count - 1})",
+            "shard_ids",
+        )
 
 
 def create(config: Config, agent: Core) -> DiscordAdapter:
@@ -49,4 +83,4 @@ def create(config: Config, agent: Core) -> DiscordAdapter:
     return DiscordAdapter(config, agent)
 
 
-PLUGIN = PlatformPlugin(name=PLATFORM, create=create, settings=DiscordConfig)
+PLUGIN = PlatformPlugin(name=PLATFORM, create=create, settings=DiscordConfig, check=check)

@@ -494,6 +494,8 @@ class FakeDiscord:
             "resume_gateway_url": self.gateway_url,
             "application": {"id": str(self.app_id), "flags": 0},
         }
+        if "shard" in data:  # as Discord: READY says which shard it is
+            ready["shard"] = data["shard"]
         await self.dispatch("READY", ready)
         for guild_id, channels in self.guilds.items():
             await self.dispatch("GUILD_CREATE", self._guild(guild_id, channels))
