@@ -143,7 +143,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
-    from bot.cli_serve import close_agent, serve, stop_on_signals
+    from bot.cli_serve import close_agent, observed, serve, stop_on_signals
 
     config = load(args.config)
     names = config.enabled_platforms()
@@ -160,20 +160,13 @@ async def cmd_run(args: argparse.Namespace) -> int:
     with _only_writer(config):
         agent = _new_agent(config, metered=True)
         await _warn_about_window(config)
-        observe = None
         try:
             core = _metered_core(agent)
             adapters = [factories[name](config, core) for name in names]
-            if config.metrics.listen:
-                from bot.observe import ObserveServer
-
-                observe = ObserveServer(config.metrics.listen, adapters, config.llm)
-                await observe.start()
-            with stop_on_signals() as stop:
-                await serve(adapters, stop)
+            async with observed(config.metrics.listen, adapters, config.llm):
+                with stop_on_signals() as stop:
+                    await serve(adapters, stop)
         finally:
-            if observe is not None:
-                await observe.stop()
             log.info("stopping: finishing pending memory work")
             await close_agent(agent)
     log.info("stopped")
@@ -185,7 +178,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
 async def cmd_ingress(args: argparse.Namespace) -> int:
     """The enabled platforms, answered by the workers through NATS JetStream."""
-    from bot.cli_serve import serve, stop_on_signals
+    from bot.cli_serve import observed, serve, stop_on_signals
     from bot.cluster.connection import ClusterError
     from bot.cluster.ingress import BrokerCore, ingress_id_for
     from bot.platform import Resender
@@ -213,7 +206,8 @@ async def cmd_ingress(args: argparse.Namespace) -> int:
                 for adapter in adapters:  # before any await: answers may be waiting already
                     if isinstance(adapter, Resender):
                         core.send_with(adapter.name, adapter)
-                await serve(adapters, stop)
+                async with observed(config.metrics.listen, adapters, None, core.health):
+                    await serve(adapters, stop)
             finally:
                 await core.close()
     log.info("stopped")
@@ -222,7 +216,7 @@ async def cmd_ingress(args: argparse.Namespace) -> int:
 
 async def cmd_worker(args: argparse.Namespace) -> int:
     """The agent, answering the messages of some partitions from NATS JetStream."""
-    from bot.cli_serve import close_agent, stop_on_signals
+    from bot.cli_serve import close_agent, observed, stop_on_signals
     from bot.cluster.connection import ClusterError
     from bot.cluster.lease import this_worker
     from bot.cluster.partition import RangeError, describe_ranges, parse_ranges
@@ -245,8 +239,9 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         try:
             me = this_worker(_workspaces(config))
             worker = Worker(_metered_core(agent), config.cluster, partitions, me)
-            with stop_on_signals() as stop:
-                await worker.run(stop)
+            async with observed(config.metrics.listen, [], config.llm, worker.health):
+                with stop_on_signals() as stop:
+                    await worker.run(stop)
         except ClusterError as exc:
             raise UserError(str(exc)) from None
         finally:

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from bot import heap
@@ -25,6 +25,27 @@ SLOW_SHUTDOWN_NOTICE_S = 0.5
 RESTART_FIRST_S = 1.0  # back-off before restarting a platform that failed while running…
 RESTART_MAX_S = 60.0  # …doubling up to this…
 STABLE_S = 60.0  # …and starting afresh once a restarted platform has served this long
+
+
+@contextlib.asynccontextmanager
+async def observed(
+    listen: str | None,
+    adapters: list[PlatformAdapter],
+    llm: Any,
+    cluster: Callable[[], dict[str, Any]] | None = None,
+) -> AsyncIterator[None]:
+    """/metrics and /healthz on `[metrics] listen` for the block (bot/observe.py), if set."""
+    if not listen:
+        yield
+        return
+    from bot.observe import ObserveServer
+
+    observe = ObserveServer(listen, adapters, llm, cluster)
+    await observe.start()
+    try:
+        yield
+    finally:
+        await observe.stop()
 
 
 async def serve(adapters: list[PlatformAdapter], stop: asyncio.Event) -> None:

@@ -13,6 +13,7 @@ scraper's job.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -82,6 +83,50 @@ IN_FLIGHT = Gauge(
     registry=REGISTRY,
 )
 
+# `lightgrep ingress` and `lightgrep worker` (bot/cluster/). kind: "message" (a user's, from the
+# ingress to a worker) or "answer" (back).
+CLUSTER_PUBLISHED = Counter(
+    "lightgrep_cluster_published",
+    "Messages JetStream acknowledged storing, by kind (message or answer).",
+    ["kind"],
+    registry=REGISTRY,
+)
+CLUSTER_ACKED = Counter(
+    "lightgrep_cluster_acked",
+    "Messages this process was done with and acknowledged, by kind (message: answered by a "
+    "worker; answer: sent by an ingress).",
+    ["kind"],
+    registry=REGISTRY,
+)
+CLUSTER_REDELIVERED = Counter(
+    "lightgrep_cluster_redelivered",
+    "Messages JetStream delivered here again (a worker or ingress died, or an ack wait "
+    "passed), by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+CLUSTER_RESENT = Counter(
+    "lightgrep_cluster_resent",
+    "Answers an ingress sent by their destination, their own ingress having stopped.",
+    registry=REGISTRY,
+)
+CLUSTER_CONNECTED = Gauge(
+    "lightgrep_cluster_nats_connected",
+    "1 while this process is connected to NATS.",
+    registry=REGISTRY,
+)
+CLUSTER_LEASE_HELD = Gauge(
+    "lightgrep_cluster_lease_held",
+    "1 while this worker holds its claim on the partition.",
+    ["partition"],
+    registry=REGISTRY,
+)
+CLUSTER_WAITING = Gauge(
+    "lightgrep_cluster_waiting",
+    "An ingress's messages published whose answer has not come yet.",
+    registry=REGISTRY,
+)
+
 CONSOLIDATION_TOOL = "save_memory"
 
 
@@ -98,6 +143,28 @@ def count_limit_refusal(limit: str) -> None:
 def watch_in_flight(platform: str, count: Callable[[], int]) -> None:
     """Read `count()` at every scrape as the platform's updates in flight."""
     IN_FLIGHT.labels(platform).set_function(count)
+
+
+def count_cluster(counter: Counter, kind: str | None = None, n: int = 1) -> None:
+    """One of the CLUSTER_ counters, by kind where it has one."""
+    (counter.labels(kind) if kind is not None else counter).inc(n)
+
+
+def watch_cluster(
+    connected: Callable[[], bool],
+    waiting: Callable[[], int] | None = None,
+    leases: dict[int, Callable[[], bool]] | None = None,
+) -> None:
+    """Read at every scrape: connected to NATS, answers awaited, each partition's claim held."""
+    CLUSTER_CONNECTED.set_function(lambda: float(connected()))
+    if waiting is not None:
+        CLUSTER_WAITING.set_function(lambda: float(waiting()))
+    for partition, held in (leases or {}).items():
+        CLUSTER_LEASE_HELD.labels(str(partition)).set_function(functools.partial(_as_float, held))
+
+
+def _as_float(read: Callable[[], bool]) -> float:
+    return float(read())
 
 
 class ModelHealth:

@@ -2,7 +2,9 @@
 orchestrator.
 
 /healthz is JSON, 200 when every platform is connected (its adapter's `ready`) and the model is
-reachable, else 503. The model counts as reachable if its newest call (bot.metrics.MODEL)
+reachable, else 503. In `lightgrep ingress` (no model) and `lightgrep worker` (no platform) the
+cluster's part says the rest: connected to NATS, and a worker's claims held (bot/cluster/).
+The model counts as reachable if its newest call (bot.metrics.MODEL)
 succeeded within MODEL_FRESH_S; otherwise we ask the provider's `GET /models` (no tokens spent)
 at most once per PROBE_EVERY_S, so a scraper polling every second costs the provider nothing.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -33,11 +36,20 @@ PROBE_TIMEOUT_S = 5.0
 class ObserveServer:
     """Serves /metrics and /healthz on `listen` ("host:port") while the bot runs."""
 
-    def __init__(self, listen: str, adapters: list[PlatformAdapter], llm: LLMConfig) -> None:
+    def __init__(
+        self,
+        listen: str,
+        adapters: list[PlatformAdapter],
+        llm: LLMConfig | None,
+        cluster: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        """`llm` None: this process asks no model; `cluster()`: the cluster's health, its
+        "healthy" key part of the answer's."""
         host, _, port = listen.rpartition(":")
         self._host, self._port = host.strip("[]"), int(port)
         self._adapters = adapters
         self._llm = llm
+        self._cluster = cluster
         self._runner: web.AppRunner | None = None
         self._probed: tuple[float, bool, str] | None = None  # (when, reachable, why not)
         self._probe_lock = asyncio.Lock()
@@ -68,29 +80,32 @@ class ObserveServer:
 
     async def _healthz(self, request: web.Request) -> web.Response:
         platforms = {a.name: {"connected": a.ready.is_set()} for a in self._adapters}
-        reachable, detail = await self._model_reachable()
-        healthy = reachable and all(p["connected"] for p in platforms.values())
-        body: dict[str, Any] = {
-            "healthy": healthy,
-            "platforms": platforms,
-            "model": {"reachable": reachable, "detail": detail},
-        }
+        healthy = all(p["connected"] for p in platforms.values())
+        body: dict[str, Any] = {"healthy": healthy, "platforms": platforms}
+        if self._llm is not None:
+            reachable, detail = await self._model_reachable(self._llm)
+            healthy = healthy and reachable
+            body["model"] = {"reachable": reachable, "detail": detail}
+        if self._cluster is not None:
+            body["cluster"] = cluster = self._cluster()
+            healthy = healthy and bool(cluster["healthy"])
+        body["healthy"] = healthy
         return web.json_response(body, status=200 if healthy else 503)
 
-    async def _model_reachable(self) -> tuple[bool, str]:
+    async def _model_reachable(self, llm: LLMConfig) -> tuple[bool, str]:
         if MODEL.ok is not None and time.monotonic() - MODEL.at < MODEL_FRESH_S:
             age = time.monotonic() - MODEL.at
             return MODEL.ok, f"last call {age:.0f} s ago" + ("" if MODEL.ok else f": {MODEL.error}")
         async with self._probe_lock:
             if self._probed is None or time.monotonic() - self._probed[0] >= PROBE_EVERY_S:
-                self._probed = (time.monotonic(), *await self._probe())
+                self._probed = (time.monotonic(), *await self._probe(llm))
             _, reachable, why = self._probed
         return reachable, "GET /models answered" if reachable else why
 
-    async def _probe(self) -> tuple[bool, str]:
+    async def _probe(self, llm: LLMConfig) -> tuple[bool, str]:
         """GET {base_url}/models: the cheapest request that says the provider is up."""
-        url = (self._llm.base_url or OPENAI_BASE).rstrip("/") + "/models"
-        headers = {"Authorization": f"Bearer {self._llm.api_key}"} if self._llm.api_key else {}
+        url = (llm.base_url or OPENAI_BASE).rstrip("/") + "/models"
+        headers = {"Authorization": f"Bearer {llm.api_key}"} if llm.api_key else {}
         timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
         try:
             async with (

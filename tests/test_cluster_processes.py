@@ -7,6 +7,7 @@ The longer figures are bench/cluster_bench.py's."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import sys
 import time
@@ -14,12 +15,13 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from bench.cluster_harness import ClusterRig
 from bench.crash_loop import Traffic
 from bench.harness import FIRST_USER_ID, BenchLLM, BenchTelegram, _user_of
-from tests.nats_server import NatsServer
+from tests.nats_server import NatsServer, free_port
 
 pytestmark = pytest.mark.timeout(120)
 WAIT_S = 30.0
@@ -144,3 +146,60 @@ async def test_kills_of_a_worker_the_ingress_and_nats_lose_nothing(
         sent[user] = max(sent.get(user, 0), seq + 1)
     check_kept_once_in_order_by_their_worker(rig, sent)
     assert all(rig.telegram.answers.get(name) for name in traffic.sent)
+
+
+async def test_the_ingress_and_the_workers_report_their_figures_and_health(
+    rig: ClusterRig, nats_server: NatsServer
+) -> None:
+    ports = {}
+    for name, proc in [("ingress", rig.ingress), ("worker0", rig.workers[0])]:
+        ports[name] = free_port()
+        text = proc.config.read_text() + f'[metrics]\nlisten = "127.0.0.1:{ports[name]}"\n'
+        proc.config.write_text(text)
+    await rig.start()
+    rng = random.Random(4)
+    users = range(FIRST_USER_ID, FIRST_USER_ID + 10)
+    names = [rig.telegram.send(user, 0, rng) for user in users]
+    await until(rig, lambda: all(rig.telegram.answers.get(n) for n in names), "every answer")
+    mine = sum(1 for user in users if rig.worker_of(user) == 0)
+
+    async with aiohttp.ClientSession() as http:
+
+        async def get(name: str, path: str) -> tuple[int, str]:
+            async with http.get(f"http://127.0.0.1:{ports[name]}{path}") as response:
+                return response.status, await response.text()
+
+        _, ingress = await get("ingress", "/metrics")
+        assert figure(ingress, 'lightgrep_cluster_published_total{kind="message"}') == 10
+        assert figure(ingress, "lightgrep_cluster_nats_connected") == 1
+        _, worker = await get("worker0", "/metrics")
+        assert figure(worker, 'lightgrep_cluster_acked_total{kind="message"}') == mine
+        assert figure(worker, 'lightgrep_cluster_published_total{kind="answer"}') >= mine
+        assert figure(worker, 'lightgrep_cluster_lease_held{partition="7"}') == 1
+        assert 'lightgrep_cluster_lease_held{partition="8"}' not in worker  # worker 1's
+        status, health = await get("worker0", "/healthz")
+        assert status == 200, health
+        assert json.loads(health)["cluster"]["partitions_held"] == "0-7"
+        status, health = await get("ingress", "/healthz")
+        assert status == 200 and "model" not in json.loads(health)  # the ingress asks none
+
+        await nats_server.kill()
+        deadline = time.monotonic() + WAIT_S
+        while (await get("ingress", "/healthz"))[0] != 503:
+            assert time.monotonic() < deadline, "the ingress still says it is healthy"
+            await asyncio.sleep(0.05)
+        status, health = await get("ingress", "/healthz")
+        assert json.loads(health)["cluster"]["nats_connected"] is False
+        await nats_server.start()
+        _, ingress = await get("ingress", "/metrics")
+        # Acknowledged once Telegram had each answer: the adapter's task has ended.
+        assert figure(ingress, 'lightgrep_cluster_acked_total{kind="answer"}') >= 10
+    assert await rig.terminate() == [0, 0, 0]
+
+
+def figure(metrics: str, name: str) -> float:
+    """One sample's value from a /metrics page."""
+    for line in metrics.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} is not in /metrics")

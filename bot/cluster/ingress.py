@@ -50,6 +50,7 @@ from bot.cluster.publish import Publisher
 from bot.cluster.resend import Resending, ack_soon
 from bot.config import ClusterConfig
 from bot.inbound import Inbound
+from bot.metrics import CLUSTER_REDELIVERED, count_cluster, watch_cluster
 from bot.outbound import Outbound
 from bot.platform import Resender
 
@@ -98,6 +99,11 @@ class BrokerCore:
         """Messages published whose answer has not come yet."""
         return len(self._answers)
 
+    def health(self) -> dict[str, Any]:
+        """For /healthz (bot/observe.py): healthy while connected to NATS."""
+        connected = self._client is not None and self._client.is_connected
+        return {"healthy": connected, "nats_connected": connected, "waiting": self.waiting}
+
     async def start(self, stop: asyncio.Event) -> bool:
         """Connect and listen for answers; False if `stop` came first."""
         client = await connect(self._settings, f"lightgrep ingress {self.ingress_id}", stop)
@@ -106,11 +112,12 @@ class BrokerCore:
         self._client = client
         js = client.jetstream()
         await ensure_streams(js, self._names, self._settings)
-        self._publisher = Publisher(js, "a user's message")
+        self._publisher = Publisher(js, "a user's message", "message")
         self._bodies = await bodies(js, self._names, self._settings)
         self._limit = max(1024, client.max_payload - wire.HEADROOM)
         sub = await self._subscribe(js)
         self._listener = asyncio.create_task(self._listen(js, sub))
+        watch_cluster(lambda: client.is_connected, lambda: self.waiting)
         log.info("ingress %s: answers come on %s", self.ingress_id, self._reply_subject)
         return True
 
@@ -237,6 +244,8 @@ class BrokerCore:
 
     def _take(self, msg: Msg) -> None:
         key = (msg.headers or {}).get(wire.KEY, "")
+        if msg.metadata.num_delivered > 1:
+            count_cluster(CLUSTER_REDELIVERED, "answer")
         answer = self._answers.get(key)
         if answer is None:
             if key in self._delivering:  # being sent: a later attempt's, or a redelivery

@@ -104,6 +104,10 @@ class Leases:
         self._revisions: dict[int, int] = {}
         self._taken_over: dict[str, list[int]] = {}  # holder → partitions taken from it
 
+    def holds(self, partition: int) -> bool:
+        """Whether our claim on it stands (made, or renewed, and not released)."""
+        return partition in self._revisions
+
     async def acquire(self) -> None:
         """Claim every partition, or none: LeaseHeld names the holders of those taken."""
         kv = self._kv = await self._bucket()

@@ -14,6 +14,8 @@ import logging
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
+from bot.metrics import CLUSTER_PUBLISHED, count_cluster
+
 log = logging.getLogger(__name__)
 
 PUBLISH_TIMEOUT_S = 5.0
@@ -24,9 +26,10 @@ MAX_BACKOFF_S = 5.0
 class Publisher:
     """JetStream publishes that wait out outages; `waiting` counts the publishes held up."""
 
-    def __init__(self, js: JetStreamContext, what: str) -> None:
+    def __init__(self, js: JetStreamContext, what: str, kind: str) -> None:
         self._js = js
         self._what = what  # "a user's message", "an answer": for the log
+        self._kind = kind  # "message", "answer": for /metrics
         self.waiting = 0
         self._said = False
 
@@ -57,6 +60,7 @@ class Publisher:
                 await asyncio.sleep(backoff)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
                 continue
+            count_cluster(CLUSTER_PUBLISHED, self._kind)
             if tried:
                 self.waiting -= 1
                 if self._said and not self.waiting:

@@ -22,6 +22,7 @@ from nats.aio.msg import Msg
 
 from bot.cluster import wire
 from bot.cluster.assembly import Assembly
+from bot.metrics import CLUSTER_ACKED, CLUSTER_RESENT, count_cluster
 from bot.outbound import BufferedOutbound, Reply
 from bot.platform import Resender
 
@@ -93,6 +94,7 @@ class Resending:
                     await msg.nak(delay=RETRY_AFTER_S)
             return
         self.sent += 1
+        count_cluster(CLUSTER_RESENT)
         log.info("ingress: sent an answer on %s whose ingress had stopped before", platform)
         ack_soon(answer.msgs)
 
@@ -117,3 +119,4 @@ def ack_soon(msgs: list[Msg]) -> None:
 async def _quiet(ack: Awaitable[None]) -> None:
     with contextlib.suppress(Exception):
         await ack
+        count_cluster(CLUSTER_ACKED, "answer")

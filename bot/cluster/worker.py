@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ from bot.cluster.partition import describe_ranges
 from bot.cluster.publish import Publisher
 from bot.config import ClusterConfig
 from bot.inbound import Inbound
+from bot.metrics import CLUSTER_ACKED, CLUSTER_REDELIVERED, count_cluster, watch_cluster
 from bot.outbound import Button, Notice, OutFile
 
 if TYPE_CHECKING:
@@ -159,6 +161,22 @@ class Worker:
         self._chains: dict[str, asyncio.Task[None]] = {}  # session key → its last message
         self._tasks: set[asyncio.Task[None]] = set()
         self._stores: ObjectStore  # the large bodies (set once connected)
+        self._client: Client | None = None
+        self._leases: Leases | None = None
+
+    def health(self) -> dict[str, Any]:
+        """For /healthz (bot/observe.py): healthy while connected and serving every partition
+        with its claim held."""
+        connected = self._client is not None and self._client.is_connected
+        held = [p for p in self._partitions if self._leases is not None and self._leases.holds(p)]
+        missing = sorted(set(self._partitions) - set(held))
+        return {
+            "healthy": connected and self.ready.is_set() and not missing,
+            "nats_connected": connected,
+            "serving": self.ready.is_set(),
+            "partitions_held": describe_ranges(held) if held else "",
+            "partitions_not_held": describe_ranges(missing) if missing else "",
+        }
 
     async def run(self, stop: asyncio.Event) -> None:
         """Connect, claim the partitions (LeaseHeld if another worker has one), serve until
@@ -166,11 +184,12 @@ class Worker:
         client = await connect(self._settings, f"lightgrep worker {self._me.pid}", stop)
         if client is None:
             return
+        self._client = client
         leases: Leases | None = None
         try:
             js = client.jetstream()
             await ensure_streams(js, self._names, self._settings)
-            leases = Leases(
+            leases = self._leases = Leases(
                 js, self._names, self._partitions, self._me, self._settings.lease_ttl_s,
                 self._settings.replicas,
             )  # fmt: skip
@@ -185,7 +204,7 @@ class Worker:
     async def _serve(
         self, client: Client, js: JetStreamContext, leases: Leases, stop: asyncio.Event
     ) -> None:
-        publisher = Publisher(js, "an answer")
+        publisher = Publisher(js, "an answer", "answer")
         self._stores = await bodies(js, self._names, self._settings)
         limit = max(1024, client.max_payload - wire.HEADROOM)
         subs = {p: await self._subscribe(js, p) for p in self._partitions}
@@ -195,6 +214,10 @@ class Worker:
             for p, sub in subs.items()
         ]
         keeper = asyncio.create_task(leases.keep(fetching))
+        watch_cluster(
+            lambda: client.is_connected,
+            leases={p: functools.partial(leases.holds, p) for p in self._partitions},
+        )
         stopping = asyncio.create_task(stop.wait())
         log.info(
             "worker: serving partitions %s of %d (pid %s, workspaces %s)",
@@ -263,6 +286,8 @@ class Worker:
 
     def _dispatch(self, msg: Msg, publisher: Publisher, limit: int) -> None:
         seq = msg.metadata.sequence.stream
+        if msg.metadata.num_delivered > 1:
+            count_cluster(CLUSTER_REDELIVERED, "message")
         if seq in self._in_flight:
             return  # delivered again while still running here (the ack wait passed)
         headers = msg.headers or {}
@@ -319,6 +344,7 @@ class Worker:
             keepalive.cancel()
             try:
                 await msg.ack()
+                count_cluster(CLUSTER_ACKED, "message")
             except Exception as exc:  # delivered again later; the core will not repeat it
                 log.warning("worker: could not acknowledge message %s (%s)", seq, exc)
             if stored is not None and inbound is not None:
