@@ -198,7 +198,11 @@ class ClusterConfig(Section):
             lambda v: bool(re.fullmatch(r"[A-Za-z0-9_-]+", v)),
         ),
     )
+    # One way to authenticate (bot/cluster/connection.py says which NATS refused): a token, a
+    # user and password, an nkey seed file, or a .creds file (a user JWT and its seed).
     token: str | None = setting(None, secret=True, env="NATS_TOKEN")
+    user: str | None = setting(None, env="NATS_USER")
+    password: str | None = setting(None, secret=True, env="NATS_PASSWORD")
     creds_file: Path | None = setting(None, env="NATS_CREDS")  # a user JWT + nkey seed file
     nkey_seed_file: Path | None = setting(None, env="NATS_NKEY_SEED")
     replicas: int = setting(1, rule=Rule("an integer from 1 to 5", lambda v: 0 < v <= 5))

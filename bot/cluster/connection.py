@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -116,12 +117,7 @@ async def connect(settings: ClusterConfig, name: str, stop: asyncio.Event) -> Cl
         disconnected_cb=disconnected,
         reconnected_cb=_on_reconnected,
     )
-    if settings.token:
-        options["token"] = settings.token
-    if settings.creds_file:
-        options["user_credentials"] = str(settings.creds_file.expanduser())
-    if settings.nkey_seed_file:
-        options["nkeys_seed"] = str(settings.nkey_seed_file.expanduser())
+    used = credentials(settings, options)
     attempt = asyncio.ensure_future(nats.connect(**options))
     stopping = asyncio.ensure_future(stop.wait())
     waits: set[asyncio.Future[Any]] = {attempt, stopping, refused}
@@ -132,10 +128,12 @@ async def connect(settings: ClusterConfig, name: str, stop: asyncio.Event) -> Cl
         with contextlib.suppress(BaseException):
             await attempt
         if refused.done():
-            raise ClusterError(
-                f"NATS at {where} refused our credentials ([cluster] token, creds_file or "
-                "nkey_seed_file)"
-            )
+            if used is None:
+                raise ClusterError(
+                    f"NATS at {where} asks for credentials: set [cluster] token, user and "
+                    "password, nkey_seed_file or creds_file"
+                )
+            raise ClusterError(f"NATS at {where} refused our credentials ([cluster] {used})")
         return None
     try:
         client = attempt.result()
@@ -148,6 +146,37 @@ async def connect(settings: ClusterConfig, name: str, stop: asyncio.Event) -> Cl
     url = client.connected_url
     log.info("NATS: connected to %s", url.netloc if url is not None else where)
     return client
+
+
+def credentials(settings: ClusterConfig, options: dict[str, Any]) -> str | None:
+    """Put the one configured way to authenticate into nats.connect's `options`; which it is,
+    for the refusal's message (None: none). ClusterError for two at once, or a file we cannot
+    read (nats-py would retry it forever)."""
+    chosen: list[str] = []
+    if settings.token:
+        options["token"] = settings.token
+        chosen.append("token")
+    if settings.user or settings.password:
+        if not (settings.user and settings.password):
+            raise ClusterError("[cluster] user and password go together: set both")
+        options["user"], options["password"] = settings.user, settings.password
+        chosen.append("user and password")
+    for key, option in (("nkey_seed_file", "nkeys_seed"), ("creds_file", "user_credentials")):
+        path: Path | None = getattr(settings, key)
+        if path is None:
+            continue
+        path = path.expanduser()
+        try:
+            path.read_bytes()
+        except OSError as exc:
+            raise ClusterError(
+                f"[cluster] {key} {path}: cannot read it ({exc.strerror or exc})"
+            ) from None
+        options[option] = str(path)
+        chosen.append(key)
+    if len(chosen) > 1:
+        raise ClusterError(f"[cluster] has {' and '.join(chosen)}: choose one way to authenticate")
+    return chosen[0] if chosen else None
 
 
 async def ensure_streams(js: JetStreamContext, names: Names, settings: ClusterConfig) -> None:
