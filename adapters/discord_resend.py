@@ -50,9 +50,9 @@ async def send_by_destination(
         except discord.NotFound:  # never deferred, so expired: the person's DMs instead
             pass
     if "interaction" in where or (private and "guild" in where):
-        user = await client.fetch_user(int(where["user"]))
+        dm = await client.create_dm(discord.Object(id=int(where["user"])))
         for chunk, extra in messages:
-            await user.send(chunk, allowed_mentions=NO_MENTIONS, **extra)
+            await dm.send(chunk, allowed_mentions=NO_MENTIONS, **extra)
         return
     channel = client.get_partial_messageable(int(where["channel"]))
     for index, (chunk, extra) in enumerate(messages):
