@@ -63,13 +63,7 @@ class PublishingOutbound:
     of a second travels as one message, a long one as about two a second. `seq` numbers the
     messages of one attempt."""
 
-    def __init__(
-        self,
-        publisher: Publisher,
-        subject: str,
-        key: str,
-        part_limit: int,
-    ) -> None:
+    def __init__(self, publisher: Publisher, subject: str, key: str, part_limit: int) -> None:
         self._publisher = publisher
         self._subject = subject
         self._key = key
