@@ -33,8 +33,10 @@ async def discord_fake() -> AsyncIterator[FakeDiscord]:
         await fake.stop()
 
 
-def ingress_process(tmp_path: Path, fake: FakeDiscord, nats: NatsServer) -> BotProcess:
-    home = tmp_path / "ingress"
+def ingress_process(
+    tmp_path: Path, fake: FakeDiscord, nats: NatsServer, name: str = "ingress"
+) -> BotProcess:
+    home = tmp_path / name
     home.mkdir()
     config = home / "config.toml"
     config.write_text(
@@ -42,8 +44,9 @@ def ingress_process(tmp_path: Path, fake: FakeDiscord, nats: NatsServer) -> BotP
         f'[discord]\nenabled = true\ntoken = "{fake.token}"\nallow_from = ["*"]\n'
         f'api_base = "{fake.api_base}"\ngateway_url = "{fake.gateway_url}"\n'
         f"[cluster]\nnats_url = [{json.dumps(nats.url)}]\npartitions = 4\nack_wait_s = 2\n"
+        "lease_ttl_s = 2\n"
     )
-    return BotProcess(config, child_env(tmp_path), home / "ingress.log", command=("ingress",),
+    return BotProcess(config, child_env(tmp_path), home / f"{name}.log", command=("ingress",),
                       ready=READY)  # fmt: skip
 
 
@@ -67,34 +70,60 @@ async def messages_waiting(nats: NatsServer, stream: str) -> int:
         await client.close()
 
 
+async def killed_before_sending(
+    ingress: BotProcess, nats: NatsServer, fake: FakeDiscord
+) -> None:
+    """A DM answered by the worker, its ingress SIGKILLed while Discord holds the send (the
+    answer never reached Discord)."""
+    await ingress.start()
+    fake.hold_messages = True
+    person = user_payload(42, "ada")
+    await fake.dispatch("MESSAGE_CREATE", fake.message(person, "hello", channel_id=DM_CHANNEL))
+    await until(lambda: fake.held, "the answer on its way to Discord", ingress)
+    assert await messages_waiting(nats, "lightgrep-in") == 0  # the worker is done
+    await ingress.kill()
+    fake.hold_messages = False
+    assert fake.seen_in(DM_CHANNEL) == []
+
+
+async def sent_once(fake: FakeDiscord, nats: NatsServer, by: BotProcess) -> None:
+    await until(lambda: fake.seen_in(DM_CHANNEL), "the answer, sent again", by)
+    await asyncio.sleep(1.0)  # nothing more comes
+    assert fake.seen_in(DM_CHANNEL) == ["Here is the one answer."]
+    for _ in range(100):  # acknowledged once Discord took it
+        if not await messages_waiting(nats, "lightgrep-out"):
+            break
+        await asyncio.sleep(0.05)
+    assert await messages_waiting(nats, "lightgrep-out") == 0
+
+
 async def test_an_answer_whose_ingress_was_killed_before_sending_it_is_sent_once(
     tmp_path: Path, nats_server: NatsServer, discord_fake: FakeDiscord, fake_llm: FakeOpenAI
 ) -> None:
     fake_llm.queue(completion("Here is the one answer."))
     agent = make_agent(fake_llm, tmp_path / "w")
     ingress = ingress_process(tmp_path, discord_fake, nats_server)
-    person = user_payload(42, "ada")
     async with serving(agent, settings(nats_server), tmp_path / "w"):
-        await ingress.start()
-        discord_fake.hold_messages = True
-        await discord_fake.dispatch(
-            "MESSAGE_CREATE", discord_fake.message(person, "hello", channel_id=DM_CHANNEL)
-        )
-        await until(lambda: discord_fake.held, "the answer on its way to Discord", ingress)
-        assert await messages_waiting(nats_server, "lightgrep-in") == 0  # the worker is done
-        await ingress.kill()  # SIGKILL: the answer never reached Discord
-        discord_fake.hold_messages = False
-        assert discord_fake.seen_in(DM_CHANNEL) == []
-
+        await killed_before_sending(ingress, nats_server, discord_fake)
         await ingress.start()  # the same folder: the same answers
-        await until(lambda: discord_fake.seen_in(DM_CHANNEL), "the answer, sent again", ingress)
-        await asyncio.sleep(1.0)  # nothing more comes
-        assert discord_fake.seen_in(DM_CHANNEL) == ["Here is the one answer."]
-        for _ in range(100):  # acknowledged once Discord took it
-            if not await messages_waiting(nats_server, "lightgrep-out"):
-                break
-            await asyncio.sleep(0.05)
-        assert await messages_waiting(nats_server, "lightgrep-out") == 0
-        await ingress.terminate()
+        await sent_once(discord_fake, nats_server, ingress)
+        assert await ingress.terminate() == 0
+    assert len(fake_llm.chat_requests) == 1
+    await agent.aclose()
+
+
+async def test_another_ingress_sends_the_answer_of_one_that_does_not_come_back(
+    tmp_path: Path, nats_server: NatsServer, discord_fake: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.queue(completion("Here is the one answer."))
+    agent = make_agent(fake_llm, tmp_path / "w")
+    dead = ingress_process(tmp_path, discord_fake, nats_server, "dead")
+    other = ingress_process(tmp_path, discord_fake, nats_server, "other")
+    async with serving(agent, settings(nats_server), tmp_path / "w"):
+        await killed_before_sending(dead, nats_server, discord_fake)
+        await other.start()  # its own folder, its own id: it adopts the dead one's answers
+        await sent_once(discord_fake, nats_server, other)
+        assert "has stopped with answers on their way" in other.log_tail(50)
+        assert await other.terminate() == 0
     assert len(fake_llm.chat_requests) == 1
     await agent.aclose()

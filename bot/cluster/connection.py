@@ -5,7 +5,8 @@ Two JetStream streams, both work queues (a message is gone once acknowledged):
   partition, no age limit (a message waits however long its worker is down);
 - `<prefix>-out`, subjects `<prefix>.out.<ingress id>`: the answers' Outbound calls, one consumer
   per ingress process; answers for an ingress that never comes back expire after a day.
-A key-value bucket `<prefix>-leases` holds which worker serves which partition (lease.py), and
+A key-value bucket `<prefix>-leases` holds which worker serves which partition (lease.py),
+`<prefix>-ingresses` which ingresses run (adopt.py), and
 an object store `<prefix>-bodies` the messages too large for one NATS message (wire.py), each
 deleted once its message is answered.
 
@@ -60,6 +61,10 @@ class Names:
     @property
     def lease_bucket(self) -> str:
         return f"{self.prefix}-leases"
+
+    @property
+    def ingress_bucket(self) -> str:
+        return f"{self.prefix}-ingresses"
 
     @property
     def body_bucket(self) -> str:

@@ -37,11 +37,11 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from nats.js.object_store import ObjectStore
 
 from bot.cluster import wire
+from bot.cluster.adopt import REPLY_BATCH, REPLY_WAIT_S, Adopter, subscribe_answers
 from bot.cluster.assembly import Assembly
 from bot.cluster.connection import Names, bodies, connect, ensure_streams
 from bot.cluster.lease import folder_id
@@ -56,10 +56,6 @@ from bot.platform import Resender
 
 log = logging.getLogger(__name__)
 
-REPLY_BATCH = 256
-REPLY_WAIT_S = 1.0
-MAX_PENDING_ANSWERS = 20_000  # answer messages delivered to us, not yet acknowledged
-IDLE_CONSUMER_S = 3600.0  # an ingress gone this long: NATS deletes its answer consumer
 
 
 def new_ingress_id() -> str:
@@ -91,6 +87,8 @@ class BrokerCore:
         self._bodies: ObjectStore | None = None
         self._limit = 0
         self._listener: asyncio.Task[None] | None = None
+        self._adopter: Adopter | None = None
+        self._adopting: asyncio.Task[None] | None = None
         self._delivering: set[str] = set()  # answered; the adapter is sending it
         self.resending = Resending()
 
@@ -117,6 +115,8 @@ class BrokerCore:
         self._limit = max(1024, client.max_payload - wire.HEADROOM)
         sub = await self._subscribe(js)
         self._listener = asyncio.create_task(self._listen(js, sub))
+        self._adopter = Adopter(js, self._names, self._settings, self.ingress_id, self.resending)
+        self._adopting = asyncio.create_task(self._adopter.run())
         watch_cluster(lambda: client.is_connected, lambda: self.waiting)
         log.info("ingress %s: answers come on %s", self.ingress_id, self._reply_subject)
         return True
@@ -126,11 +126,14 @@ class BrokerCore:
         self.resending.senders[platform] = adapter
 
     async def close(self) -> None:
+        for task in (self._adopting, self._listener):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
         await self.resending.close()
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(BaseException):
-                await self._listener
+        if self._adopter is not None:
+            await self._adopter.release()
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.close()
@@ -201,23 +204,7 @@ class BrokerCore:
         return b""
 
     async def _subscribe(self, js: JetStreamContext) -> Any:
-        """Made afresh, as a worker's (worker.py): what the run before us was given and did
-        not acknowledge comes at once, not after the ack wait."""
-        durable = self._names.ingress_consumer(self.ingress_id)
-        with contextlib.suppress(NotFoundError):
-            await js.delete_consumer(self._names.out_stream, durable)
-        config = ConsumerConfig(
-            durable_name=durable,
-            filter_subject=self._reply_subject,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=max(60.0, self._settings.ack_wait_s),
-            max_deliver=-1,
-            max_ack_pending=MAX_PENDING_ANSWERS,
-            inactive_threshold=IDLE_CONSUMER_S,
-        )
-        await js.add_consumer(self._names.out_stream, config)
-        return await js.pull_subscribe_bind(durable=durable, stream=self._names.out_stream)
+        return await subscribe_answers(js, self._names, self._settings, self.ingress_id)
 
     async def _listen(self, js: JetStreamContext, sub: Any) -> None:
         while True:
@@ -227,7 +214,7 @@ class BrokerCore:
                 continue
             except asyncio.CancelledError:
                 raise
-            except NotFoundError:  # idle past IDLE_CONSUMER_S (cut off from NATS): made anew
+            except NotFoundError:  # idle too long (cut off from NATS), or adopted: made anew
                 log.warning("ingress: our answer consumer was gone; making it again")
                 with contextlib.suppress(Exception):
                     sub = await self._subscribe(js)

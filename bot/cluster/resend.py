@@ -42,8 +42,9 @@ class Resending:
         self._done: OrderedDict[str, None] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def take(self, key: str, msg: Msg) -> None:
-        """A message of an answer nobody waits for."""
+    def take(self, key: str, msg: Msg, *, ours: bool = True) -> None:
+        """A message of an answer nobody waits for; `ours`: sent to our id, not adopted from a
+        dead ingress's (adopt.py), whose answers for a platform we do not serve are left."""
         if key in self._done or not (msg.headers or {}).get(wire.DESTINATION):
             ack_soon([msg])
             return
@@ -54,7 +55,7 @@ class Resending:
             return
         del self._pending[key]
         self._remember(key)
-        task = asyncio.create_task(self._send(key, answer, calls))
+        task = asyncio.create_task(self._send(key, answer, calls, ours))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -63,7 +64,9 @@ class Resending:
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _send(self, key: str, answer: Assembly, calls: list[tuple[str, object]]) -> None:
+    async def _send(
+        self, key: str, answer: Assembly, calls: list[tuple[str, object]], ours: bool
+    ) -> None:
         try:
             platform, destination = wire.parse_destination(answer.destination or "")
         except wire.WireError as exc:
@@ -71,6 +74,12 @@ class Resending:
             ack_soon(answer.msgs)
             return
         sender = self.senders.get(platform)
+        if sender is None and not ours:  # for an ingress that serves it
+            self._done.pop(key, None)
+            for msg in answer.msgs:
+                with contextlib.suppress(Exception):
+                    await msg.nak(delay=RETRY_AFTER_S)
+            return
         if sender is None:
             log.warning("ingress: an answer for %s, which this ingress does not serve: dropped",
                         platform)  # fmt: skip
