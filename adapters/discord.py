@@ -358,21 +358,47 @@ class DiscordAdapter:
             destination=resend.of_interaction(interaction),
         )
         answer = BufferedOutbound()
-        work = asyncio.create_task(self._handle(inbound, answer))
-        done, _ = await asyncio.wait({work}, timeout=self.defer_after_s)
-        deferred = not done
-        # The core marks an answer private before anything else; one whose privacy is not yet
-        # known is treated as private, so it can never show in the channel.
-        ephemeral = answer.private or not answer.begun
-        if deferred:
-            try:
-                await interaction.response.defer(ephemeral=ephemeral, thinking=True)
-            except discord.HTTPException as exc:
-                # Too late (the interaction expired): the turn still completes and is saved.
-                log.warning("discord: could not defer /%s: %s", name, _reason(exc))
-                await work
-                return
-        reply = await work
+        # Deferred or not, and ephemeral or not: decided here once the core has taken its time;
+        # None: too late to answer at all. The send runs in the task that asked the core, so
+        # the answer counts as delivered (in `lightgrep ingress`, acknowledged) only once sent.
+        decision: asyncio.Future[tuple[bool, bool] | None] = (
+            asyncio.get_running_loop().create_future()
+        )
+        handled = asyncio.Event()
+
+        async def turn() -> None:
+            reply = await self._handle(inbound, answer)
+            handled.set()
+            how = await decision
+            if how is not None:
+                await self._answer_interaction(interaction, reply, *how)
+
+        work = asyncio.create_task(turn())
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(handled.wait(), self.defer_after_s)
+            deferred = not handled.is_set()
+            # The core marks an answer private before anything else; one whose privacy is not
+            # yet known is treated as private, so it can never show in the channel.
+            ephemeral = answer.private or not answer.begun
+            if deferred:
+                try:
+                    await interaction.response.defer(ephemeral=ephemeral, thinking=True)
+                except discord.HTTPException as exc:
+                    # Too late (the interaction expired): the turn still completes and is saved.
+                    log.warning("discord: could not defer /%s: %s", name, _reason(exc))
+                    decision.set_result(None)
+                    await work
+                    return
+            decision.set_result((deferred, ephemeral))
+            await work
+        finally:
+            if not decision.done():  # cancelled while deciding: the answer is not sent here
+                decision.cancel()
+
+    async def _answer_interaction(
+        self, interaction: discord.Interaction, reply: Reply, deferred: bool, ephemeral: bool
+    ) -> None:
         # An interaction says how big an attachment may be where it was used.
         limit = getattr(interaction, "filesize_limit", None) or UPLOAD_LIMIT
         for index, (chunk, extra) in enumerate(_messages(reply, limit)):

@@ -127,3 +127,34 @@ async def test_another_ingress_sends_the_answer_of_one_that_does_not_come_back(
         assert await other.terminate() == 0
     assert len(fake_llm.chat_requests) == 1
     await agent.aclose()
+
+
+async def test_a_slash_command_answer_whose_ingress_was_killed_before_sending_it_is_sent_once(
+    tmp_path: Path, nats_server: NatsServer, discord_fake: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    """A slash command's answer counts as sent only once Discord took it: the ingress killed
+    while Discord holds the interaction's callback, the restarted one sends it as a follow-up."""
+    agent = make_agent(fake_llm, tmp_path / "w")
+    ingress = ingress_process(tmp_path, discord_fake, nats_server)
+    async with serving(agent, settings(nats_server), tmp_path / "w"):
+        await ingress.start()
+        discord_fake.hold_callbacks = True
+        interaction = discord_fake.slash(user_payload(42, "ada"), "new", channel_id=DM_CHANNEL)
+        await discord_fake.dispatch("INTERACTION_CREATE", interaction)
+        await until(lambda: discord_fake.held, "the answer on its way to Discord", ingress)
+        await ingress.kill()
+        discord_fake.hold_callbacks = False
+        followups = f"/webhooks/{discord_fake.app_id}/{interaction['token']}"
+        assert discord_fake.calls("POST", followups) == []
+        await ingress.start()  # the same folder: the same answers
+        await until(lambda: discord_fake.calls("POST", followups), "the follow-up", ingress)
+        await asyncio.sleep(1.0)  # nothing more comes
+        [followup] = discord_fake.calls("POST", followups)
+        assert followup.body["content"]
+        for _ in range(100):  # acknowledged once Discord took it
+            if not await messages_waiting(nats_server, "lightgrep-out"):
+                break
+            await asyncio.sleep(0.05)
+        assert await messages_waiting(nats_server, "lightgrep-out") == 0
+        assert await ingress.terminate() == 0
+    await agent.aclose()

@@ -92,6 +92,7 @@ class FakeDiscord:
         # While set, a new message is held (not answered, not posted) until it is cleared; one
         # whose sender went away meanwhile is never posted (it did not reach Discord).
         self.hold_messages = False
+        self.hold_callbacks = False  # the same for an interaction's answer (its callback)
         self.held = 0  # messages held so far
 
     # ---- addresses -------------------------------------------------------------------------
@@ -310,9 +311,13 @@ class FakeDiscord:
     # ---- REST ------------------------------------------------------------------------------
     async def _rest(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["tail"]
-        if request.method == "POST" and path.endswith("/messages") and self.hold_messages:
+        held = (self.hold_messages and path.endswith("/messages")) or (
+            self.hold_callbacks and path.endswith("/callback")
+        )
+        if request.method == "POST" and held:
             self.held += 1
-            while self.hold_messages:  # noqa: ASYNC110 - a test clears it
+            hold = "hold_messages" if path.endswith("/messages") else "hold_callbacks"
+            while getattr(self, hold):  # noqa: ASYNC110 - a test clears it
                 await asyncio.sleep(0.01)
             if request.transport is None or request.transport.is_closing():
                 return web.Response(status=499)  # the sender is gone: nothing was sent
