@@ -447,6 +447,8 @@ class Agent:
             result = await self._ask(messages, tools.schemas, out, tool_choice="auto")
             if result.prompt_tokens:
                 self.estimator.observe_usage(raw, result.prompt_tokens)
+            else:  # llama-cpp-python's streams: the estimate must not stay at our own count
+                self.estimator.observe_no_usage()
             if not result.tool_calls and not (result.content or "").strip():
                 # Some servers (llama-cpp-python's function-calling format with a small model)
                 # answer "auto" with an empty message; asked without tools, they answer. (Its

@@ -115,7 +115,7 @@ class LLMClient:
             response = await self._create(kwargs, self._post)
         try:
             return self._to_result(response)
-        except (AttributeError, TypeError) as exc:  # JSON of the wrong shape, e.g. "message": null
+        except (AttributeError, TypeError, IndexError) as exc:  # JSON of another shape
             raise LLMError(NOT_A_COMPLETION) from exc
 
     async def stream(
@@ -139,12 +139,19 @@ class LLMClient:
                 await _read_events(response, answer, on_text)
             finally:
                 await response.aclose()
-        if not answer.chunks:  # a body that was not a stream of events at all (an HTML page)
-            raise LLMError(NOT_A_COMPLETION)
+        if not answer.chunks:
+            if _is_event_stream(response):
+                # llama-cpp-python starts its event stream before it reads the prompt and ends
+                # it without an event when that fails (a prompt longer than its window, among
+                # others); asked whole, it answers, or says why not.
+                return await self.chat(
+                    messages, tools=tools, tool_choice=tool_choice, max_tokens=max_tokens
+                )
+            raise LLMError(NOT_A_COMPLETION)  # a body that was not a stream of events at all
         if not answer.choices:
             raise LLMError("the model provider answered without any choice")
         try:
-            return self._to_result(_Fields(answer.as_completion()))
+            return self._to_result(answer.as_completion())
         except (AttributeError, TypeError) as exc:
             raise LLMError(NOT_A_COMPLETION) from exc
 
@@ -216,62 +223,81 @@ class LLMClient:
         data = json.loads(response.content)
         if not isinstance(data, dict):  # e.g. a JSON string or list
             raise LLMError(NOT_A_COMPLETION)
-        return _Fields(data)
+        return data
 
     def _to_result(self, response: Any) -> ChatResult:
-        if isinstance(response, str | bytes):  # e.g. an HTML error page with status 200
-            raise LLMError(NOT_A_COMPLETION)
-        choices = getattr(response, "choices", None)
+        """A completion, as JSON (a whole answer) or as objects (a streamed one), made a
+        ChatResult. Every shape the SDK's models took is taken: missing or null fields, a
+        tool call without an id, its arguments already parsed (an object), content as parts."""
+        if not isinstance(response, dict) and not hasattr(response, "choices"):
+            raise LLMError(NOT_A_COMPLETION)  # e.g. an HTML error page with status 200
+        choices = _field(response, "choices")
         if not choices:
             raise LLMError("the model provider answered without any choice")
-        message = choices[0].message
-        calls = [
-            ToolCall(
-                id=c.id or f"call_{i}",
-                name=c.function.name,
-                arguments=valid_text(c.function.arguments),
+        if not isinstance(choices, list):
+            raise LLMError(NOT_A_COMPLETION)
+        message = _field(choices[0], "message")
+        if message is None:
+            raise LLMError(NOT_A_COMPLETION)
+        calls = []
+        for i, call in enumerate(_field(message, "tool_calls") or []):
+            function = _field(call, "function")
+            if function is None:
+                continue
+            arguments = _field(function, "arguments")
+            calls.append(
+                ToolCall(
+                    id=str(_field(call, "id") or f"call_{i}"),
+                    name=str(_field(function, "name") or ""),
+                    arguments=valid_text("" if arguments is None else arguments),
+                )
             )
-            for i, c in enumerate(message.tool_calls or [])
-            if getattr(c, "function", None) is not None
-        ]
+        content = _text_of(_field(message, "content"))
         result = ChatResult(
-            content=None if message.content is None else valid_text(str(message.content)),
+            content=None if content is None else valid_text(content),
             tool_calls=calls,
-            finish_reason=choices[0].finish_reason,
+            finish_reason=_field(choices[0], "finish_reason"),
         )
-        usage = getattr(response, "usage", None)
+        usage = _field(response, "usage")
         if usage is not None:
-            result.prompt_tokens = usage.prompt_tokens
-            result.completion_tokens = usage.completion_tokens
+            result.prompt_tokens = _count(_field(usage, "prompt_tokens"))
+            result.completion_tokens = _count(_field(usage, "completion_tokens"))
             self.usage.requests += 1
-            self.usage.prompt_tokens += usage.prompt_tokens or 0
-            self.usage.completion_tokens += usage.completion_tokens or 0
-            self.usage.last_prompt_tokens = usage.prompt_tokens
+            self.usage.prompt_tokens += result.prompt_tokens or 0
+            self.usage.completion_tokens += result.completion_tokens or 0
+            self.usage.last_prompt_tokens = result.prompt_tokens
         return result
 
     async def aclose(self) -> None:
         await self._client.close()
 
 
-class _Fields:
-    """A completion's JSON read as attributes, the shape _to_result reads (a missing field is
-    None, as in the SDK's models), without building those models."""
-
-    __slots__ = ("_data",)
-
-    def __init__(self, data: dict[str, Any]) -> None:
-        self._data = data
-
-    def __getattr__(self, name: str) -> Any:
-        return _fields(self._data.get(name))
+def _is_event_stream(response: httpx2.Response) -> bool:
+    """Whether the server answered a streamed request with an event stream (of no events)."""
+    return str(response.headers.get("content-type", "")).startswith("text/event-stream")
 
 
-def _fields(value: Any) -> Any:
+def _field(value: Any, name: str) -> Any:
+    """`name` of a JSON object or of an object with attributes; None when it has none."""
     if isinstance(value, dict):
-        return _Fields(value)
-    if isinstance(value, list):
-        return [_fields(item) for item in value]
-    return value
+        return value.get(name)
+    return getattr(value, name, None)
+
+
+def _text_of(content: Any) -> str | None:
+    """A message's content as text: a string, or the text of its parts (some servers answer
+    with a list of parts, as the request may be written)."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [part if isinstance(part, str) else _field(part, "text") for part in content]
+        return "".join(text for text in texts if isinstance(text, str))
+    return str(content)
+
+
+def _count(value: Any) -> int | None:
+    """A token count as reported; None for anything that is not a count (null, a string)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 async def _read_events(

@@ -39,6 +39,10 @@ CALIBRATION_POINTS = 16  # recent reports the line is fitted to
 # A report this far off is not the same prompt counted differently (cached-prefix accounting,
 # a proxy counting only new tokens, a big tool schema outside the estimate): ignored.
 OUTLIER_RATIO = 3.0
+# A server that reports no usage (llama-cpp-python's streams) is assumed to count this many
+# tokens per counted one until some request of it does: the top of the range above, since
+# erring low is what overflows the window.
+UNREPORTED_FACTOR = FACTOR_BOUNDS[1]
 
 # Where tiktoken's own cl100k_base file would be cached after a download (tiktoken.load).
 _CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
@@ -110,6 +114,7 @@ class TokenEstimator:
         # One calibration per kind of request: the agent's turns and the consolidator's requests
         # carry different tool schemas, which a server may not render (a different offset).
         self._calibrations: dict[str, Calibration] = {}
+        self._unreported: set[str] = set()  # kinds whose answers came without usage
         self._prefix: WeakKeyDictionary[Session, tuple[int, int, list[int]]] = WeakKeyDictionary()
         # Long texts seen again (each session's system prompt, between consolidations): with many
         # users at once, one remembered text would be evicted by every other user's turn.
@@ -232,20 +237,37 @@ class TokenEstimator:
     @property
     def factor(self) -> float:
         """Provider tokens per counted token for turns (what shedding one raw token saves)."""
-        return self.calibration().factor
+        return self._applied("turn").factor
 
     def corrected(self, raw: int, kind: str = "turn") -> int:
-        """`raw` as the provider will count it. A kind never reported yet borrows the turns'
-        factor but not a negative offset: the turns' schemas are not its schemas."""
+        """`raw` as the provider will count it."""
+        return self._applied(kind).apply(raw)
+
+    def _applied(self, kind: str) -> Calibration:
+        """The line `kind` is corrected by. Its own, once the provider reported on it. Else a
+        kind never reported yet borrows the turns' factor but not a negative offset (the turns'
+        schemas are not its schemas). Turns whose answers bring no usage (a server that does
+        not report it in streams) borrow the ratio another kind's reports show, the same
+        server's tokenizer; with none yet, UNREPORTED_FACTOR."""
         own = self._calibrations.get(kind)
         if own is not None and own.points:
-            return own.apply(raw)
+            return own
         turn = self.calibration()
-        return Calibration(turn.factor, max(0.0, turn.offset)).apply(raw)
+        if turn.points or kind not in self._unreported:
+            return Calibration(turn.factor, max(0.0, turn.offset))
+        reported = [c for c in self._calibrations.values() if c.points]
+        if not reported:
+            return Calibration(UNREPORTED_FACTOR)
+        low, high = FACTOR_BOUNDS
+        return Calibration(min(high, max(low, reported[0].ratio)))
 
     def observe_usage(self, raw: int, actual: int, kind: str = "turn") -> None:
         """Learn from the provider's `prompt_tokens` for a request whose raw count was `raw`."""
         self.calibration(kind).observe(raw, actual)
+
+    def observe_no_usage(self, kind: str = "turn") -> None:
+        """A request of `kind` was answered without usage: its estimate cannot learn from it."""
+        self._unreported.add(kind)
 
 
 class Calibration:
@@ -261,6 +283,12 @@ class Calibration:
         self.factor = factor
         self.offset = offset
         self.points: deque[tuple[int, int]] = deque(maxlen=CALIBRATION_POINTS)
+
+    @property
+    def ratio(self) -> float:
+        """Actual per raw token over the recent reports (1.0 before any)."""
+        raw = sum(r for r, _ in self.points)
+        return sum(a for _, a in self.points) / raw if raw else 1.0
 
     def apply(self, raw: int) -> int:
         if raw <= 0:

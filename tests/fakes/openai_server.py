@@ -25,6 +25,7 @@ import asyncio
 import base64
 import binascii
 import json
+import math
 import re
 import time
 from collections import deque
@@ -470,7 +471,13 @@ class ContextLimited:
     whose prompt + max_tokens exceeds `length` is rejected in the wording of `server`; others
     are answered by `answer`, with usage.prompt_tokens as this server counts them. Servers that
     do not render the tool schemas (llama-cpp-python without a tool chat format) count them not
-    at all: `render_tools=False`."""
+    at all: `render_tools=False`. `scale`: this server's tokens per token of the count below
+    (SmolLM2's tokenizer counts about 1.2–1.4 of cl100k's).
+
+    llama-cpp-python (0.3.x) streams as it was seen to: its answer has no usage chunk, even with
+    stream_options.include_usage, and a streamed request over its window gets an event stream
+    that ends without an event (HTTP 200: the stream has begun before the prompt is read);
+    the same request not streamed gets the 400. `real_streams=False` streams like the others."""
 
     def __init__(
         self,
@@ -480,12 +487,16 @@ class ContextLimited:
         server: str = "llama-cpp-python",
         render_tools: bool = True,
         default_max_tokens: int = 0,
+        scale: float = 1.0,
+        real_streams: bool = True,
     ) -> None:
         self.length = length
         self.answer = answer
         self.server = server
         self.render_tools = render_tools
         self.default_max_tokens = default_max_tokens
+        self.scale = scale
+        self.real_streams = real_streams and server == "llama-cpp-python"
         self.rejected: list[dict[str, Any]] = []
         self.largest = 0  # the largest prompt + max_tokens it was asked for
 
@@ -498,19 +509,26 @@ class ContextLimited:
             parts.append(f"<|im_start|>{message.get('role')}\n{text}{calls}<|im_end|>")
         if self.render_tools and request.get("tools"):
             parts.append(json.dumps(request["tools"]))
-        return _server_tokens("\n".join(parts)) + 3
+        return math.ceil(_server_tokens("\n".join(parts)) * self.scale) + 3
 
     def __call__(self, request: dict[str, Any]) -> Any:
         prompt = self.prompt_tokens(request)
         wanted = request.get("max_tokens") or self.default_max_tokens
         self.largest = max(self.largest, prompt + wanted)
+        streamed = self.real_streams and request.get("stream") is True
         if prompt + wanted > self.length:
             self.rejected.append(request)
+            if streamed:
+                return Status(200, "", content_type="text/event-stream")
             status, body = CONTEXT_ERRORS[self.server](self.length, prompt, wanted)
             return Status(status, body)
         item = self.answer(request)
         if isinstance(item, dict) and "usage" in item:
             item = {**item, "usage": {**item["usage"], "prompt_tokens": prompt}}
+            if streamed:
+                item = _as_streamed(item)
+                if item is not None:
+                    item.prompt_tokens = None
         return item
 
 
