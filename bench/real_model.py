@@ -1,13 +1,16 @@
 """Consolidation against a real model: a scripted conversation with planted facts.
 
     python bench/real_model.py --base-url http://127.0.0.1:8777/v1 [--model M] [--window 2048]
+        [--no-stream] [--dump requests.jsonl]
 
 Any OpenAI-compatible endpoint. The real Agent (real openai client) talks to it through a small
 recording proxy on 127.0.0.1, so every request and the server's answer are counted as the
 server saw them. The window is small, so consolidation runs. Printed: turns answered / failed,
 requests rejected for length, consolidation requests (forced, auto) and outcomes (failed, raw),
 MEMORY.md sections intact after each write, planted facts in MEMORY.md / HISTORY.md, the
-answers to the questions, and time per turn.
+answers to the questions, and time per turn. Streaming follows LIGHTGREP_AGENT_STREAM (default
+on) unless --stream / --no-stream says otherwise; --dump writes every request and the server's
+raw answer, one JSON line each (to see what a failing answer looked like).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import re
 import statistics
 import sys
@@ -33,7 +37,7 @@ import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
 
 from bot.agent import TOO_LONG_REPLY, Agent  # noqa: E402
-from bot.config import Config, LLMConfig, MemoryConfig  # noqa: E402
+from bot.config import AgentConfig, Config, LLMConfig, MemoryConfig  # noqa: E402
 from bot.inbound import Inbound  # noqa: E402
 from bot.outbound import BufferedOutbound  # noqa: E402
 from bot.overflow import context_overflow  # noqa: E402
@@ -78,6 +82,7 @@ class Recorder:
     """What went over the wire: one row per chat request."""
 
     upstream: str
+    dump: Path | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -90,15 +95,21 @@ class Recorder:
         ) as answer:
             data = await answer.read()
             status = answer.status
+        if self.dump is not None:
+            with self.dump.open("a") as dump:
+                row = {"path": request.path, "sent": body.decode(errors="replace")}
+                row.update(status=status, answer=data.decode(errors="replace"))
+                dump.write(json.dumps(row) + "\n")
         if request.path.endswith("/chat/completions"):
             self._record(json.loads(body or b"{}"), status, data, time.monotonic() - started)
-        return web.Response(status=status, body=data, content_type="application/json")
+        kind = "text/event-stream" if data.startswith((b"data:", b":")) else "application/json"
+        return web.Response(status=status, body=data, content_type=kind)
 
     def _record(self, sent: dict[str, Any], status: int, data: bytes, took: float) -> None:
         try:
             answer = json.loads(data)
         except ValueError:
-            answer = data.decode(errors="replace")
+            answer = _streamed_usage(data) or data.decode(errors="replace")
         tools = [t.get("function", {}).get("name") for t in sent.get("tools") or []]
         overflow = status != 200 and context_overflow(answer)[0]
         usage = answer.get("usage") if isinstance(answer, dict) else None
@@ -126,6 +137,20 @@ class LogCount(logging.Handler):
         return sum(text in m for m in self.messages)
 
 
+def _streamed_usage(data: bytes) -> dict[str, Any] | None:
+    """{"usage": …} of a streamed answer's last chunk that has one; None if none does."""
+    found = None
+    for line in data.decode(errors="replace").splitlines():
+        if line.startswith("data:") and line[5:].strip() not in ("", "[DONE]"):
+            try:
+                chunk = json.loads(line[5:])
+            except ValueError:
+                continue
+            if isinstance(chunk, dict) and chunk.get("usage"):
+                found = {"usage": chunk["usage"]}
+    return found
+
+
 def sections_intact(text: str) -> bool:
     return all(f"## {name}" in text for name in SECTIONS)
 
@@ -136,7 +161,7 @@ async def first_model(base_url: str) -> str:
 
 
 async def run(args: argparse.Namespace) -> None:
-    recorder = Recorder(args.base_url)
+    recorder = Recorder(args.base_url, args.dump)
     app = web.Application(client_max_size=64 * 1024**2)
     app.router.add_route("*", "/v1/{tail:.*}", recorder.handle)
     runner = web.AppRunner(app)
@@ -161,6 +186,7 @@ async def run(args: argparse.Namespace) -> None:
             max_retries=0,
         ),
         memory=MemoryConfig(workspaces_dir=folder, keep_memory_versions=1000),
+        agent=AgentConfig(stream=args.stream),
     )
     agent = Agent(config)
     workspace = agent.workspaces.get("bench-user")
@@ -198,7 +224,11 @@ async def run(args: argparse.Namespace) -> None:
     rows = recorder.rows
     turn_rows = [r for r in rows if not r["consolidation"]]
     cons = [r for r in rows if r["consolidation"]]
-    print(f"model {model} at {args.base_url}, window {args.window}, answer {args.max_output}")
+    mode = "streamed" if args.stream else "not streamed"
+    print(
+        f"model {model} at {args.base_url}, window {args.window}, answer {args.max_output}, "
+        f"turns {mode}"
+    )
     print(f"turns: {len(turns)}  answered {answered}  failed {failed}  too long {too_long}")
     print(
         f"requests: {len(turn_rows)} turn, {len(cons)} consolidation; rejected for length: "
@@ -219,7 +249,8 @@ async def run(args: argparse.Namespace) -> None:
     print("facts in HISTORY.md: " + ", ".join(f"{f} {f in history.lower()}" for f in FACTS))
     print(f"questions answered right: {sum(ok for *_, ok in answers)} of {len(answers)}")
     peak = max((r["prompt_tokens"] or 0) for r in rows) if rows else 0
-    print(f"largest prompt the server counted: {peak}")
+    unknown = sum(r["prompt_tokens"] is None and r["status"] == 200 for r in rows)
+    print(f"largest prompt the server counted: {peak} ({unknown} answers reported no usage)")
     print(
         f"time per turn: median {statistics.median(times):.2f} s, max {max(times):.2f} s, "
         f"total {sum(times):.0f} s"
@@ -235,6 +266,11 @@ def main() -> None:
     parser.add_argument("--max-output", type=int, default=256, help="max_output_tokens")
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("-v", "--verbose", action="store_true")
+    stream = os.environ.get("LIGHTGREP_AGENT_STREAM", "true").strip().lower() != "false"
+    parser.add_argument(
+        "--stream", action=argparse.BooleanOptionalAction, default=stream, help="[agent] stream"
+    )
+    parser.add_argument("--dump", type=Path, help="write every request and raw answer here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     asyncio.run(run(args))
