@@ -38,7 +38,7 @@ from bot.context import ContextBuilder, with_media
 from bot.control import memory_notice
 from bot.inbound import Inbound
 from bot.limits import Limits, Refusal
-from bot.llm import LLMClient
+from bot.llm import LLMClient, LLMImagesRefused
 from bot.media import MediaRules
 from bot.metrics import count_limit_refusal
 from bot.outbound import CONSOLIDATING, Outbound, Reply
@@ -75,6 +75,10 @@ LLM_REFUSED_REPLY = (
 LLM_FAILED_REPLY = (
     "Sorry, I couldn't reach my language model just now. Your message is saved; please try "
     "again in a moment."
+)
+PICTURES_REFUSED = (
+    "(My language model turned out not to take pictures, so it only read the text and the "
+    "captions. Your picture is saved.)"
 )
 UNSAFE_WORKSPACE_REPLY = (
     "I can't open your memory safely: a file in it is a symbolic link, which I never follow. "
@@ -137,6 +141,8 @@ class Agent:
             vision=config.llm.vision,
             max_seconds=config.transcription.max_seconds,
         )
+        # [llm] vision, until the provider refuses pictures (then they go as text, as with false).
+        self._sees_pictures = config.llm.vision
         self.window = config.llm.context_window_tokens
         self.budget = llm_budget(config.llm)
         self.consolidator = MemoryConsolidator(
@@ -354,6 +360,12 @@ class Agent:
                     raise
                 system = self._system_prompt(workspace, session, inbound)
                 text = await self._run_model(workspace, session, system, public=public, out=out)
+            except LLMImagesRefused as exc:
+                if not self._pictures_sent(workspace, session):
+                    raise
+                self._stop_sending_pictures(exc)
+                text = await self._run_model(workspace, session, system, public=public, out=out)
+                text = f"{text}\n\n{PICTURES_REFUSED}"
         except _NotSaved as failure:
             log.error("could not save the answer of %s: %s", inbound.session_key, failure.error)
             reason = disk_reason(failure.error)
@@ -487,9 +499,28 @@ class Agent:
 
     def _with_media(self, workspace: Workspace, session: Session) -> list[dict[str, Any]]:
         """The session's history with its pictures as the model takes them (bot/context.py)."""
-        llm = self.config.llm
-        images = llm.max_images_in_context if llm.vision else 0
+        images = self.config.llm.max_images_in_context if self._sees_pictures else 0
         return with_media(session.history(), workspace.media.read, max_images=images)
+
+    def _pictures_sent(self, workspace: Workspace, session: Session) -> bool:
+        """Whether the turn's request carried pictures (else a refusal is not about them)."""
+        return any(
+            isinstance(part, dict) and part.get("type") == "image_url"
+            for message in self._with_media(workspace, session)
+            if isinstance(message.get("content"), list)
+            for part in message["content"]
+        )
+
+    def _stop_sending_pictures(self, exc: LLMImagesRefused) -> None:
+        """The model cannot see: pictures reach it as "[image: caption]" text from now on, and
+        people are told so with each new picture, as with [llm] vision = false."""
+        self._sees_pictures = False
+        self.attachments.vision = False
+        log.warning(
+            "%s; pictures go to the model as text from now on (set [llm] vision = false, or "
+            "use a model that takes pictures)",
+            logsafe.mask(str(exc)),
+        )
 
     def _too_long(
         self, user_message: dict[str, Any], workspace: Workspace, inbound: Inbound

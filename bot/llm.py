@@ -48,6 +48,17 @@ TELEMETRY_HEADERS = (
 CHAT_OPTIONS: openai.RequestOptions = {"headers": dict.fromkeys(TELEMETRY_HEADERS, openai.omit)}
 
 
+# A provider's refusal of the pictures in a request (the model cannot see), lower-cased:
+# llama.cpp "image input is not supported - hint: … provide the mmproj" (HTTP 500), vLLM
+# "<model> is not a multimodal model", Ollama "this model is missing data required for image
+# input", OpenAI "image_url is only supported by certain models".
+IMAGE_WORDS = ("image", "vision", "multimodal", "mmproj")
+
+
+class LLMImagesRefused(LLMBadRequest):
+    """The provider refused the request because of its pictures (a model that cannot see)."""
+
+
 @dataclass
 class Usage:
     """Totals since start, and the last request's prompt size as the provider counted it."""
@@ -332,8 +343,12 @@ def _provider_errors() -> Iterator[None]:
         if overflow:
             reason = f"the request is longer than the model's context: {_reason(exc)}"
             raise LLMContextOverflow(reason, counted) from exc
+        reason = _reason(exc)
+        refusal = isinstance(exc, openai.BadRequestError) or exc.status_code >= 500
+        if refusal and any(word in reason.lower() for word in IMAGE_WORDS):
+            raise LLMImagesRefused(f"the model provider refused pictures: {reason}") from exc
         if isinstance(exc, openai.BadRequestError):
-            raise LLMBadRequest(f"the model provider rejected the request: {_reason(exc)}") from exc
+            raise LLMBadRequest(f"the model provider rejected the request: {reason}") from exc
         raise LLMError(f"the model provider answered HTTP {exc.status_code}") from exc
     except (openai.APITimeoutError, httpx2.TimeoutException) as exc:
         raise LLMError("the model provider timed out") from exc

@@ -17,7 +17,7 @@ from adapters.telegram_config import TelegramConfig, create
 from bot.agent import Agent
 from bot.config import Config, LLMConfig, MediaConfig, MemoryConfig, TranscriptionConfig
 from memory.keys import encode_key
-from tests.fakes.openai_server import FakeOpenAI, Status, completion, image_urls
+from tests.fakes.openai_server import BLIND_ANSWERS, FakeOpenAI, Status, completion, image_urls
 from tests.fakes.telegram_server import TOKEN, FakeTelegram, Sent
 from tests.media_helpers import (
     jpeg,
@@ -170,6 +170,37 @@ async def test_without_vision_the_bot_says_it_cannot_see_pictures(
     messages = [r for r in records(workspaces_dir, 42) if "role" in r]
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
     assert messages[-1]["content"] == alone.text
+
+
+@pytest.mark.parametrize("server", sorted(BLIND_ANSWERS))
+async def test_vision_on_with_a_model_that_cannot_see_answers_from_the_captions(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path, server: str
+) -> None:
+    """[llm] vision = true, but the model cannot see: the provider refuses the request in its
+    own words. The turn is asked again with its pictures as "[image: caption]" text and the
+    person is told once; later pictures go as text at once, with the vision = false note."""
+    fake_llm.blind = server
+    fake_llm.queue(completion("What a nice red bicycle!"), completion("Blue suits it too."))
+    async with serving(config_for(tg, fake_llm, workspaces_dir)):
+        tg.photo(42, jpeg(1), caption="my red bicycle")
+        first = await answer(tg, 42)
+        tg.photo(42, jpeg(2), caption="and my blue one")
+        second = await answer(tg, 42, 2)
+
+    assert first.text.startswith("What a nice red bicycle!")
+    assert "not to take pictures" in first.text and "saved" in first.text
+    assert second.text.startswith("Blue suits it too.")
+    assert "not to take pictures" not in second.text
+    assert "can't see pictures" in second.text
+    assert fake_llm.refused_pictures == 1
+    refused, retried, later = fake_llm.chat_requests
+    assert image_urls(refused) and not image_urls(retried) and not image_urls(later)
+    assert "[image: my red bicycle]" in retried["messages"][-1]["content"]
+    assert "[image: and my blue one]" in later["messages"][-1]["content"]
+    # Nothing lost: both pictures kept, each message saved once with its answer.
+    assert len(media_files(home(workspaces_dir, 42))) == 2
+    messages = [r for r in records(workspaces_dir, 42) if "role" in r]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
 
 
 async def test_an_oversized_file_is_refused_before_it_is_downloaded(

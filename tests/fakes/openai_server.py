@@ -151,6 +151,10 @@ class FakeOpenAI:
         self.max_model_len: int | None = None
         self.ollama_show: dict[str, Any] | None = None
         self.refuse_stream_options = False
+        # A server whose model cannot see: a request with an image_url part is refused in the
+        # words of that server (BLIND_ANSWERS); None: pictures are taken.
+        self.blind: str | None = None
+        self.refused_pictures = 0
         self.streamed = 0  # requests answered as a stream
 
     @property
@@ -204,6 +208,10 @@ class FakeOpenAI:
         if problem:
             error = {"message": problem, "type": "invalid_request_error"}
             return web.json_response({"error": error}, status=400)
+        if self.blind is not None and image_urls(body):
+            self.refused_pictures += 1
+            status, refusal = BLIND_ANSWERS[self.blind]
+            return web.json_response(refusal, status=status)
         item: Any = self.script.popleft() if self.script else self.default
         while True:
             if callable(item):
@@ -457,6 +465,27 @@ CONTEXT_ERRORS: dict[str, Callable[[int, int, int], tuple[int, Any]]] = {
     "ollama": lambda n, p, m: (400, {"error": {
         "message": f"prompt too long; exceeded max context length by {p + m - n} tokens",
         "type": "api_error", "param": None, "code": None,
+    }}),
+}  # fmt: skip
+
+
+BLIND_ANSWERS: dict[str, tuple[int, Any]] = {
+    # A request with pictures to a model that cannot see, as each server answers it.
+    "llama.cpp": (500, {"error": {
+        "code": 500, "message": "image input is not supported - hint: if this is unexpected, "
+        "you may need to provide the mmproj", "type": "server_error",
+    }}),
+    "vllm": (400, {
+        "object": "error", "message": "fake-model is not a multimodal model None",
+        "type": "BadRequestError", "param": None, "code": 400,
+    }),
+    "ollama": (500, {"error": {
+        "message": "this model is missing data required for image input",
+        "type": "api_error", "param": None, "code": None,
+    }}),
+    "openai": (400, {"error": {
+        "message": "Invalid content type. image_url is only supported by certain models.",
+        "type": "invalid_request_error", "param": "messages.[1].content.[1].type", "code": None,
     }}),
 }  # fmt: skip
 
