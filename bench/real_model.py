@@ -196,7 +196,7 @@ async def run(args: argparse.Namespace) -> None:
     times: list[float] = []
     answered = failed = too_long = 0
     answers: list[tuple[str, str, bool]] = []
-    turns = [(t, "") for t, _ in SCRIPT] + list(QUESTIONS)
+    turns = ([(t, "") for t, _ in SCRIPT] + list(QUESTIONS))[: args.turns]
     for i, (text, expected) in enumerate(turns):
         started = time.monotonic()
         out = BufferedOutbound()
@@ -271,6 +271,7 @@ def main() -> None:
         "--stream", action=argparse.BooleanOptionalAction, default=stream, help="[agent] stream"
     )
     parser.add_argument("--dump", type=Path, help="write every request and raw answer here")
+    parser.add_argument("--turns", type=int, help="only the first N turns (a slow machine)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     asyncio.run(run(args))

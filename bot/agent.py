@@ -17,6 +17,7 @@ import errno
 import json
 import logging
 import math
+import re
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -461,10 +462,11 @@ class Agent:
                 self.estimator.observe_usage(raw, result.prompt_tokens)
             else:  # llama-cpp-python's streams: the estimate must not stay at our own count
                 self.estimator.observe_no_usage()
-            if not result.tool_calls and not (result.content or "").strip():
-                # Some servers (llama-cpp-python's function-calling format with a small model)
-                # answer "auto" with an empty message; asked without tools, they answer. (Its
-                # usage is not learned from: such a server leaves the schemas out then.)
+            if not result.tool_calls and not _an_answer(result.content, tools.schemas):
+                # llama-cpp-python's function-calling format answers "auto" with an empty
+                # message, or one that is only its call marker ("functions.search_history:"):
+                # its grammar for "auto" allows nothing else. Asked without tools, it answers.
+                # (Its usage is not learned from: the server leaves the schemas out then.)
                 result = await self._ask(messages, tools.schemas, out, tool_choice="none")
             if not result.tool_calls:
                 text = (result.content or "").strip() or EMPTY_REPLY
@@ -801,6 +803,15 @@ def _append(
         raise
     except OSError as exc:
         raise _NotSaved(exc, answer) from exc
+
+
+def _an_answer(content: str | None, schemas: list[dict[str, Any]]) -> bool:
+    """Whether the model's text is an answer: not empty, and not just a chat format's marker
+    for calling one of the tools (llama-cpp-python's "functions.<name>:")."""
+    text = (content or "").strip()
+    marker = re.fullmatch(r"functions\.([\w-]+):?", text)
+    names = {schema.get("function", {}).get("name") for schema in schemas}
+    return bool(text) and not (marker and marker.group(1) in names)
 
 
 def _assistant_with_calls(result: ChatResult) -> dict[str, Any]:

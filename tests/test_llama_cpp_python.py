@@ -129,3 +129,22 @@ async def test_every_completion_shape_the_sdk_took_is_taken_whole(
     sent_call = next(m for m in sent if m.get("tool_calls"))["tool_calls"][0]
     assert isinstance(sent_call["function"]["arguments"], str)  # sent back as JSON
     assert sent_call["id"] == next(m for m in sent if m["role"] == "tool")["tool_call_id"]
+
+
+async def test_an_answer_that_is_only_the_call_marker_is_asked_again_without_tools(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Its grammar for "auto" lets the function-calling format answer a message with nothing
+    but "functions.<name>:" (seen turn after turn once the model had copied it): not an answer
+    to show a person. Asked without tools, it answers in prose."""
+    fake_llm.default = lambda req: completion(
+        "functions.search_history:" if req.get("tool_choice") == "auto" else "Hello Ada!"
+    )
+    agent = make_agent(fake_llm, workspaces_dir)
+    agent.config.agent.stream = False
+    reply = await ask(agent, dm("42", "Hi, I'm Ada."))
+    await agent.aclose()
+    assert reply.text == "Hello Ada!"
+    assert [r["tool_choice"] for r in fake_llm.requests] == ["auto", "none"]
+    saved = [m["content"] for m in session_records(workspaces_dir, "42") if m.get("role")]
+    assert "functions.search_history:" not in saved
