@@ -95,6 +95,7 @@ class Recorder:
         ) as answer:
             data = await answer.read()
             status = answer.status
+            kind = answer.content_type  # an event stream stays one, even an empty one
         if self.dump is not None:
             with self.dump.open("a") as dump:
                 row = {"path": request.path, "sent": body.decode(errors="replace")}
@@ -102,7 +103,6 @@ class Recorder:
                 dump.write(json.dumps(row) + "\n")
         if request.path.endswith("/chat/completions"):
             self._record(json.loads(body or b"{}"), status, data, time.monotonic() - started)
-        kind = "text/event-stream" if data.startswith((b"data:", b":")) else "application/json"
         return web.Response(status=status, body=data, content_type=kind)
 
     def _record(self, sent: dict[str, Any], status: int, data: bytes, took: float) -> None:
