@@ -265,3 +265,18 @@ def test_system_prompts_of_many_sessions_are_counted_once_each() -> None:
         counts = [est.count_text(prompt) for prompt in prompts]
     assert len(counted.texts) == 50
     assert counts == [len(counted.encoding.encode(p)) for p in prompts]
+
+
+def test_turns_answered_without_usage_are_counted_high_until_a_report_shows_the_ratio() -> None:
+    """llama-cpp-python's streams carry no usage: its turns are counted at the top of the range
+    tokenizers differ by until another kind of request (the consolidator's whole answers)
+    reports the server's ratio; a server that reports is never held to that factor."""
+    reporting = TokenEstimator()
+    assert reporting.corrected(1000) == 1000  # nothing known yet: our own count
+    silent = TokenEstimator()
+    silent.observe_no_usage()
+    assert silent.corrected(1000) == 1000 * FACTOR_BOUNDS[1]
+    silent.observe_usage(1100, 1540, "consolidation")  # 1.4 of ours
+    assert silent.corrected(1000) == 1400 and silent.factor == pytest.approx(1.4)
+    silent.observe_usage(1000, 1200)  # a turn's own report, when one comes, is what counts
+    assert silent.corrected(1000) == 1200
