@@ -133,8 +133,10 @@ class Agent:
         # Every model call, the consolidator's too, is booked to the user it was made for.
         self.usage = UsageBook(self.workspaces)
         self.limits = Limits(config.limits, self.usage)
-        self.llm = ChargedLLM(llm or LLMClient.from_config(config.llm), self.usage)
         self.estimator = TokenEstimator(image_tokens=config.llm.image_tokens)
+        self.llm = ChargedLLM(
+            llm or LLMClient.from_config(config.llm), self.usage, self._estimated_usage
+        )
         self.transcriber = Transcriber.from_config(config)
         self.attachments = AttachmentReader(
             MediaRules.from_config(config),
@@ -172,6 +174,16 @@ class Agent:
         if writer:
             sweep_wiped(self.workspaces.base_dir)  # what a crash mid-/wipe left behind
         self._tools_text = TOOLS_TEXT
+
+    def _estimated_usage(
+        self, messages: list[dict[str, Any]], result: ChatResult
+    ) -> tuple[int, int]:
+        """The tokens of a call whose answer reported none, as the estimate counts them."""
+        prompt = self.estimator.corrected(self.estimator.raw_request_tokens(messages))
+        written = self.estimator.count_text(result.content or "")
+        for call in result.tool_calls:
+            written += self.estimator.count_text(f"{call.name} {call.arguments}")
+        return prompt, written
 
     # ---- entry points -------------------------------------------------------------------
 

@@ -55,10 +55,9 @@ class UsageBook:
         """Drop the user's log from RAM (their workspace left it); read again when needed."""
         self._logs.pop(user_key, None)
 
-    def record(self, user_key: str | None, result: ChatResult) -> None:
-        """Book one call's reported tokens (a provider that reports none costs nothing here).
-        A failed write is logged, never fails the turn: the answer matters more than the tally."""
-        prompt, completion = result.prompt_tokens or 0, result.completion_tokens or 0
+    def record(self, user_key: str | None, prompt: int, completion: int) -> None:
+        """Book one call's tokens. A failed write is logged, never fails the turn: the answer
+        matters more than the tally."""
         if not prompt and not completion:
             return
         logs = [self.everyone] + ([self.of(user_key)] if user_key else [])
@@ -69,12 +68,24 @@ class UsageBook:
                 log.error("could not record token usage in %s: %s", usage.path, exc)
 
 
-class ChargedLLM:
-    """A ChatLLM that books every call's tokens to the user it is charged to."""
+Estimate = Callable[[list[dict[str, Any]], ChatResult], tuple[int, int]]
 
-    def __init__(self, inner: ChatLLM, book: UsageBook) -> None:
+
+class ChargedLLM:
+    """A ChatLLM that books every call's tokens to the user it is charged to: the provider's
+    count, or, for an answer that came without one (llama-cpp-python's streams never report
+    usage), `estimate`'s, so [limits] tokens_per_day holds on such a server too."""
+
+    def __init__(self, inner: ChatLLM, book: UsageBook, estimate: Estimate | None = None) -> None:
         self.inner = inner
         self.book = book
+        self.estimate = estimate
+
+    def _charge(self, messages: list[dict[str, Any]], result: ChatResult) -> None:
+        prompt, completion = result.prompt_tokens, result.completion_tokens
+        if prompt is None and completion is None and self.estimate is not None:
+            prompt, completion = self.estimate(messages, result)
+        self.book.record(_charged.get(), prompt or 0, completion or 0)
 
     async def chat(
         self,
@@ -87,7 +98,7 @@ class ChargedLLM:
         result = await self.inner.chat(
             messages, tools=tools, tool_choice=tool_choice, max_tokens=max_tokens
         )
-        self.book.record(_charged.get(), result)
+        self._charge(messages, result)
         return result
 
     async def stream(
@@ -109,7 +120,7 @@ class ChargedLLM:
             tool_choice=tool_choice,
             max_tokens=max_tokens,
         )
-        self.book.record(_charged.get(), result)
+        self._charge(messages, result)
         return result
 
     def __getattr__(self, name: str) -> Any:  # model, usage, aclose … of the real client

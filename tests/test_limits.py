@@ -23,7 +23,14 @@ from bot.usage import UsageBook
 from memory.usage import USAGE_FILE, UsageLog
 from memory.workspace import Workspaces
 from tests.agent_helpers import ask, dm, make_agent, session_records, user_home
-from tests.fakes.openai_server import FakeOpenAI, completion, is_consolidation, save_memory_call
+from tests.fakes.openai_server import (
+    FakeOpenAI,
+    Streamed,
+    completion,
+    is_consolidation,
+    pieces_of,
+    save_memory_call,
+)
 
 
 def costly(prompt: int, written: int) -> Any:
@@ -219,3 +226,20 @@ def test_the_per_minute_table_forgets_people_who_stopped_writing(tmp_path: Path)
     now[0] += 61
     assert limits.check("telegram-late") is None
     assert list(limits._recent) == ["telegram-late"]
+
+
+async def test_tokens_per_day_holds_on_a_server_whose_streams_report_no_usage(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """llama-cpp-python streams without usage: the day's tokens are then the estimate's, not 0,
+    so the limit still stops a person (and /usage shows what they spent)."""
+    for _ in range(6):
+        fake_llm.queue(Streamed(pieces_of("Here you are. " * 20), prompt_tokens=None))
+    agent = make_agent(fake_llm, workspaces_dir, limits=LimitsConfig(tokens_per_day=1200))
+    replies = [await ask(agent, dm("42", "tell me " + "more " * 150)) for _ in range(6)]
+    await agent.aclose()
+    today = agent.usage.of("telegram-42").day(datetime.now(UTC).date())
+    assert today.calls >= 2 and today.prompt_tokens > 150 * today.calls
+    assert today.completion_tokens >= 80 * today.calls
+    assert "1,200 tokens for today" in replies[-1].text and "didn't save" in replies[-1].text
+    assert replies[0].text.startswith("Here you are.")
