@@ -237,10 +237,10 @@ class LLMClient:
         return data
 
     def _to_result(self, response: Any) -> ChatResult:
-        """A completion, as JSON (a whole answer) or as objects (a streamed one), made a
+        """A completion's JSON (a whole answer, or a streamed one put back together) made a
         ChatResult. Every shape the SDK's models took is taken: missing or null fields, a
         tool call without an id, its arguments already parsed (an object), content as parts."""
-        if not isinstance(response, dict) and not hasattr(response, "choices"):
+        if not isinstance(response, dict):
             raise LLMError(NOT_A_COMPLETION)  # e.g. an HTML error page with status 200
         choices = _field(response, "choices")
         if not choices:
@@ -289,10 +289,8 @@ def _is_event_stream(response: httpx2.Response) -> bool:
 
 
 def _field(value: Any, name: str) -> Any:
-    """`name` of a JSON object or of an object with attributes; None when it has none."""
-    if isinstance(value, dict):
-        return value.get(name)
-    return getattr(value, name, None)
+    """`name` of a JSON object; None when it has none or is not an object."""
+    return value.get(name) if isinstance(value, dict) else None
 
 
 def _text_of(content: Any) -> str | None:
