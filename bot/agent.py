@@ -465,21 +465,16 @@ class Agent:
         """The tool loop, bounded; every assistant and tool message is persisted as sent.
         `public`: a group turn without the person's memory gets the tools that cannot read it."""
         tools = AgentTools(workspace, public=public)
-        for _ in range(self.config.agent.max_tool_iterations):
+        for round_ in range(self.config.agent.max_tool_iterations):
             raw = self.estimator.raw_prompt_tokens(system + self._tools_text, session)
             messages = self.context.messages(system, self._with_media(workspace, session))
-            # "auto" said explicitly: some servers read a missing tool_choice as "none".
-            result = await self._ask(messages, tools.schemas, out, tool_choice="auto")
-            if result.prompt_tokens:
-                self.estimator.observe_usage(raw, result.prompt_tokens)
-            else:  # llama-cpp-python's streams: the estimate must not stay at our own count
-                self.estimator.observe_no_usage()
-            if not result.tool_calls and not _an_answer(result.content, tools.schemas):
-                # llama-cpp-python's function-calling format answers "auto" with an empty
-                # message, or one that is only its call marker ("functions.search_history:"):
-                # its grammar for "auto" allows nothing else. Asked without tools, it answers.
-                # (Its usage is not learned from: the server leaves the schemas out then.)
-                result = await self._ask(messages, tools.schemas, out, tool_choice="none")
+            if round_ and not self.budget.fits(self._estimate(system, session)):
+                # This turn's tool results filled the window (a weak model calling tools
+                # round after round): it answers from them without tools, whose schemas then
+                # leave the prompt and whose results can grow it no further.
+                result = await self._ask(messages, [], out)
+            else:
+                result = await self._ask_with_tools(raw, messages, tools.schemas, out)
             if not result.tool_calls:
                 text = (result.content or "").strip() or EMPTY_REPLY
                 _append(workspace, session, {"role": "assistant", "content": text}, answer=text)
@@ -494,6 +489,29 @@ class Agent:
                 )
         _append(workspace, session, {"role": "assistant", "content": STUCK_REPLY}, STUCK_REPLY)
         return STUCK_REPLY
+
+    async def _ask_with_tools(
+        self,
+        raw: int,
+        messages: list[dict[str, Any]],
+        schemas: list[dict[str, Any]],
+        out: Outbound | None,
+    ) -> ChatResult:
+        """One round with the tools offered; its usage teaches the estimate (`raw`: the
+        request's own count)."""
+        # "auto" said explicitly: some servers read a missing tool_choice as "none".
+        result = await self._ask(messages, schemas, out, tool_choice="auto")
+        if result.prompt_tokens:
+            self.estimator.observe_usage(raw, result.prompt_tokens)
+        else:  # llama-cpp-python's streams: the estimate must not stay at our own count
+            self.estimator.observe_no_usage()
+        if not result.tool_calls and not _an_answer(result.content, schemas):
+            # llama-cpp-python's function-calling format answers "auto" with an empty
+            # message, or one that is only its call marker ("functions.search_history:"):
+            # its grammar for "auto" allows nothing else. Asked without tools, it answers.
+            # (Its usage is not learned from: the server leaves the schemas out then.)
+            result = await self._ask(messages, schemas, out, tool_choice="none")
+        return result
 
     async def _ask(
         self,

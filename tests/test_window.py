@@ -32,6 +32,7 @@ from tests.fakes.openai_server import (
     raw_newline_call,
     save_memory_call,
     schema_echo,
+    tool_call,
 )
 
 OUTAGE = "couldn't reach my language model"
@@ -464,3 +465,37 @@ async def test_outage_is_still_an_outage(fake_llm: FakeOpenAI, workspaces_dir: P
     reply = await ask(agent, dm("42", "hello"))
     await agent.aclose()
     assert OUTAGE in reply.text
+
+
+async def test_tool_results_that_fill_the_window_are_answered_without_tools(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """A weak model (SmolLM2 on llama-cpp-python was seen to) calls search_history round after
+    round, each result growing the prompt. Once the next round would not fit, it is asked
+    without tools and answers from what it found: no request over the server's window and no
+    "too long" for the person."""
+    history = Workspaces(workspaces_dir).get("telegram-42").memory
+    for i in range(40):
+        history.append_history(
+            f"[2026-11-{i % 28 + 1:02d} 10:00] Ada drank green tea number {i} "
+            + "with honey and lemon in the garden " * 8
+        )
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("tools"):
+            turn = len(request["messages"])
+            call = tool_call("search_history", {"query": "green tea"}, f"call_{turn}")
+            return completion(None, [call])
+        return completion("You drink a lot of green tea.")
+
+    limited = ContextLimited(2048, answer)
+    fake_llm.default = limited
+    agent = make_agent(fake_llm, workspaces_dir, window=2048)
+    reply = await ask(agent, dm("42", "What do I drink?"))
+    await agent.aclose()
+
+    assert reply.text == "You drink a lot of green tea."
+    assert limited.rejected == []
+    searches = [r for r in fake_llm.chat_requests if r.get("tools")]
+    assert len(searches) >= 2, "the results never filled the window: the test proves nothing"
+    assert "tools" not in fake_llm.chat_requests[-1]
