@@ -41,6 +41,9 @@ async def test_debug_log_of_a_running_bot_holds_no_token(tmp_path: Path) -> None
         await until(lambda: len(telegram.sent_to(42)) == 1, "the first answer")
         telegram.fail_next("getUpdates", 502, "Bad Gateway")
         telegram.fail_next("getUpdates", 409, "Conflict: terminated by other getUpdates request")
+        # Both served before the next message: a poll already under way when they were set
+        # could bring it, and the bot be stopped before it ever failed.
+        await until(lambda: not telegram.failures_pending("getUpdates"), "the failed polls")
         telegram.dm(42, "second")
         await until(lambda: len(telegram.sent_to(42)) == 2, "the second answer")
         assert await bot.terminate() == 0

@@ -232,6 +232,10 @@ class FakeTelegram:
         """The next call of `method` fails like Telegram would (400, 403, 429 with retry_after…)."""
         self._failures[method].append(Failure(status, description, retry_after))
 
+    def failures_pending(self, method: str) -> int:
+        """How many of `method`'s failures set by fail_next have not been served yet."""
+        return len(self._failures[method])
+
     def dm(self, user_id: int, text: str, *, username: str | None = None, **extra: Any) -> int:
         """A private message from a user (who thereby has started the bot); its message_id."""
         self.started_users.add(user_id)
