@@ -13,10 +13,12 @@ OpenAI refuses, and answers from `transcripts` (text, or a Status) in order, els
 A request with `"stream": true` is answered as OpenAI streams (server-sent events of
 `chat.completion.chunk`s, then `data: [DONE]`): a completion body is cut into chunks of about a
 word (tool calls by index: name first, arguments in pieces), with the usage as a last chunk when
-`stream_options.include_usage` asks for it; a `Streamed` item sets the pieces, their pace and a
-connection cut mid-answer. Like OpenAI, `stream_options` without `stream` is refused (400), and
-`refuse_stream_options` plays a server that does not know the parameter. Something that is not a
-completion (a string, a body of the wrong shape) is sent as it is, not as events.
+`stream_options.include_usage` asks for it, all in one write (a fast server: the bot reads the
+answer whole, so a test of something else never sees a preview of it); a `Streamed` item sets the
+pieces, their pace and a connection cut mid-answer. Like OpenAI, `stream_options` without
+`stream` is refused (400), and `refuse_stream_options` plays a server that does not know the
+parameter. Something that is not a completion (a string, a body of the wrong shape) is sent as it
+is, not as events.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ class Streamed:
     prompt_tokens: int | None = 10  # None: no usage reported, even when asked for
     completion_tokens: int | None = None  # None: one per piece
     no_choice: bool = False  # every chunk's choices empty (a broken server)
+    # all events in one write, as a fast server's whole answer arrives: a completion body queued
+    # for a streamed request is sent so, and its reader sees it whole, never a part of it first
+    burst: bool = False
 
 
 def completion(
@@ -253,6 +258,13 @@ class FakeOpenAI:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         created = int(time.time())
+        held: list[bytes] = []
+
+        async def write(data: bytes) -> None:
+            if item.burst:
+                held.append(data)
+            else:
+                await response.write(data)
 
         async def event(delta: dict[str, Any] | None, **extra: Any) -> None:
             chunk: dict[str, Any] = {
@@ -264,7 +276,7 @@ class FakeOpenAI:
             }
             if delta is None:
                 chunk["usage"] = extra
-            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await write(f"data: {json.dumps(chunk)}\n\n".encode())
 
         if item.no_choice:
             await response.write(
@@ -274,7 +286,8 @@ class FakeOpenAI:
             await response.write(b"data: [DONE]\n\n")
             return response
         await event({"role": "assistant", "content": ""}, finish_reason=None)
-        await asyncio.sleep(item.first_after_s)
+        if not item.burst:
+            await asyncio.sleep(item.first_after_s)
         for number, piece in enumerate(item.pieces):
             if item.cut_after is not None and number >= item.cut_after:
                 assert request.transport is not None
@@ -283,7 +296,7 @@ class FakeOpenAI:
             if number and item.every_s:
                 await asyncio.sleep(item.every_s)
             if isinstance(piece, dict) and "error" in piece:  # an error event, as OpenAI sends
-                await response.write(f"data: {json.dumps(piece)}\n\n".encode())
+                await write(f"data: {json.dumps(piece)}\n\n".encode())
                 continue
             await event({"content": piece}, finish_reason=None)
         for index, call in enumerate(item.tool_calls or []):
@@ -304,7 +317,9 @@ class FakeOpenAI:
                 completion_tokens=pieces,
                 total_tokens=item.prompt_tokens + pieces,
             )
-        await response.write(b"data: [DONE]\n\n")
+        await write(b"data: [DONE]\n\n")
+        if held:
+            await response.write(b"".join(held))
         await response.write_eof()
         return response
 
@@ -383,7 +398,7 @@ def _as_streamed(item: Any) -> Streamed | None:
     except (KeyError, IndexError, TypeError, AttributeError):
         return None
     pieces = pieces_of(content) if isinstance(content, str) else [content]  # as the provider had it
-    return Streamed(pieces, calls, prompt_tokens=prompt, completion_tokens=answer)
+    return Streamed(pieces, calls, prompt_tokens=prompt, completion_tokens=answer, burst=True)
 
 
 def image_urls(request: dict[str, Any]) -> list[str]:
