@@ -1,14 +1,18 @@
 """Floor benchmark: one sequential Telegram turn of `lightgrep run` beside the least a bot can do.
 
-The floor bot (`--floor-bot`, below) is a minimal aiohttp program doing a turn's five steps and
+The floor bot (`floor_bot`, below) is a minimal aiohttp program doing a turn's five steps and
 nothing else: getUpdates, append the user's message to a JSONL file, one chat completion (the
-conversation so far), append the answer, sendMessage. Both run as real processes against their
+conversation so far), append the answer, sendMessage. The libraries bot (`library_bot`) does the
+same five steps through python-telegram-bot's `Bot` and the openai SDK, each on its own default
+HTTP and again on lightgrep's aiohttp transports: what the clients the project must use cost by
+themselves. All run as real processes against their
 own fake Bot API and one instant fake LLM on 127.0.0.1 (tests/fakes), one turn at a time: a
-message is sent once the previous one is answered. Turns alternate between the two bots in
-blocks, so a machine shared with other work slows both alike.
+message is sent once the previous one is answered. Turns alternate between the bots in
+blocks, so a machine shared with other work slows all alike.
 
 Prints, per bot: p50 / p90 of a turn (message pushed → sendMessage received) and CPU ms per
-turn, and the ratios lightgrep / floor (issue 13's target: ≤ 1.5x for the p50).
+turn, and the ratios to the floor (issue 13's target: lightgrep ≤ 1.5x for the p50) and of
+lightgrep to the libraries on aiohttp.
 
 Run: python bench/floor_bench.py                 (10 users × 20 turns each per bot)
      python bench/floor_bench.py --turns 400 --block 20
@@ -79,6 +83,44 @@ async def floor_bot(api_base: str, llm_base: str, folder: Path) -> None:
                     await response.read()
 
 
+async def library_bot(api_base: str, llm_base: str, folder: Path, on_aiohttp: bool) -> None:
+    """The same five steps through the clients the project must use, nothing else: PTB's `Bot`
+    for getUpdates and sendMessage, the openai SDK for the chat completion; each on its default
+    HTTP, or `on_aiohttp` on the aiohttp transports lightgrep gives them. What these libraries
+    cost by themselves: the least lightgrep can reach while it uses them."""
+    from openai import AsyncOpenAI, DefaultAsyncHttpxClient  # here: the driver does not need them
+    from telegram import Bot
+
+    from adapters.telegram_request import AiohttpRequest
+    from bot.llm_http import AiohttpTransport
+
+    histories: dict[int, list[dict[str, Any]]] = {}
+    offset = 0
+    http = DefaultAsyncHttpxClient(transport=AiohttpTransport()) if on_aiohttp else None
+    llm = AsyncOpenAI(base_url=llm_base, api_key="sk-bench", max_retries=0, http_client=http)
+    requests = {"request": AiohttpRequest(), "get_updates_request": AiohttpRequest(1)}
+    async with Bot(TOKEN, base_url=f"{api_base}/bot", **(requests if on_aiohttp else {})) as bot:
+        while True:
+            for update in await bot.get_updates(offset=offset, timeout=5):
+                offset = update.update_id + 1
+                message = update.message
+                if message is None:
+                    continue
+                chat, text = message.chat.id, message.text or ""
+                history = histories.setdefault(chat, [])
+                path = folder / f"{chat}.jsonl"
+                _append(path, {"role": "user", "content": text, "id": message.message_id})
+                history.append({"role": "user", "content": text})
+                completion = await llm.chat.completions.create(
+                    model="fake-model",
+                    messages=[_system(), *history],  # type: ignore[list-item]
+                )
+                answer = completion.choices[0].message.content or ""
+                _append(path, {"role": "assistant", "content": answer})
+                history.append({"role": "assistant", "content": answer})
+                await bot.send_message(chat, answer)
+
+
 def _system() -> dict[str, str]:
     return {"role": "system", "content": SYSTEM}
 
@@ -96,15 +138,17 @@ def _append(path: Path, record: dict[str, Any]) -> None:
 class FloorProcess(BotProcess):
     """The floor bot as a process (BotProcess's CPU and RSS readings, its own command)."""
 
-    def __init__(self, api_base: str, llm_base: str, folder: Path, env: dict[str, str]) -> None:
-        super().__init__(folder / "unused.toml", env, folder / "floor.log")
-        self.args = [api_base, llm_base, str(folder / "floor")]
-        self.folder = folder / "floor"
+    def __init__(
+        self, api_base: str, llm_base: str, folder: Path, env: dict[str, str], kind: str = "floor"
+    ) -> None:
+        super().__init__(folder / "unused.toml", env, folder / f"{kind}.log")
+        self.args = [kind, api_base, llm_base, str(folder / kind)]
+        self.folder = folder / kind
 
     async def start(self, ready_timeout_s: float = 30.0) -> None:
         with self.log_path.open("ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, __file__, "--floor-bot", *self.args,
+                sys.executable, __file__, "--bot", *self.args,
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=self.env,
             )  # fmt: skip
         deadline = time.monotonic() + ready_timeout_s
@@ -147,17 +191,24 @@ class Runner:
             self.cpu_s += self.bot.cpu_seconds() - cpu
 
 
-async def run(args: argparse.Namespace, folder: Path) -> tuple[Runner, Runner]:
+async def run(args: argparse.Namespace, folder: Path) -> tuple[Runner, ...]:
     llm = await BenchLLM(0.0, reply_words=args.reply_words).start()
     tg_floor, tg_bot = await BenchTelegram().start(), await BenchTelegram().start()
     env = child_env(folder)
+    tg_libraries, tg_aiohttp = await BenchTelegram().start(), await BenchTelegram().start()
     floor = FloorProcess(tg_floor.api_base, llm.base_url, folder, env)
+    libraries = FloorProcess(tg_libraries.api_base, llm.base_url, folder, env, "libraries")
+    aiohttp = FloorProcess(tg_aiohttp.api_base, llm.base_url, folder, env, "aiohttp")
     config = write_config(folder, llm, tg_bot, WINDOW_TOKENS, stream=not args.no_stream)
     bot = BotProcess(config, env, folder / "bot.log", profile=args.profile)
     try:
         await floor.start()
+        await libraries.start()
+        await aiohttp.start()
         await bot.start()
         runners = (Runner("floor", tg_floor, floor, args.users),
+                   Runner("libraries", tg_libraries, libraries, args.users),
+                   Runner("on aiohttp", tg_aiohttp, aiohttp, args.users),
                    Runner("lightgrep", tg_bot, bot, args.users))  # fmt: skip
         for runner in runners:
             await runner.block(args.warmup, record=False)
@@ -169,28 +220,35 @@ async def run(args: argparse.Namespace, folder: Path) -> tuple[Runner, Runner]:
             done += size
         return runners
     finally:
-        for process in (floor, bot):
+        for process in (floor, libraries, aiohttp, bot):
             if process.proc is not None:
                 await process.terminate(10)
-        for server in (tg_floor, tg_bot, llm):
+        for server in (tg_floor, tg_libraries, tg_aiohttp, tg_bot, llm):
             await server.stop()
 
 
-def report(floor: Runner, bot: Runner, args: argparse.Namespace) -> None:
+def report(runners: tuple[Runner, ...], args: argparse.Namespace) -> None:
     print(f"== sequential turns: {args.turns} per bot in blocks of {args.block}, "
           f"{args.users} users, instant fake LLM, lightgrep's stream "
           f"{'off' if args.no_stream else 'on'}, {os.cpu_count()} CPUs "
           f"(load average {os.getloadavg()[0]:.1f})")  # fmt: skip
     rows = []
-    for runner in (floor, bot):
+    for runner in runners:
         p50, p90 = percentile(runner.turns_ms, 50), percentile(runner.turns_ms, 90)
         cpu = runner.cpu_s * 1000 / max(1, len(runner.turns_ms))
         rows.append((p50, p90, cpu))
         print(f"  {runner.name:10s} turn p50 {p50:6.2f} ms   p90 {p90:6.2f} ms   "
               f"CPU {cpu:5.2f} ms/turn")  # fmt: skip
-    (f50, f90, fcpu), (b50, b90, bcpu) = rows
-    print(f"  ratio      p50 {b50 / f50:5.2f}x    p90 {b90 / f90:5.2f}x    "
-          f"CPU {bcpu / fcpu:5.2f}x   (lightgrep / floor; target p50 ≤ 1.5x)")  # fmt: skip
+    floor, libraries, aiohttp, bot = rows
+    for (name, row), (base, of) in (
+        (("lightgrep", bot), ("floor", floor)),
+        (("libraries", libraries), ("floor", floor)),
+        (("on aiohttp", aiohttp), ("floor", floor)),
+        (("lightgrep", bot), ("on aiohttp", aiohttp)),
+    ):
+        print(f"  ratio      p50 {row[0] / of[0]:5.2f}x    p90 {row[1] / of[1]:5.2f}x    "
+              f"CPU {row[2] / of[2]:5.2f}x   ({name} / {base})")  # fmt: skip
+    print("  (issue 13's target: lightgrep / floor p50 ≤ 1.5x)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -213,16 +271,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="lightgrep-floor-") as tmp:
-        floor, bot = await run(args, Path(tmp))
-    report(floor, bot, args)
+        runners = await run(args, Path(tmp))
+    report(runners, args)
     return 0
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--floor-bot"]:
-        api, llm_url, where = sys.argv[2:5]
+    if sys.argv[1:2] == ["--bot"]:
+        kind, api, llm_url, where = sys.argv[2:6]
         Path(where).mkdir(parents=True, exist_ok=True)
         (Path(where) / "ready").touch()  # the first getUpdates waits for the first message
-        asyncio.run(floor_bot(api, llm_url, Path(where)))
+        if kind == "floor":
+            asyncio.run(floor_bot(api, llm_url, Path(where)))
+        else:
+            asyncio.run(library_bot(api, llm_url, Path(where), on_aiohttp=kind == "aiohttp"))
     else:
         sys.exit(asyncio.run(main()))
