@@ -53,28 +53,41 @@ class Assembled:
         self.usage: dict[str, Any] | None = None
 
     def add(self, chunk: Any) -> str:
-        """Take one chunk; the text it adds to the answer ("" if none)."""
+        """Take one chunk; the text it adds to the answer ("" if none). Called for every word
+        of every answer, so its checks are written out here rather than in helpers."""
         self.chunks += 1
-        _object(chunk)
+        if not isinstance(chunk, dict):
+            raise _wrong(chunk, "object")
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
+        choices = chunk.get("choices")
+        if choices is None:
+            return ""
+        if not isinstance(choices, list):
+            raise _wrong(choices, "list")
         piece = ""
-        for choice in _list(chunk.get("choices")):
-            _object(choice)
-            if (choice.get("index") or 0) != 0:
-                continue  # only the first choice is ever asked for
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise _wrong(choice, "object")
+            if choice.get("index"):
+                continue  # only the first choice (index 0, or none given) is ever asked for
             self.choices += 1
-            if choice.get("finish_reason") is not None:
-                self.finish_reason = choice["finish_reason"]
+            finish_reason = choice.get("finish_reason")
+            if finish_reason is not None:
+                self.finish_reason = finish_reason
             delta = choice.get("delta")
             if delta is None:
                 continue
-            _object(delta)
-            if delta.get("content"):
-                piece += valid_text(str(delta["content"]))
-            for call in _list(delta.get("tool_calls")):
-                self._add_call(call)
+            if not isinstance(delta, dict):
+                raise _wrong(delta, "object")
+            content = delta.get("content")
+            if content:
+                piece += valid_text(str(content))
+            calls = delta.get("tool_calls")
+            if calls is not None:
+                for call in _list(calls):
+                    self._add_call(call)
         if piece:
             self.text.append(piece)
         return piece
@@ -116,14 +129,18 @@ class Assembled:
         return {"choices": [choice], "usage": self.usage}
 
 
+def _wrong(value: Any, expected: str) -> TypeError:
+    return TypeError(f"expected a JSON {expected}, got {type(value).__name__}")
+
+
 def _object(value: Any) -> None:
     if not isinstance(value, dict):
-        raise TypeError(f"expected a JSON object, got {type(value).__name__}")
+        raise _wrong(value, "object")
 
 
 def _list(value: Any) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise TypeError(f"expected a JSON list, got {type(value).__name__}")
+        raise _wrong(value, "list")
     return value

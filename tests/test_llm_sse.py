@@ -19,6 +19,27 @@ BODY = (
     b'data: {"n": 4}\n\n'  # after [DONE]: read, not taken
 )
 WANTED = [{"n": 1, "text": "thé"}, {"n": 2, "text": "two lines"}, {"n": 3}]
+# Line ends all LF (how OpenAI and llama.cpp write): the reader's quick path, and its way back to
+# the line-by-line one when a CR turns up part way
+LF_BODY = (
+    b'data: {"n": 1, "text": "th\xc3\xa9"}\n\n\n\n'
+    b": keep-alive\n\n"
+    b'data:{"n": 2}\n\n'
+    b'event: message\ndata: {"n": 3,\ndata: "text": "two lines"}\n\n'
+    b'data:  {"n": 4} \n\n'
+    b'data: {"n": 5}\r\n\r\n'
+    b'data: {"n": 6}\n\n'
+    b"data: [DONE]\n\n"
+    b'data: {"n": 7}\n\n'
+)
+LF_WANTED = [
+    {"n": 1, "text": "thé"},
+    {"n": 2},
+    {"n": 3, "text": "two lines"},
+    {"n": 4},
+    {"n": 5},
+    {"n": 6},
+]
 
 
 async def pieces(*parts: bytes) -> AsyncIterator[bytes]:
@@ -35,6 +56,19 @@ async def test_a_body_cut_at_any_byte_gives_the_same_events() -> None:
     for cut in range(1, len(BODY)):
         assert await read(BODY[:cut], BODY[cut:]) == WANTED, cut
     assert await read(*(BODY[i : i + 1] for i in range(len(BODY)))) == WANTED
+
+
+async def test_a_body_of_lf_line_ends_cut_at_any_byte_gives_the_same_events() -> None:
+    assert await read(LF_BODY) == LF_WANTED
+    for cut in range(1, len(LF_BODY)):
+        assert await read(LF_BODY[:cut], LF_BODY[cut:]) == LF_WANTED, cut
+    assert await read(*(LF_BODY[i : i + 1] for i in range(len(LF_BODY)))) == LF_WANTED
+
+
+async def test_an_event_that_is_not_json_fails_as_json_does() -> None:
+    for data in (b"{", b'{"n": 1} x', b"\xff", b"", b'{"n": 1}{"n": 2}'):
+        with pytest.raises(ValueError):
+            await read(b"data: " + data + b"\n\n")
 
 
 async def test_the_body_is_read_to_its_end_after_done() -> None:
