@@ -28,8 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import filler  # noqa: E402
-from bot.llm import LLMClient  # noqa: E402
+from bench.harness import filler
+from bot.llm import LLMClient
 
 SYSTEM = "You are a helpful assistant. Answer briefly.\n" * 20
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.llm_sse import events  # noqa: E402
-from bot.llm_stream import Assembled  # noqa: E402
+from bot.llm_sse import events
+from bot.llm_stream import Assembled
 
 
 def body_of(words: int) -> bytes:

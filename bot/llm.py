@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx2
 import openai
-from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+from openai import AsyncOpenAI
+from openai._models import FinalRequestOptions
 
 from bot import logsafe
-from bot.llm_http import AiohttpTransport
+from bot.llm_http import AiohttpTransport, LeanHttpClient
 from bot.llm_sse import ErrorEvent, events
 from bot.llm_stream import Assembled
 from bot.overflow import context_overflow
@@ -46,6 +47,10 @@ TELEMETRY_HEADERS = (
     "X-Stainless-Async",
 )
 CHAT_OPTIONS: openai.RequestOptions = {"headers": dict.fromkeys(TELEMETRY_HEADERS, openai.omit)}
+# What `post` would build for every chat call (pydantic fills each of its defaults anew, 5% of a
+# call's CPU); each call copies it with its own body (`_request_of`), as the SDK copies it again
+# per attempt.
+CHAT_REQUEST = FinalRequestOptions.construct(method="post", url="/chat/completions", **CHAT_OPTIONS)
 
 
 # A provider's refusal of the pictures in a request (the model cannot see), lower-cased:
@@ -69,6 +74,26 @@ class Usage:
     last_prompt_tokens: int | None = None
 
 
+class _OpenAI(AsyncOpenAI):
+    """The SDK's client, with what is the same on every request worked out once: the request
+    URL merged from the base URL and the path (two URL parses per request otherwise)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._urls: dict[str, httpx2.URL] = {}
+        self._urls_base = self.base_url
+
+    def _prepare_url(self, url: str) -> httpx2.URL:
+        if self._urls_base is not self.base_url:  # base_url was set anew
+            self._urls, self._urls_base = {}, self.base_url
+        found = self._urls.get(url)
+        if found is None:
+            if len(self._urls) >= 64:
+                self._urls.clear()
+            found = self._urls[url] = super()._prepare_url(url)
+        return found  # httpx2 URLs are immutable: one can serve every request
+
+
 class LLMClient:
     _usage_refused = False  # the server refused stream_options once: never sent again
 
@@ -89,12 +114,12 @@ class LLMClient:
         self.usage = Usage()
         # Local servers (Ollama, vLLM) accept any key; the SDK insists on one being set.
         # HTTP on aiohttp: the SDK's default httpx transport cost more CPU than the rest of a turn.
-        self._client = AsyncOpenAI(
+        self._client = _OpenAI(
             base_url=base_url,
             api_key=api_key or "not-needed",
             timeout=timeout_s,
             max_retries=max_retries,
-            http_client=DefaultAsyncHttpxClient(transport=AiohttpTransport()),
+            http_client=LeanHttpClient(transport=AiohttpTransport()),
         )
 
     @classmethod
@@ -184,12 +209,8 @@ class LLMClient:
         comes back once its head is in (its status checked, failures retried by the SDK), its
         body unread: the events are read from it here (bot/llm_sse.py), without the SDK's
         pydantic model per chunk."""
-        response: httpx2.Response = await self._client.post(
-            "/chat/completions",
-            body=kwargs,
-            cast_to=httpx2.Response,
-            options=CHAT_OPTIONS,
-            stream=True,
+        response: httpx2.Response = await self._client.request(
+            httpx2.Response, _request_of(kwargs), stream=True
         )
         return response
 
@@ -228,9 +249,7 @@ class LLMClient:
         retries, timeouts and errors) with our JSON as the body, the answer's JSON read here.
         create() would first copy every message against its TypedDicts and build response
         models, a no-op for plain JSON that cost more CPU than the rest of a turn."""
-        response = await self._client.post(
-            "/chat/completions", body=kwargs, cast_to=httpx2.Response, options=CHAT_OPTIONS
-        )
+        response = await self._client.request(httpx2.Response, _request_of(kwargs))
         data = json.loads(response.content)
         if not isinstance(data, dict):  # e.g. a JSON string or list
             raise LLMError(NOT_A_COMPLETION)
@@ -281,6 +300,14 @@ class LLMClient:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _request_of(kwargs: dict[str, Any]) -> FinalRequestOptions:
+    """The chat request with `kwargs` as its body, encoded as the SDK would (UTF-8 JSON, compact,
+    no NaN) but without its encoder's Python hooks, which cost twice json's own encoding. A lone
+    surrogate raises UnicodeEncodeError here, as it did in the SDK (`_create` mends it)."""
+    body = json.dumps(kwargs, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return CHAT_REQUEST.model_copy(update={"content": body.encode()})
 
 
 def _is_event_stream(response: httpx2.Response) -> bool:

@@ -16,12 +16,13 @@ is one `data: ` line is taken without looking at its lines; anything else goes l
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Iterator
 from typing import Any
 
 DONE = b"[DONE]"
 _FIELD = b"data: "
-_scan = json.JSONDecoder().scan_once  # the C scanner json.loads ends in, without its wrappers
+# The C scanner json.loads ends in, without its wrappers (an instance attribute of a decoder).
+_scan: Callable[[str, int], tuple[Any, int]] = vars(json.JSONDecoder())["scan_once"]
 
 
 class ErrorEvent(Exception):
