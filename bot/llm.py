@@ -83,6 +83,10 @@ class _OpenAI(AsyncOpenAI):
         self._urls: dict[str, httpx2.URL] = {}
         self._urls_base = self.base_url
 
+    @property
+    def user_agent(self) -> str:
+        return f"{AsyncOpenAI.__name__}/Python {self._version}"  # the SDK names its class
+
     def _prepare_url(self, url: str) -> httpx2.URL:
         if self._urls_base is not self.base_url:  # base_url was set anew
             self._urls, self._urls_base = {}, self.base_url

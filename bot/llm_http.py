@@ -24,8 +24,9 @@ MAX_CONNECTIONS = 1000  # the SDK's own default pool size
 
 
 class LeanHttpClient(DefaultAsyncHttpxClient):
-    """The SDK's default httpx2 client, minus a URL parse per request: the SDK hands it the
-    same absolute URL as a string every time, parsed once here."""
+    """The SDK's default httpx2 client, with less work per request: the SDK hands it the same
+    absolute URL as a string every time, parsed once here, and its headers are merged with the
+    client's few in one pass (httpx2 removes each of the SDK's names from a copy, one by one)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -43,6 +44,14 @@ class LeanHttpClient(DefaultAsyncHttpxClient):
                 self._urls.clear()
             found = self._urls[url] = super()._merge_url(url)
         return found  # httpx2 URLs are immutable: one can serve every request
+
+    def _merge_headers(self, headers: httpx2._types.HeaderTypes | None = None) -> httpx2.Headers:
+        """The client's headers that the request does not name, then the request's: httpx2's
+        merge, in its order."""
+        given = httpx2.Headers(headers)
+        names = {key.lower() for key, _ in given.raw}
+        kept = [(key, value) for key, value in self.headers.raw if key.lower() not in names]
+        return httpx2.Headers(kept + given.raw)
 
 
 class AiohttpTransport(httpx2.AsyncBaseTransport):

@@ -97,6 +97,47 @@ async def test_the_provider_is_not_told_about_the_machine(provider) -> None:
     assert not names & gone
 
 
+async def test_the_provider_gets_the_request_the_sdk_writes(provider) -> None:
+    """Whole or streamed, a chat request reaches the provider as the SDK writes one: its
+    headers (the SDK's over httpx2's, the SDK's own name as the user agent), and the body as
+    compact UTF-8 JSON."""
+    seen: list[tuple[dict[str, str], bytes]] = []
+
+    async def recording(request: web.Request) -> web.StreamResponse:
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        seen.append((headers, await request.read()))
+        if (await request.json()).get("stream"):
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            chunk = {"choices": [{"index": 0, "delta": {"content": "ok"}}]}
+            await response.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+            return response
+        return web.json_response(completion("ok"))
+
+    llm = LLMClient(model="m", base_url=await provider(recording), api_key="sk-test", timeout_s=5)
+    messages = [{"role": "user", "content": 'thé, "quoted"'}]
+
+    async def ignore(text: str) -> None:
+        pass
+
+    try:
+        assert (await llm.chat(messages)).content == "ok"
+        assert (await llm.stream(messages, on_text=ignore)).content == "ok"
+    finally:
+        await llm.aclose()
+    for (headers, body), stream in zip(seen, (False, True), strict=True):
+        assert headers["user-agent"].startswith("AsyncOpenAI/Python ")
+        assert headers["accept"] == "application/json"
+        assert headers["content-type"] == "application/json"
+        assert headers["authorization"] == "Bearer sk-test"
+        assert headers["x-stainless-retry-count"] == "0"
+        assert headers["accept-encoding"].startswith("gzip")
+        assert headers["content-length"] == str(len(body))
+        assert body.startswith(b'{"model":"m","messages":[{"role":"user","content":"th\xc3\xa9')
+        assert json.loads(body)["messages"] == messages
+        assert json.loads(body).get("stream", False) is stream
+
+
 async def test_a_provider_that_hangs_up_could_not_be_reached(provider) -> None:
     async def hang_up(request: web.Request) -> web.Response:
         await request.read()
