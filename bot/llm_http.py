@@ -18,40 +18,8 @@ from typing import Any
 
 import aiohttp
 import httpx2
-from openai import DefaultAsyncHttpxClient
 
 MAX_CONNECTIONS = 1000  # the SDK's own default pool size
-
-
-class LeanHttpClient(DefaultAsyncHttpxClient):
-    """The SDK's default httpx2 client, with less work per request: the SDK hands it the same
-    absolute URL as a string every time, parsed once here, and its headers are merged with the
-    client's few in one pass (httpx2 removes each of the SDK's names from a copy, one by one)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._urls: dict[str, httpx2.URL] = {}
-        self._urls_base = self.base_url
-
-    def _merge_url(self, url: httpx2.URL | str) -> httpx2.URL:
-        if not isinstance(url, str):
-            return super()._merge_url(url)
-        if self._urls_base is not self.base_url:  # base_url was set anew
-            self._urls, self._urls_base = {}, self.base_url
-        found = self._urls.get(url)
-        if found is None:
-            if len(self._urls) >= 64:
-                self._urls.clear()
-            found = self._urls[url] = super()._merge_url(url)
-        return found  # httpx2 URLs are immutable: one can serve every request
-
-    def _merge_headers(self, headers: httpx2._types.HeaderTypes | None = None) -> httpx2.Headers:
-        """The client's headers that the request does not name, then the request's: httpx2's
-        merge, in its order."""
-        given = httpx2.Headers(headers)
-        names = {key.lower() for key, _ in given.raw}
-        kept = [(key, value) for key, value in self.headers.raw if key.lower() not in names]
-        return httpx2.Headers(kept + given.raw)
 
 
 class AiohttpTransport(httpx2.AsyncBaseTransport):

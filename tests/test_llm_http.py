@@ -138,6 +138,51 @@ async def test_the_provider_gets_the_request_the_sdk_writes(provider) -> None:
         assert json.loads(body).get("stream", False) is stream
 
 
+async def test_each_attempt_says_which_it_is_and_carries_its_own_body(provider) -> None:
+    """A request is built once per attempt number and then reused with a new body: a retry
+    still says it is one, and every attempt and every later request carries its own body."""
+    seen: list[tuple[str, bytes]] = []
+
+    async def failing_every_other(request: web.Request) -> web.Response:
+        seen.append((request.headers["x-stainless-retry-count"], await request.read()))
+        if len(seen) % 2:
+            return web.json_response({"error": {"message": "busy"}}, status=503)
+        return web.json_response(completion("ok"))
+
+    llm = LLMClient(model="m", base_url=await provider(failing_every_other), timeout_s=5)
+    llm._client._calculate_retry_timeout = lambda *args: 0.0  # no back-off pauses in a test
+    try:
+        for word in ("one", "two", "three"):
+            assert (await llm.chat([{"role": "user", "content": word}])).content == "ok"
+    finally:
+        await llm.aclose()
+    counts = [count for count, _ in seen]
+    words = [json.loads(body)["messages"][0]["content"] for _, body in seen]
+    assert counts == ["0", "1"] * 3
+    assert words == ["one", "one", "two", "two", "three", "three"]
+
+
+async def test_a_cookie_the_provider_sets_is_sent_back(provider) -> None:
+    """A provider behind a proxy that pins a session by cookie (Cloudflare's __cf_bm) gets it
+    back on the next request, as httpx2 does it for the SDK."""
+    cookies: list[str | None] = []
+
+    async def pinning(request: web.Request) -> web.Response:
+        await request.read()
+        cookies.append(request.headers.get("Cookie"))
+        response = web.json_response(completion("ok"))
+        response.set_cookie("__cf_bm", f"pin{len(cookies)}")
+        return response
+
+    llm = LLMClient(model="m", base_url=await provider(pinning), timeout_s=5)
+    try:
+        for _ in range(3):
+            await llm.chat([{"role": "user", "content": "hi"}])
+    finally:
+        await llm.aclose()
+    assert cookies == [None, "__cf_bm=pin1", "__cf_bm=pin2"]
+
+
 async def test_a_provider_that_hangs_up_could_not_be_reached(provider) -> None:
     async def hang_up(request: web.Request) -> web.Response:
         await request.read()
