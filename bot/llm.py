@@ -85,7 +85,8 @@ class _OpenAI(AsyncOpenAI):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._built: dict[int, tuple[httpx2.Request, httpx2.Headers]] = {}  # by attempt number
+        # by attempt number: method, URL, headers but the length, extensions (not the body)
+        self._built: dict[int, tuple[str, httpx2.URL, httpx2.Headers, dict[str, Any]]] = {}
         self._built_for: tuple[Any, ...] = ()
 
     @property
@@ -110,11 +111,10 @@ class _OpenAI(AsyncOpenAI):
             built = super()._build_request(options, retries_taken=retries_taken)
             length = b"content-length"
             headers = httpx2.Headers([h for h in built.headers.raw if h[0].lower() != length])
-            found = self._built[retries_taken] = (built, headers)
-        built, headers = found  # a new request of it each time: the SDK's hooks may change it
-        return httpx2.Request(
-            built.method, built.url, headers=headers, content=body, extensions=built.extensions
-        )
+            found = (built.method, built.url, headers, dict(built.extensions))
+            self._built[retries_taken] = found
+        method, url, headers, extensions = found  # a new request each time: hooks may change it
+        return httpx2.Request(method, url, headers=headers, content=body, extensions=extensions)
 
 
 class LLMClient:
