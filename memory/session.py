@@ -64,6 +64,10 @@ class Session:
     epoch: int = 0
     # Byte position in the file of each message line in `messages` (same order).
     positions: array[int] = field(default_factory=lambda: array("q"))
+    # history() as last built: ((epoch, offset, last_consolidated), total then, the messages).
+    _history: tuple[tuple[int, int, int], int, list[dict[str, Any]]] | None = field(
+        default=None, repr=False
+    )
 
     @property
     def total(self) -> int:
@@ -95,7 +99,27 @@ class Session:
         Starts at a user message (a provider rejects a conversation that opens with a tool result
         or a dangling assistant turn), drops tool results whose call is not in the slice, and keeps
         only the fields a chat completion takes.
+
+        WHY kept between calls: a turn asks for it once per model call, and rebuilding every
+        message cost O(history) each time; messages are only appended, so what was built stays
+        right until the cursor moves or the session is reloaded, and appended plain messages
+        (no tool call or result, which could change what is kept before them) extend it.
         """
+        shape = (self.epoch, self.offset, self.last_consolidated)
+        built = self._history
+        if built is not None and built[0] == shape and built[2]:
+            _, upto, result = built
+            fresh = self.messages[upto - self.offset :]
+            if all(_plain(message) for message in fresh):
+                if fresh:
+                    result = result + [_clean(message) for message in fresh]
+                    self._history = (shape, self.total, result)
+                return list(result)
+        result = self._build_history()
+        self._history = (shape, self.total, result)
+        return list(result)
+
+    def _build_history(self) -> list[dict[str, Any]]:
         pending = self.unconsolidated()
         first_user = next(
             (i for i, message in enumerate(pending) if message.get("role") == "user"), None
@@ -107,7 +131,7 @@ class Session:
         result: list[dict[str, Any]] = []
         call_ids: set[str | None] = set()
         for message in window:
-            clean = {name: message[name] for name in LLM_FIELDS if name in message}
+            clean = _clean(message)
             if message.get("role") == "assistant" and message.get("tool_calls"):
                 # A turn cut short (a crash between a call and its result) leaves calls without
                 # results, which providers reject: keep only the calls that were answered.
@@ -142,6 +166,16 @@ class Session:
         self.messages = self.messages[count:]
         self.positions = self.positions[count:]
         self.offset += count
+
+
+def _clean(message: dict[str, Any]) -> dict[str, Any]:
+    """Only the fields a chat completion takes."""
+    return {name: message[name] for name in LLM_FIELDS if name in message}
+
+
+def _plain(message: dict[str, Any]) -> bool:
+    """Neither a tool call nor a tool result: what history() keeps of it depends on it alone."""
+    return message.get("role") != "tool" and not message.get("tool_calls")
 
 
 def _call_id(call: Any) -> str | None:

@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 
 MESSAGE_OVERHEAD = 4  # role and separators, as OpenAI's chat format adds per message
 REPLY_PRIMING = 3  # the tokens that start the assistant's answer
-LONG_TEXT_CHARS = 256  # shorter texts are cheaper to count than to remember
+LONG_TEXT_CHARS = 256  # shorter texts are cheaper to count again than to remember long
 LONG_TEXTS_KEPT = 1024  # about one system prompt per recently active session
+SHORT_TEXTS_KEPT = 8  # the last short texts counted: a turn counts its message twice in a row
 IMAGE_PART_TOKENS = 85  # default cost of one picture ([llm] image_tokens); we never see it
 # Tokenizers of other providers count within about this range of cl100k on the same text.
 FACTOR_BOUNDS = (0.75, 1.5)
@@ -119,6 +120,9 @@ class TokenEstimator:
         # Long texts seen again (each session's system prompt, between consolidations): with many
         # users at once, one remembered text would be evicted by every other user's turn.
         self._long_texts: OrderedDict[str, int] = OrderedDict()
+        # The newest short texts: a turn counts the person's message when it checks its size,
+        # then again for the session's running total, with nothing in between.
+        self._short_texts: dict[str, int] = {}
 
     # -- single pieces --------------------------------------------------------------------------
 
@@ -126,15 +130,20 @@ class TokenEstimator:
         """Tokens in `text`; at least 1 for any non-empty text."""
         if not text:
             return 0
+        if len(text) <= LONG_TEXT_CHARS:
+            known = self._short_texts.get(text)
+            if known is None:
+                known = self._short_texts[text] = max(1, self._count_raw(text))
+                if len(self._short_texts) > SHORT_TEXTS_KEPT:
+                    del self._short_texts[next(iter(self._short_texts))]
+            return known
         known = self._long_texts.get(text)
         if known is not None:
             self._long_texts.move_to_end(text)
             return known
-        n = max(1, self._count_raw(text))
-        if len(text) > LONG_TEXT_CHARS:
-            self._long_texts[text] = n
-            if len(self._long_texts) > LONG_TEXTS_KEPT:
-                self._long_texts.popitem(last=False)
+        n = self._long_texts[text] = max(1, self._count_raw(text))
+        if len(self._long_texts) > LONG_TEXTS_KEPT:
+            self._long_texts.popitem(last=False)
         return n
 
     def _count_raw(self, text: str) -> int:

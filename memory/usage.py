@@ -52,6 +52,9 @@ class UsageLog:
         self._days: dict[date, Totals] | None = None
         self._lines = 0  # lines in the file, to know when to fold them
         self._has_old_lines = False
+        # The file ends with a whole line: known after loading it and after each append of
+        # ours (the only writer), so an append need not read the last byte back first.
+        self._ends_whole = False
 
     def record(
         self, prompt_tokens: int, completion_tokens: int, when: datetime | None = None
@@ -101,6 +104,7 @@ class UsageLog:
             day, totals = parsed
             days[day] = days.get(day, Totals()) + totals
         self._days, self._lines = days, len(lines)
+        self._ends_whole = raw.endswith(b"\n") or not raw
         first = _month_start(clock.now().date(), months_back=1)
         self._has_old_lines = any(day < first for day in days)
         return days
@@ -120,14 +124,18 @@ class UsageLog:
         )
         atomic_write_text(self.path, text)
         self._days, self._lines, self._has_old_lines = days, len(days), False
+        self._ends_whole = True
 
     def _append(self, data: bytes) -> None:
         fd = open_fd(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)
         try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data  # after a torn line: never glue a record to it
+            if not self._ends_whole:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    data = b"\n" + data  # after a torn line: never glue a record to it
+            self._ends_whole = False  # until this append is known to be whole
             append_all(fd, data)
+            self._ends_whole = True
         finally:
             os.close(fd)
 

@@ -302,6 +302,33 @@ def test_a_turn_cut_short_leaves_no_unanswered_tool_call(sessions_dir: Path) -> 
     assert called == answered
 
 
+def test_history_asked_at_every_step_is_what_a_fresh_load_builds(sessions_dir: Path) -> None:
+    """history() is kept between turns; asked after each append (tool calls answered later, a
+    dangling call, the cursor moving), it is always what the file says."""
+    store = fresh(sessions_dir)
+    session = store.get(KEY)
+    steps: list[dict | int] = [
+        {"role": "assistant", "content": "before anyone spoke"},
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "assistant", "content": "", "tool_calls": [call("x"), call("y")]},
+        {"role": "user", "content": "q2"},
+        {"role": "tool", "tool_call_id": "x", "content": "rx"},
+        {"role": "assistant", "content": "a2"},
+        4,  # the cursor moves past q1's turn
+        {"role": "user", "content": "q3", "message_id": "7"},
+        {"role": "assistant", "content": "a3"},
+    ]
+    for step in steps:
+        if isinstance(step, int):
+            store.set_last_consolidated(session, step)
+        else:
+            store.append(session, step)
+        assert session.history() == fresh(sessions_dir).get(KEY).history()
+    assert [m["content"] for m in session.history()] == ["q2", "a2", "q3", "a3"]
+    assert all("message_id" not in m and "timestamp" not in m for m in session.history())
+
+
 # ---- only the unconsolidated tail in RAM ------------------------------------------------------
 
 
