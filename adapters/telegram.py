@@ -66,6 +66,7 @@ from adapters.telegram_live import (
     send_chunk,
     telegram_chunks,
 )
+from adapters.telegram_place import Place, PrivateText, private_text
 from adapters.telegram_polling import (
     Intake,
     PerChatInterval,
@@ -187,7 +188,7 @@ class TelegramAdapter:
         await app.start()
         assert self._me is not None
         spool = Spool(self._state_dir / f".telegram-{self._me.id}.spool")
-        intake = self.intake = Intake(app, spool, self._is_stranger)
+        intake = self.intake = Intake(app, spool, self._is_stranger, self._direct(app.bot))
         watch_in_flight(PLATFORM, intake.in_flight)
         poller = await self._start_updates(app, intake)
         me = app.bot.bot
@@ -272,13 +273,32 @@ class TelegramAdapter:
                 log.info("telegram: refused user %s", user.id)
                 await self._refuse(context.bot, msg.chat.id)
             return
+        place = Place.of(msg)
         media: list[Candidate] = []
         if msg.text is None:
             media = _attachments(context.bot, msg)
             if not media:
-                await self._send(context.bot, msg, TEXT_ONLY, markup=False)
+                await self._send(context.bot, place, TEXT_ONLY, markup=False)
                 return
-        await self._turn(context.bot, msg, text, private, media=media)
+        await self._turn(context.bot, place, text, user.id, media=media)
+
+    def _direct(self, bot: Bot) -> Callable[[dict[str, Any]], Callable[[], Awaitable[None]] | None]:
+        """For the intake: the turn of a raw update that is a private text message from someone
+        on the allow list, run without PTB's Update (adapters/telegram_place.py); None for every
+        other update, which goes through PTB's handlers (`_on_message`, `_on_button`)."""
+
+        def turn_of(raw: dict[str, Any]) -> Callable[[], Awaitable[None]] | None:
+            found = private_text(raw)
+            if found is None or self._me is None:
+                return None
+            if not is_allowed(self._config.allow_from, found.user_id, found.username):
+                return None  # refused through PTB's path, once per interval
+            return lambda: self._private_turn(bot, found)
+
+        return turn_of
+
+    async def _private_turn(self, bot: Bot, message: PrivateText) -> None:
+        await self._turn(bot, message.place, message.text, message.user_id)
 
     def _is_stranger(self, raw: dict[str, Any]) -> bool:
         """A raw update from a sender not on the allow list: refused without a turn, so the
@@ -314,36 +334,33 @@ class TelegramAdapter:
             return
         with contextlib.suppress(TelegramError):
             await query.edit_message_reply_markup(None)  # a question is answered once
-        private = msg.chat.type == ChatType.PRIVATE
-        await self._turn(context.bot, msg, query.data, private, user=user, event=f"cb:{query.id}")
+        await self._turn(context.bot, Place.of(msg), query.data, user.id, event=f"cb:{query.id}")
 
     async def _turn(
         self,
         bot: Bot,
-        msg: Message,
+        place: Place,
         text: str,
-        private: bool,
+        user_id: int,
         *,
-        user: User | None = None,
         event: str | None = None,
         media: Sequence[Candidate] = (),
     ) -> None:
-        """`user` sent `text` (default: the message's sender); `event` names a button press;
-        `media` is downloaded (within the limits) while "typing…" shows."""
-        user = user or msg.from_user
-        assert user is not None
+        """The user `user_id` sent `text` in `place`; `event` names a button press; `media` is
+        downloaded (within the limits) while "typing…" shows."""
+        private = place.private
         inbound = Inbound(
             platform=PLATFORM,
-            session_key=self._session_key(msg, private, user),
-            user_key=user_key(PLATFORM, user.id),
+            session_key=self._session_key(place, user_id),
+            user_key=user_key(PLATFORM, user_id),
             text=text,
             is_private=private,
             # Unique per chat, so a redelivery is recognised.
-            message_id=event or f"{msg.chat.id}:{msg.message_id}",
+            message_id=event or f"{place.chat_id}:{place.message_id}",
         )
-        out = self._answer_in(bot, msg)
+        out = self._answer_in(bot, place)
         try:
-            async with self._typing(bot, msg, until=out.shown):
+            async with self._typing(bot, place, until=out.shown):
                 if media:
                     attachments = await collect(media, self._media, DOWNLOAD_LIMIT)
                     inbound = replace(inbound, attachments=attachments)
@@ -351,30 +368,29 @@ class TelegramAdapter:
         except Exception:
             await out.close()
             log.exception("telegram: turn failed for session %s", inbound.session_key)
-            await self._send(bot, msg, FAILED, markup=False)
+            await self._send(bot, place, FAILED, markup=False)
             return
         reply = out.reply
         if not reply.text and not reply.files:
             return  # a redelivered message that a later message's answer already covered
         if reply.private and not private:
-            await self._answer_privately(bot, msg, reply, user)
+            await self._answer_privately(bot, place, reply, user_id)
         else:
             await out.conclude()
-            await self._send_files(bot, msg.chat.id, reply.files)
+            await self._send_files(bot, place.chat_id, reply.files)
 
-    def _answer_in(self, bot: Bot, msg: Message) -> TelegramAnswer:
-        """The reply port of a turn answered in `msg`'s chat (in groups as a reply to it, in its
-        forum topic), shown while it is written: as a draft in a private chat."""
-        private = msg.chat.type == ChatType.PRIVATE
+    def _answer_in(self, bot: Bot, place: Place) -> TelegramAnswer:
+        """The reply port of a turn answered in `place` (in groups as a reply to its message, in
+        its forum topic), shown while it is written: as a draft in a private chat."""
         surface = ChatSurface(
             bot,
-            msg.chat.id,
+            place.chat_id,
             self._pacer,
-            drafts=private,
-            thread=msg.message_thread_id if msg.is_topic_message else None,
-            reply_to=None if private else msg.message_id,
+            drafts=place.private,
+            thread=place.thread,
+            reply_to=None if place.private else place.message_id,
         )
-        return TelegramAnswer(surface, in_group=not private)
+        return TelegramAnswer(surface, in_group=not place.private)
 
     def _addressed_text(self, msg: Message, private: bool) -> str | None:
         """The text for the core if the message is for this bot, else None.
@@ -426,14 +442,12 @@ class TelegramAdapter:
         return original.from_user is not None and original.from_user.id == self._me.id
 
     @staticmethod
-    def _session_key(msg: Message, private: bool, user: User) -> str:
-        if private:
-            return session_key(PLATFORM, "dm", user.id)
-        if msg.is_topic_message and msg.message_thread_id is not None:
-            return session_key(
-                PLATFORM, "group", msg.chat.id, user.id, "topic", msg.message_thread_id
-            )
-        return session_key(PLATFORM, "group", msg.chat.id, user.id)
+    def _session_key(place: Place, user_id: int) -> str:
+        if place.private:
+            return session_key(PLATFORM, "dm", user_id)
+        if place.thread is not None:
+            return session_key(PLATFORM, "group", place.chat_id, user_id, "topic", place.thread)
+        return session_key(PLATFORM, "group", place.chat_id, user_id)
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         error = context.error
@@ -441,43 +455,40 @@ class TelegramAdapter:
 
     # ---- outgoing --------------------------------------------------------------------------
 
-    async def _answer_privately(self, bot: Bot, msg: Message, reply: Reply, user: User) -> None:
+    async def _answer_privately(self, bot: Bot, place: Place, reply: Reply, user_id: int) -> None:
         """/memory, /recall, /forget… asked in a group: the answer (its buttons and files too)
         goes to the private chat only."""
         assert self._me is not None
         try:
-            await self._send_to(bot, user.id, reply.text, buttons=reply.buttons)
-            await self._send_files(bot, user.id, reply.files)
+            await self._send_to(bot, user_id, reply.text, buttons=reply.buttons)
+            await self._send_files(bot, user_id, reply.files)
         except (Forbidden, BadRequest) as exc:
-            log.info("telegram: cannot write to user %s privately (%s)", user.id, exc.message)
+            log.info("telegram: cannot write to user %s privately (%s)", user_id, exc.message)
             link = f"https://t.me/{self._me.username}"
             note = (
                 "I can only show that in a private chat. Open one with me "
                 f"({link}), press Start, then ask again."
             )
-            await self._send(bot, msg, note, markup=False)
+            await self._send(bot, place, note, markup=False)
             return
-        await self._send(bot, msg, SENT_PRIVATELY, markup=False)
+        await self._send(bot, place, SENT_PRIVATELY, markup=False)
 
     async def _send(
         self,
         bot: Bot,
-        msg: Message,
+        place: Place,
         text: str,
         *,
         markup: bool = True,
         buttons: tuple[Button, ...] = (),
     ) -> None:
-        """Answer `msg` in its chat (as a reply in groups, in its forum topic)."""
-        private = msg.chat.type == ChatType.PRIVATE
-        thread = msg.message_thread_id if msg.is_topic_message else None
-        reply_to = None if private else msg.message_id
+        """Answer the message of `place` in its chat (as a reply in groups, in its topic)."""
         await self._send_to(
             bot,
-            msg.chat.id,
+            place.chat_id,
             text,
-            reply_to=reply_to,
-            thread=thread,
+            reply_to=None if place.private else place.message_id,
+            thread=place.thread,
             markup=markup,
             buttons=buttons,
         )
@@ -524,14 +535,14 @@ class TelegramAdapter:
             await send_chunk(bot, chat_id, chunk, markup, extra)
 
     def _typing(
-        self, bot: Bot, msg: Message, until: asyncio.Event | None = None
+        self, bot: Bot, place: Place, until: asyncio.Event | None = None
     ) -> contextlib.AbstractAsyncContextManager[None]:
         """Keep "typing…" showing in the chat while the body runs, until the answer shows."""
-        thread = msg.message_thread_id if msg.is_topic_message else None
+        chat, thread = place.chat_id, place.thread
 
         async def show_typing() -> None:
             with contextlib.suppress(TelegramError):
-                await bot.send_chat_action(msg.chat.id, ChatAction.TYPING, message_thread_id=thread)
+                await bot.send_chat_action(chat, ChatAction.TYPING, message_thread_id=thread)
 
         return repeating(show_typing, self.typing_interval_s, until=until)
 

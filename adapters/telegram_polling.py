@@ -60,6 +60,8 @@ GET_UPDATES_READ_S = 10.0  # read timeout of a getUpdates on top of its long-pol
 PER_USER_IN_FLIGHT = 2  # one user's updates handed to the application at once (see Intake)
 
 T = TypeVar("T")
+# The adapter's turn for a raw update it handles without PTB's Update, or None (see Intake).
+Direct = Callable[[dict[str, Any]], Callable[[], Awaitable[None]] | None]
 
 
 async def flood_safe(call: Callable[[], Awaitable[T]]) -> T:
@@ -117,20 +119,24 @@ class PerUserOrder(BaseUpdateProcessor):
         self._users: dict[int, int] = {}  # user id → updates holding or awaiting the lock
 
     async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
-        user = update.effective_user if isinstance(update, Update) else None
+        """`update`: PTB's Update, or the raw one of a turn run without it (Intake)."""
+        if isinstance(update, Update):
+            user = update.effective_user.id if update.effective_user is not None else None
+        else:
+            user = _sender(update) if isinstance(update, dict) else None
         if user is None:
             await coroutine
             return
-        lock = self._locks.setdefault(user.id, asyncio.Lock())
-        self._users[user.id] = self._users.get(user.id, 0) + 1
+        lock = self._locks.setdefault(user, asyncio.Lock())
+        self._users[user] = self._users.get(user, 0) + 1
         try:
             async with lock:
                 await coroutine
         finally:
-            self._users[user.id] -= 1
-            if not self._users[user.id]:
-                del self._users[user.id]
-                del self._locks[user.id]
+            self._users[user] -= 1
+            if not self._users[user]:
+                del self._users[user]
+                del self._locks[user]
 
     async def initialize(self) -> None:
         """Nothing to allocate."""
@@ -148,11 +154,18 @@ class Intake:
     """
 
     def __init__(
-        self, app: Application, spool: Spool, cheap: Callable[[dict[str, Any]], bool]
+        self,
+        app: Application,
+        spool: Spool,
+        cheap: Callable[[dict[str, Any]], bool],
+        direct: Direct | None = None,
     ) -> None:
+        """`cheap`: refused without a turn (never capped or spooled); `direct`: the turn of a
+        raw update the adapter runs without PTB's Update, or None (then PTB's handlers)."""
         self._app = app
         self._spool = spool
         self._cheap = cheap
+        self._direct = direct
         self.held: dict[int, dict[str, Any]] = {}  # update id → raw update, running, not on disk
         self._running: dict[int, int] = {}  # user id → its updates handed to the application
         self._backlog: dict[int, list[dict[str, Any]]] = {}  # user id → durable, waiting
@@ -266,31 +279,46 @@ class Intake:
 
     def _start(self, raw: dict[str, Any], *, durable: bool) -> None:
         uid = raw["update_id"]
-        try:
-            update = Update.de_json(raw, self._app.bot)
-        except Exception as exc:  # never retried: it would fail the same way forever
-            log.error("telegram: skipping update %s that does not parse (%r)", uid, exc)
-            self._spool.done(uid)
-            return
+        turn = self._direct(raw) if self._direct is not None else None
+        update: Update | dict[str, Any] = raw
+        if turn is None:
+            try:
+                update = Update.de_json(raw, self._app.bot)
+            except Exception as exc:  # never retried: it would fail the same way forever
+                log.error("telegram: skipping update %s that does not parse (%r)", uid, exc)
+                self._spool.done(uid)
+                return
         user = _sender(raw)
         if not durable:
             self.held[uid] = raw
         self._known.add(uid)
         if user is not None:
             self._running[user] = self._running.get(user, 0) + 1
-        task = asyncio.create_task(self._handle(update, user), name=f"telegram update {uid}")
+        task = asyncio.create_task(
+            self._handle(uid, update, turn, user), name=f"telegram update {uid}"
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _handle(self, update: Update, user: int | None) -> None:
+    async def _handle(
+        self,
+        uid: int,
+        update: Update | dict[str, Any],
+        turn: Callable[[], Awaitable[None]] | None,
+        user: int | None,
+    ) -> None:
         """Process like PTB would (its processor: concurrency, one user's updates in order); the
         update counts as handled once its turn is over, answered or not. A cancelled one (the
-        process is going down hard) is not: it stays spooled, or with Telegram."""
+        process is going down hard) is not: it stays spooled, or with Telegram. `turn`: the
+        adapter's own for a raw update (`direct`), else `update` goes to PTB's handlers."""
         app = self._app
-        uid = update.update_id
         over = False
         try:
-            await app.update_processor.process_update(update, app.process_update(update))
+            if turn is not None:
+                await app.update_processor.process_update(update, turn())
+            else:
+                assert isinstance(update, Update)
+                await app.update_processor.process_update(update, app.process_update(update))
             over = True
         except Exception:
             over = True  # an error of our own would happen again: not retried

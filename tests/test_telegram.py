@@ -312,6 +312,28 @@ async def test_edits_and_non_text_messages(
     assert len(tg.sent_to(42)) == 1 and fake_llm.requests == []
 
 
+async def test_a_private_chat_answers_in_its_topic_and_never_another_bot(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path, bot: TelegramAdapter
+) -> None:
+    """Private text messages are read straight from the update (adapters/telegram_place.py),
+    everything else through PTB: both ways, a topic's message is answered in the topic, a
+    bot's message is never answered, and a command is still a command."""
+    fake_llm.default = lambda request: completion("re: topic")
+    tg.dm(42, "sent by a bot", **{"from": {"id": 42, "is_bot": True, "first_name": "B"}})
+    tg.dm(42, "in my topic", message_thread_id=5, is_topic_message=True)
+    [answer] = await tg.wait_sent(42)
+    tg.dm(42, "/help", message_thread_id=5, is_topic_message=True)
+    help_answer = (await tg.wait_sent(42, 2))[1]
+
+    assert answer.text == "re: topic" and answer.params["message_thread_id"] == "5"
+    assert help_answer.params["message_thread_id"] == "5" and "/new" in help_answer.text
+    assert len(fake_llm.chat_requests) == 1
+    lines = session_lines(workspaces_dir, "telegram-42", "telegram:dm:42")
+    said = [m["content"] for m in lines if "role" in m]
+    assert any("in my topic" in str(c) for c in said)
+    assert not any("sent by a bot" in str(c) for c in said)
+
+
 async def test_stop_finishes_running_turn(
     tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
