@@ -264,7 +264,8 @@ class SessionStore:
         if not isinstance(message.get("role"), str):
             raise ValueError("a session message needs a string 'role'")
         record = dict(message)
-        record.setdefault("timestamp", _now())
+        if "timestamp" not in record:  # (not setdefault: it would read the clock every time)
+            record["timestamp"] = _now()
         line = _line(record)  # serialise first: a bad message changes nothing
         position = self._append_line(session, line)
         session._note(record, session.total)
