@@ -155,6 +155,7 @@ class Session:
 
     def _drop_before(self, index: int) -> None:
         """Forget the messages before absolute `index` (consolidated: they stay on disk)."""
+        self._history = None  # it holds copies of them
         count = min(max(0, index - self.offset), len(self.messages))
         if not count:
             return

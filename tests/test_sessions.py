@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
 import re
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -327,6 +329,29 @@ def test_history_asked_at_every_step_is_what_a_fresh_load_builds(sessions_dir: P
         assert session.history() == fresh(sessions_dir).get(KEY).history()
     assert [m["content"] for m in session.history()] == ["q2", "a2", "q3", "a3"]
     assert all("message_id" not in m and "timestamp" not in m for m in session.history())
+
+
+def test_consolidated_messages_leave_ram_though_history_was_built_from_them(
+    sessions_dir: Path,
+) -> None:
+    """The kept history() holds copies of the messages: once they are consolidated, neither
+    stays in RAM (only the unconsolidated tail does)."""
+    store = fresh(sessions_dir)
+    session = store.get(KEY)
+    tracemalloc.start()
+    try:
+        for i in range(100):
+            role = "user" if i % 2 == 0 else "assistant"
+            store.append(session, {"role": role, "content": f"{i} " + "x" * 20_000})
+        assert len(session.history()) == 100
+        held = tracemalloc.get_traced_memory()[0]
+        store.set_last_consolidated(session, 98)
+        gc.collect()
+        left = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held - left > 0.9 * 98 * 20_000
+    assert [m["content"][:3] for m in session.history()] == ["98 ", "99 "]
 
 
 # ---- only the unconsolidated tail in RAM ------------------------------------------------------
