@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from bot.repeating import repeating
 
@@ -13,11 +14,14 @@ async def test_repeats_while_the_work_runs_and_stops_after() -> None:
     async def action() -> None:
         calls.append(asyncio.get_running_loop().time())
 
-    async with repeating(action, every_s=0.05):
-        await asyncio.sleep(0.22)
+    async with repeating(action, every_s=0.05), asyncio.timeout(5):
+        while len(calls) < 4:  # noqa: ASYNC110 - the action notifies nothing
+            await asyncio.sleep(0.01)
     count = len(calls)
-    await asyncio.sleep(0.1)
-    assert 4 <= count <= 6 and len(calls) == count
+    await asyncio.sleep(0.15)  # three intervals: a loop left running would have acted again
+    assert len(calls) == count
+    gaps = [later - earlier for earlier, later in itertools.pairwise(calls)]
+    assert min(gaps) >= 0.045, gaps  # every_s apart: a pause is only cut short at the end
 
 
 async def test_an_action_under_way_is_let_finish() -> None:
