@@ -19,7 +19,12 @@ from pathlib import Path
 
 from tests.fakes.openai_server import FakeOpenAI
 
-STEP_TIMEOUT = 15.0
+# One step of a child `lightgrep` process, which may include its cold start: ~2.6 s of CPU
+# (importing the client libraries, start-up) plus discord.py's 2 s wait for guilds. Where the
+# child gets a fifth of a core (2 cores, the suite's workers, their children and other work)
+# that is ~15 s, which 15 s steps overran; bench/harness.py gives a child 30 s to be ready too.
+# Only a hang ever waits this long.
+STEP_TIMEOUT = 30.0
 ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[@-Z\\-_])")
 CURSOR_POSITION_REQUEST = b"\x1b[6n"
 
