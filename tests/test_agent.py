@@ -15,6 +15,7 @@ from tests.agent_helpers import ask, dm, make_agent, session_records, user_home
 from tests.fakes.openai_server import (
     Delay,
     FakeOpenAI,
+    Held,
     Status,
     completion,
     is_consolidation,
@@ -268,10 +269,13 @@ async def test_one_users_slow_turn_does_not_delay_another(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
     agent = make_agent(fake_llm, workspaces_dir)
+    # The slow answer comes once the fast one is given: if user 2 waited behind user 1,
+    # neither would ever be answered (a fixed delay is one a loaded machine can overrun).
+    fast_given = asyncio.Event()
 
     def answer(request: dict) -> object:
         last = request["messages"][-1]["content"]
-        return Delay(1.0, completion("slow")) if "slow" in last else completion("fast")
+        return Held(fast_given, completion("slow")) if "slow" in last else completion("fast")
 
     fake_llm.default = answer
     order: list[str] = []
@@ -279,8 +283,14 @@ async def test_one_users_slow_turn_does_not_delay_another(
     async def send(user: str, text: str) -> None:
         reply = await ask(agent, dm(user, text))
         order.append(reply.text)
+        if reply.text == "fast":
+            fast_given.set()
 
-    await asyncio.gather(send("1", "slow please"), send("2", "quick one"))
+    async with asyncio.timeout(15):
+        slow = asyncio.create_task(send("1", "slow please"))
+        await fake_llm.wait_requests(1)  # user 1's turn is under way…
+        await send("2", "quick one")  # …when user 2 asks
+        await slow
     await agent.aclose()
     assert order == ["fast", "slow"]
 

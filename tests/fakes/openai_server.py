@@ -64,6 +64,15 @@ class Delay:
 
 
 @dataclass
+class Held:
+    """`item`, answered once `until` is set: the model finishes when the test says, where a
+    Delay's fixed time is one a loaded machine can overrun before the test has looked."""
+
+    until: asyncio.Event
+    item: Any
+
+
+@dataclass
 class Streamed:
     """A streamed answer: `pieces` of text, one chunk each, `every_s` apart (a model writing
     at 20 tokens/s: every_s=0.05), then `tool_calls` (tool_call dicts); `cut_after`: the
@@ -223,6 +232,9 @@ class FakeOpenAI:
                 item = item(body)
             elif isinstance(item, Delay):
                 await asyncio.sleep(item.seconds)
+                item = item.item
+            elif isinstance(item, Held):
+                await item.until.wait()
                 item = item.item
             else:
                 break
