@@ -75,6 +75,10 @@ async def test_metrics_and_health_after_a_turn(
         fake_telegram.dm(42, "hi")
         fake_telegram.dm(42, "/help")
         await fake_telegram.wait_sent(42, 2, wait_s=STEP_TIMEOUT)
+        # The fake has the answer as it is sent; the update is over (counted, out of flight)
+        # once the bot has the fake's response, which it says by acknowledging the update.
+        last = fake_telegram.last_update_id
+        await fake_telegram.wait_until(lambda: fake_telegram.acked(last), STEP_TIMEOUT)
         status, text = await get(f"http://127.0.0.1:{port}/metrics")
         health_status, health = await get(f"http://127.0.0.1:{port}/healthz")
     finally:
