@@ -36,7 +36,10 @@ async def test_a_private_answer_grows_as_a_draft_then_is_sent_once(
     fake_telegram: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
     tg = fake_telegram
-    fake_llm.queue(slow(ANSWER))
+    # 27 pieces 0.1 s apart: 2.7 s of writing. At 0.05 s (1.3 s) the third draft, due 1.0 s
+    # after the first plus two calls to the fake, and the first draft's 1.0 s lead over the
+    # end were left 0.3 s, which a loaded machine's stalls can take.
+    fake_llm.queue(slow(ANSWER, every_s=0.1))
     async with running(make_config(tg, fake_llm, workspaces_dir)):
         tg.dm(42, "tell me")
         await tg.wait_sent(42, 1, wait_s=15)
