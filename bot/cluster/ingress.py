@@ -53,6 +53,7 @@ from bot.inbound import Inbound
 from bot.metrics import CLUSTER_REDELIVERED, count_cluster, watch_cluster
 from bot.outbound import Outbound
 from bot.platform import Resender
+from bot.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +129,7 @@ class BrokerCore:
     async def close(self) -> None:
         for task in (self._adopting, self._listener):
             if task is not None:
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+                await cancel_and_wait(task)
         await self.resending.close()
         if self._adopter is not None:
             await self._adopter.release()

@@ -39,6 +39,7 @@ from bot.config import ClusterConfig
 from bot.inbound import Inbound
 from bot.metrics import CLUSTER_ACKED, CLUSTER_REDELIVERED, count_cluster, watch_cluster
 from bot.outbound import Button, Notice, OutFile
+from bot.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from bot.platform import Core
@@ -233,9 +234,7 @@ class Worker:
                 log.info("worker: stopping; finishing %d running turn(s)", len(self._tasks))
             while self._tasks:
                 await asyncio.gather(*list(self._tasks), return_exceptions=True)
-            keeper.cancel()
-            with contextlib.suppress(BaseException):
-                await keeper
+            await cancel_and_wait(keeper)
             self.ready.clear()
         lost = keeper.exception() if keeper.done() and not keeper.cancelled() else None
         if lost is not None:
