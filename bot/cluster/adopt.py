@@ -25,9 +25,8 @@ from typing import Any
 
 import nats.errors
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, KeyValueConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import (
-    BucketNotFoundError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
     NotFoundError,
@@ -35,7 +34,7 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from bot.cluster import wire
-from bot.cluster.connection import Names
+from bot.cluster.connection import Names, expiring_keys
 from bot.cluster.resend import Resending
 from bot.config import ClusterConfig
 
@@ -89,7 +88,9 @@ class Adopter:
         rounds = 0
         while True:
             try:
-                kv = self._kv or await self._bucket()
+                kv = self._kv or await expiring_keys(
+                    self._js, self._names.ingress_bucket, ttl, self._settings.replicas
+                )
                 self._kv = kv
                 await kv.put(self._me, json.dumps({"host": socket.gethostname(),
                                                    "pid": os.getpid()}).encode())  # fmt: skip
@@ -107,17 +108,6 @@ class Adopter:
         if self._kv is not None:
             with contextlib.suppress(Exception):
                 await self._kv.delete(self._me)
-
-    async def _bucket(self) -> KeyValue:
-        name = self._names.ingress_bucket
-        try:
-            return await self._js.key_value(name)
-        except BucketNotFoundError:
-            config = KeyValueConfig(
-                bucket=name, ttl=self._settings.lease_ttl_s, history=1,
-                replicas=self._settings.replicas,
-            )  # fmt: skip
-            return await self._js.create_key_value(config)
 
     async def _scan(self, kv: KeyValue) -> None:
         prefix = self._names.ingress_consumer("")

@@ -27,8 +27,15 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import (
+    KeyValueConfig,
+    ObjectStoreConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
 from nats.js.errors import BadRequestError, BucketNotFoundError
+from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
 from bot.config import ClusterConfig
@@ -224,6 +231,16 @@ async def bodies(js: JetStreamContext, names: Names, settings: ClusterConfig) ->
     except BucketNotFoundError:
         config = ObjectStoreConfig(storage=StorageType.FILE, replicas=settings.replicas)
         return await js.create_object_store(names.body_bucket, config=config)
+
+
+async def expiring_keys(js: JetStreamContext, bucket: str, ttl_s: float, replicas: int) -> KeyValue:
+    """A key-value bucket whose keys expire `ttl_s` after their last write (the workers' leases,
+    the ingresses' liveness keys), made on first use."""
+    try:
+        return await js.key_value(bucket)
+    except BucketNotFoundError:
+        config = KeyValueConfig(bucket=bucket, ttl=ttl_s, history=1, replicas=replicas)
+        return await js.create_key_value(config)
 
 
 def _refused(exc: Exception) -> bool:

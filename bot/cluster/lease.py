@@ -25,11 +25,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from bot.cluster.connection import ClusterError, Names
+from bot.cluster.connection import ClusterError, Names, expiring_keys
 from bot.cluster.partition import describe_ranges
 from memory.atomic import atomic_write_text
 
@@ -110,7 +109,9 @@ class Leases:
 
     async def acquire(self) -> None:
         """Claim every partition, or none: LeaseHeld names the holders of those taken."""
-        kv = self._kv = await self._bucket()
+        kv = self._kv = await expiring_keys(
+            self._js, self._names.lease_bucket, self._ttl_s, self._replicas
+        )
         refused: dict[int, str] = {}
         self._taken_over = {}
         for partition in self._partitions:
@@ -160,16 +161,6 @@ class Leases:
             except Exception as exc:  # it expires anyway
                 log.warning("could not release partition %s (%s)", partition, exc)
             self._revisions.pop(partition, None)
-
-    async def _bucket(self) -> KeyValue:
-        try:
-            return await self._js.key_value(self._names.lease_bucket)
-        except BucketNotFoundError:
-            config = KeyValueConfig(
-                bucket=self._names.lease_bucket, ttl=self._ttl_s, history=1,
-                replicas=self._replicas,
-            )  # fmt: skip
-            return await self._js.create_key_value(config)
 
     async def _claim(self, kv: KeyValue, partition: int) -> str | None:
         """Claim one partition; None if done, else who holds it."""
