@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import recall_eval  # noqa: E402
 import recall_life  # noqa: E402
 
-from memory.search import SCANS, search_history  # noqa: E402
+from memory.search.engine import SCANS, search_history  # noqa: E402
 
 SEARCH_MB = 100
 SEARCH_RUNS = 7

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from memory.search import search_history
+from memory.search.engine import search_history
 
 SEED = 20260301
 N_ENTRIES = 3000

@@ -11,7 +11,8 @@ fits in that time. Questions use other word forms than the entries ("hiking" / "
 "ran" / "run"), filler words, and relative dates; they are asked on 2026-06-01.
 
 Scored: recall@1, recall@5, MRR (over the top 10) and empty answers, for the ranked search
-(memory/search.py) and for the seed's way, grep for every keyword (case-insensitive substrings,
+(memory/search/engine.py) and for the seed's way, grep for every keyword (case-insensitive
+substrings,
 newest first), by kind of question. Questions alternate between a tuning half (used by
 bench/tune_bm25.py) and a held-out half.
 
@@ -422,7 +423,7 @@ _FILLER = None
 def _stopwords() -> frozenset[str]:
     global _FILLER
     if _FILLER is None:
-        from memory.terms import STOPWORDS
+        from memory.search.terms import STOPWORDS
 
         _FILLER = STOPWORDS
     return _FILLER
@@ -442,7 +443,7 @@ def seed_grep(entries_low: list[str], stamps: list[str], question: str) -> list[
 
 
 def ranked(path: Path) -> Callable[[str], list[str]]:
-    from memory import search
+    from memory.search import engine as search
 
     takes_now = "now" in inspect.signature(search.search_history).parameters
 

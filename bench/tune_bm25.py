@@ -2,10 +2,11 @@
 
 Grid: BM25's k1 (how fast repeats of a word stop counting) and b (how much a long entry is
 discounted), then the weights of another form of a word and of a word inside a longer one
-(memory/stems.py), then whether entries holding more keywords (or all) come first. Each
+(memory/search/stems.py), then whether entries holding more keywords (or all) come first. Each
 setting is scored by MRR (then recall@5) on the tuning questions only; the chosen one is then
 scored on the held-out questions and on bench/recall_eval.py's older set, which the tuning
-never saw. The values chosen are the ones written in memory/search.py and memory/stems.py.
+never saw. The values chosen are the ones written in memory/search/engine.py and
+memory/search/stems.py.
 
 Run: python bench/tune_bm25.py
 """
@@ -22,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import recall_eval
 import recall_life
 
-from memory import search, stems
+from memory.search import engine as search
+from memory.search import stems
 
 K1 = [0.6, 0.9, 1.2, 1.5, 2.0, 3.0]
 B = [0.0, 0.1, 0.25, 0.5, 0.75]

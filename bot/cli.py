@@ -289,7 +289,7 @@ async def cmd_recall(args: argparse.Namespace) -> int:
     """The user's /recall answer, exactly as they would get it; a query that cannot be run (a
     bad regex) is an error, exit 2."""
     from bot.commands import RecallQuery, recall
-    from memory.search import SearchError
+    from memory.search.engine import SearchError
 
     workspace = _reader(args).get(args.user_key)
     query = RecallQuery(" ".join(args.words), page=args.page, regex=args.regex)

@@ -28,7 +28,7 @@ from bot.inbound import Inbound
 from bot.limits import UsageReport
 from bot.outbound import Outbound, Reply
 from memory.preferences import MEMORY_IN_GROUPS
-from memory.search import SearchError, SearchResult, search_history
+from memory.search.engine import SearchError, SearchResult, search_history
 from memory.session import Session
 from memory.usage import Totals
 from memory.versions import HeldUpdate
@@ -147,7 +147,7 @@ class RecallArgsError(ValueError):
 
 @dataclass(frozen=True)
 class RecallQuery:
-    """What /recall (and `lightgrep recall`) searches for: memory.search's query syntax."""
+    """What /recall (and `lightgrep recall`) searches for: memory.search.engine's query syntax."""
 
     text: str
     page: int = 1

@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any
 
 from memory.safefs import LinkRefusedError
-from memory.search import SearchError, search_history
+from memory.search.engine import SearchError, search_history
 from memory.store import DEFAULT_SECTION, SECTIONS, MemoryEditError
 from memory.text import valid_text
 from memory.threads import in_thread

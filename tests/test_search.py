@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory import search as search_module
-from memory.search import SearchError, search_history
+from memory.search import engine as search_module
+from memory.search.engine import SearchError, search_history
 
 
 def write_history(path: Path, *entries: str) -> Path:
@@ -514,7 +514,7 @@ def test_remembered_scans_are_bounded_and_change_no_answer(
             assert 0 < small.rows <= 50
 
 
-# ---- the bulk scan of bare keywords (memory/word_scan.py) against the careful one ----------
+# ---- the bulk scan of bare keywords (memory/search/word_scan.py) against the careful one ---
 
 BULK_WORDS = ["paid", "Paid,", "pays", "unpaid", "euro", "euros", "(12 euros)", "late", "later"]
 BULK_WORDS += ["latency", "plate", "flat", "neuro", "LATE.", "ü", "paid paid", "2026", "ünpaid"]

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from memory.dates import DateNeedle, DateSpan, extract_dates
-from memory.linear_regex import compile_regex
-from memory.stems import WordForms
+from memory.search.dates import DateNeedle, DateSpan, extract_dates
+from memory.search.regex import compile_regex
+from memory.search.stems import WordForms
 from memory.store import ENTRY_STAMP
 
 __all__ = ["BYTES_LAYOUT", "STOPWORDS", "Query", "SearchError", "Term", "parse_query"]

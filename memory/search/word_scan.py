@@ -10,7 +10,7 @@ the keyword itself (another form, a longer word) take a Python step.
 
 The text searched is the region's *word view*: ASCII letters lowered, every byte that cannot be
 part of a word made a space, so " paid " there is "paid" as a whole word; entry edges and stamps
-are read from the bytes as written. The weights are those of ``WordForms`` (memory/stems.py),
+are read from the bytes as written. The weights are those of ``WordForms`` (memory/search/stems.py),
 summed in the same order as a per-hit loop would, so the figures are the same to the last bit.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from ahocorasick_rs import BytesAhoCorasick
 
-from memory.stems import WORD_BYTES, WordForms, word_end
+from memory.search.stems import WORD_BYTES, WordForms, word_end
 
 __all__ = [
     "WORD_VIEW",

@@ -3,26 +3,28 @@
 An entry begins at a ``[YYYY-MM-DD HH:MM]`` line that starts the file or follows a blank line; a
 ``[RAW]`` archive holds many timestamped lines separated by single newlines, so it stays one entry.
 
-What matches (see memory/terms.py): a keyword finds itself as a word, the other forms of its
-stem ("hiking" finds "hiked", memory/stems.py) and, as ``grep -i`` would, itself inside longer
+What matches (see memory/search/terms.py): a keyword finds itself as a word, the other forms of its
+stem ("hiking" finds "hiked", memory/search/stems.py) and, as ``grep -i`` would, itself inside
+longer
 words ("postgres" in "PostgreSQL"), weighted in that order. ``"quoted phrases"`` match exactly.
 Filler words of a natural question ("what did Dr. Lindqvist say about my migraines") are not
 searched when the query holds anything else. Dates in the question ("last week", "in March",
-memory/dates.py) pick out the entries filed then or naming such a day: those come first.
+memory/search/dates.py) pick out the entries filed then or naming such a day: those come first.
 
 Ranking: an entry holding more of the keywords first, then BM25 over the weighted occurrences
 (rare words weigh more), ties to the newest. With ``regex=True`` the query is one
-case-insensitive RE2 expression (memory/linear_regex.py; ``^``/``$`` match at lines).
+case-insensitive RE2 expression (memory/search/regex.py; ``^``/``$`` match at lines).
 
 Speed: the scan works on bytes, a chunk at a time. Bare ASCII keywords, the common case, are
-found in bulk (memory/word_scan.py): one memmem pass per keyword, C calls mapped over the hits,
+found in bulk (memory/search/word_scan.py): one memmem pass per keyword, C calls mapped over the
+hits,
 no Python step per hit or entry unless a hit is another form of the word. Phrases, non-ASCII
 words and dates search the lowered chunk with ``bytes.find``, a few C calls per matching entry;
 regexes run RE2 on the bytes as written. Timestamps are checked in bulk; per pattern of term
 counts only the few entries that can still reach the requested page are kept, so memory stays
 small however many entries match. Ranking without a length norm (b = 0) needs no entry's end:
 the few entries shown are read up to the next one. What a scan found per keyword is remembered
-until the file changes (memory/scan_cache.py, bounded), so the next page, or a keyword asked
+until the file changes (memory/search/scan_cache.py, bounded), so the next page, or a keyword asked
 again, reads nothing.
 """
 
@@ -39,13 +41,13 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from memory import stems
-from memory.dates import DateSpan
-from memory.linear_regex import RegexError
 from memory.safefs import open_binary
-from memory.scan_cache import Region, ScanCache, file_version
-from memory.stems import WORD_BYTES, word_end
-from memory.terms import (
+from memory.search import stems
+from memory.search.dates import DateSpan
+from memory.search.regex import RegexError
+from memory.search.scan_cache import Region, ScanCache, file_version
+from memory.search.stems import WORD_BYTES, word_end
+from memory.search.terms import (
     BYTES_LAYOUT,
     STOPWORDS,
     Query,
@@ -53,7 +55,7 @@ from memory.terms import (
     Term,
     parse_query,
 )
-from memory.word_scan import (
+from memory.search.word_scan import (
     WORD_VIEW,
     Row,
     TermHits,
@@ -104,7 +106,8 @@ class SearchResult:
 
 # --- scanning ---------------------------------------------------------------------------------
 
-# A Row (memory/word_scan.py) is one matching entry as kept for ranking: (-length, stamp, file
+# A Row (memory/search/word_scan.py) is one matching entry as kept for ranking: (-length, stamp,
+# file
 # offset). Shorter entries score higher and ties go to the newest, so the largest ranks first.
 _STAMP_OF, _OFFSET = itemgetter(1), itemgetter(2)
 
@@ -196,7 +199,7 @@ def _scan_fast(buf: bytes, end: int, eof: bool, term: Term, base: int) -> TermHi
     afterwards, in bulk and in C, that each edge it used starts a timestamp; None means one did
     not (the caller then rescans the region with the careful loop). ``buf[end - 2:end]`` is the
     blank line before the next region's first entry unless ``eof``. A word keyword weighs each
-    word found at its root (memory/stems.py); a phrase counts its occurrences.
+    word found at its root (memory/search/stems.py); a phrase counts its occurrences.
     """
     find, rfind, count, startswith = buf.find, buf.rfind, buf.count, buf.startswith
     needle = term.needle
@@ -300,7 +303,7 @@ def _estimate_entries(buf: bytes, cut: int) -> int:
     return round(buf.count(b"\n\n[", 0, SAMPLE_BYTES) * cut / SAMPLE_BYTES)
 
 
-SCANS = ScanCache()  # per file and keyword, what the last scan found (memory/scan_cache.py)
+SCANS = ScanCache()  # per file and keyword, what the last scan found (memory/search/scan_cache.py)
 
 
 def _cache_key(term: Term) -> Hashable | None:
@@ -363,7 +366,7 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
             ]
             todo = [t for t, got in enumerate(found) if got is None and words[t] is not None]
             bulk = None
-            if todo:  # bare ASCII keywords: in bulk, on the word view (memory/word_scan.py)
+            if todo:  # bare ASCII keywords: in bulk, on the word view (memory/search/word_scan.py)
                 scans = [w for t in todo if (w := words[t]) is not None]
                 view = buf.translate(WORD_VIEW)
                 bulk = scan_words(buf, view, cut, eof, scans, base, BM25_B > 0)
