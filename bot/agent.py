@@ -49,15 +49,15 @@ from bot.transcribe import Transcriber
 from bot.usage import ChargedLLM, UsageBook, charged_to
 from bot.window import TOOLS_TEXT, llm_budget
 from memory import clock
-from memory.consolidator import MemoryConsolidator
+from memory.consolidation.consolidator import MemoryConsolidator
+from memory.control.versions import held_update
+from memory.control.wipe import delete, hide, sweep_wiped
 from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMContextOverflow, LLMError
 from memory.preferences import MEMORY_IN_GROUPS
 from memory.safefs import LinkRefusedError
 from memory.session import Session
 from memory.text import valid_text
 from memory.tokens import TokenEstimator
-from memory.versions import held_update
-from memory.wipe import delete, hide, sweep_wiped
 from memory.workspace import UnsafeWorkspaceError, Workspace, Workspaces
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,7 @@
 """The operator's side of memory control: `lightgrep forget`, `lightgrep export`, `lightgrep wipe`.
 
-The same file work as the chat commands (memory.forget, memory.export, memory.wipe), for the
+The same file work as the chat commands (memory.control.forget, memory.control.export,
+memory.control.wipe), for the
 person running the bot: to export an archive too big for a chat, or to act on a user's request
 that came another way. Forget and wipe write, so they take the workspaces folder lock and refuse,
 in one line, while a bot holds it (the user can then use /forget or /wipe in the chat, which go
@@ -21,7 +22,7 @@ from memory.folder_lock import FolderLock, FolderLockedError, FolderLockError
 
 if TYPE_CHECKING:
     from bot.config import Config
-    from memory.export import ArchiveInfo
+    from memory.control.export import ArchiveInfo
     from memory.workspace import Workspaces
 
 
@@ -53,7 +54,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 async def cmd_forget(args: argparse.Namespace) -> int:
     from bot import cli
-    from memory.forget import ForgetError, find, forget
+    from memory.control.forget import ForgetError, find, forget
 
     config = cli.load(args.config)
     cli._require_workspace(config, args.user_key)
@@ -83,7 +84,7 @@ async def cmd_forget(args: argparse.Namespace) -> int:
 
 async def cmd_export(args: argparse.Namespace) -> int:
     from bot import cli
-    from memory.export import archive_name, write_archive
+    from memory.control.export import archive_name, write_archive
     from memory.workspace import Workspaces
 
     config = cli.load(args.config, writer=False)
@@ -121,7 +122,7 @@ def _write_atomically(target: Path, write: Callable[[IO[bytes]], ArchiveInfo]) -
 
 async def cmd_wipe(args: argparse.Namespace) -> int:
     from bot import cli
-    from memory.wipe import contents, wipe_folder
+    from memory.control.wipe import contents, wipe_folder
 
     config = cli.load(args.config)
     cli._require_workspace(config, args.user_key)

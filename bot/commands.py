@@ -27,11 +27,11 @@ from bot.control import (
 from bot.inbound import Inbound
 from bot.limits import UsageReport
 from bot.outbound import Outbound, Reply
+from memory.control.versions import HeldUpdate
 from memory.preferences import MEMORY_IN_GROUPS
 from memory.search.engine import SearchError, SearchResult, search_history
 from memory.session import Session
 from memory.usage import Totals
-from memory.versions import HeldUpdate
 from memory.workspace import Workspace
 
 RECALL_PAGE_SIZE = 5

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 from bot.confirm import CONFIRM_TTL_S, Answer
 from bot.outbound import Button, OutFile, Reply
-from memory.export import ARCHIVE_MIME, archive_name, write_archive
-from memory.forget import Findings, ForgetError, find, forget, phrase_pattern
-from memory.versions import HeldUpdate, NoVersionError, list_versions, restore
-from memory.wipe import contents
+from memory.control.export import ARCHIVE_MIME, archive_name, write_archive
+from memory.control.forget import Findings, ForgetError, find, forget, phrase_pattern
+from memory.control.versions import HeldUpdate, NoVersionError, list_versions, restore
+from memory.control.wipe import contents
 
 if TYPE_CHECKING:
     from bot.commands import CommandContext
-    from memory.consolidator import MemoryEvent
+    from memory.consolidation.consolidator import MemoryEvent
 
 # The largest file any of our platforms takes from a bot (Telegram: 50 MB); an adapter whose
 # platform takes less says so itself (bot.outbound.too_large_notice).

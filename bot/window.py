@@ -20,7 +20,7 @@ import aiohttp
 from bot.config import Config, LLMConfig
 from bot.context import ContextBuilder
 from bot.tools import TOOL_SCHEMAS
-from memory.budget import EXCHANGE_TOKENS, Budget, default_margin, memory_budget
+from memory.consolidation.budget import EXCHANGE_TOKENS, Budget, default_margin, memory_budget
 from memory.store import MEMORY_TEMPLATE, memory_prompt_section
 from memory.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenEstimator
 

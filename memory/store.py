@@ -29,7 +29,8 @@ _STAMP = re.compile(ENTRY_STAMP)
 _BLANK_LINES = re.compile(r"\n(?:[ \t\r]*\n)+")
 _HEADING = re.compile(r"^(#{1,2})[ \t]+(.*?)[ \t#]*$")
 # MEMORY.<UTC time>Z.<ns since the epoch>.md (older names, in local time, lack the Z); a held
-# update (a consolidation's text that was not written, see memory.checks) ends in .held.md.
+# update (a consolidation's text that was not written, see memory.consolidation.checks) ends in
+# .held.md.
 _VERSION_NAME = re.compile(r"^MEMORY\.\d{8}T\d{6}Z?\.(\d{20})(?:\.held)?\.md$")
 HELD_SUFFIX = ".held.md"
 

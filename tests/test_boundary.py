@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.boundary import pick_boundary
+from memory.consolidation.boundary import pick_boundary
 
 
 def user(text: str = "hi") -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bot.llm import LLMClient
-from memory.consolidator import (
+from memory.consolidation.consolidator import (
     SAVE_MEMORY_TOOL,
     MemoryConsolidator,
     format_messages,

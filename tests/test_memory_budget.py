@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.agent import Agent
-from memory.checks import check_memory_update, held_because
+from memory.consolidation.checks import check_memory_update, held_because
 from memory.workspace import Workspaces
 from tests.agent_helpers import ask, dm, group, make_agent, session_records, user_home
 from tests.fakes.openai_server import (
@@ -44,7 +44,7 @@ def without(*dropped: str, adding: tuple[str, str] | None = None) -> str:
 
 
 MEMORY = memory_text(FACTS)
-# Drops 3 of the 8 facts: passes memory.checks (keeps more than half), but is held.
+# Drops 3 of the 8 facts: passes memory.consolidation.checks (keeps more than half), but is held.
 DROPS_THREE = without("Lives in Lyon", "Is a carpenter", "Drinks green tea")
 # A correction: one fact changed, one added.
 CORRECTED = without("Lives in Lyon", adding=("User Information", "Lives in Paris")).replace(
@@ -161,7 +161,7 @@ async def test_still_over_budget_after_condensing_is_kept_and_the_person_is_told
     shorter = MEMORY + "- The boat: " + ("planks and varnish and rain, " * 12).rstrip() + "\n"
     agent = make_agent(fake_llm, workspaces_dir, memory={"max_memory_tokens": 60})
     fake_llm.default = answers(MEMORY + story, shorter)
-    with caplog.at_level(logging.WARNING, logger="memory.consolidator"):
+    with caplog.at_level(logging.WARNING, logger="memory.consolidation.consolidator"):
         after = await file_a_conversation(agent)
     later = (await ask(agent, dm("42", "and another thing"))).text
     status = (await ask(agent, dm("42", "/status"))).text
@@ -201,7 +201,7 @@ async def test_an_update_dropping_over_a_quarter_of_the_facts_is_held(
     before = memory_file.read_bytes()
     agent = make_agent(fake_llm, workspaces_dir)
     fake_llm.default = answers(DROPS_THREE)
-    with caplog.at_level(logging.WARNING, logger="memory.consolidator"):
+    with caplog.at_level(logging.WARNING, logger="memory.consolidation.consolidator"):
         after = await file_a_conversation(agent)
     later = (await ask(agent, dm("42", "and another thing"))).text
     status = (await ask(agent, dm("42", "/status"))).text

@@ -16,8 +16,8 @@ import pytest
 from bot.agent import Agent
 from bot.confirm import Confirmations
 from bot.usage import GLOBAL_USAGE_FILE
-from memory.export import write_archive
-from memory.forget import forget
+from memory.control.export import write_archive
+from memory.control.forget import forget
 from memory.session import SessionStore
 from memory.workspace import Workspace, Workspaces
 from tests.agent_helpers import ask, dm, group, make_agent, user_home
@@ -115,7 +115,7 @@ def test_forget_leaves_no_file_holding_the_phrase_and_keeps_the_rest(tmp_path: P
 
 
 def test_forget_refuses_a_phrase_too_short_to_mean_anything(tmp_path: Path) -> None:
-    from memory.forget import ForgetError
+    from memory.control.forget import ForgetError
 
     workspace = Workspaces(tmp_path).get("telegram-42")
     fill(workspace)
@@ -388,7 +388,7 @@ async def test_a_message_waiting_behind_a_wipe_starts_as_a_strangers(
 async def test_a_crash_mid_wipe_leaves_a_hidden_remnant_the_next_bot_removes(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
-    from memory.wipe import hide
+    from memory.control.wipe import hide
 
     fill(Workspaces(workspaces_dir).get("telegram-42"))
     hidden = hide(workspaces_dir / "telegram-42")  # the rename happened, the deletion did not

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main
+from memory.control.forget import forget
 from memory.folder_lock import FolderLock
-from memory.forget import forget
 from memory.session import SessionStore
 from memory.workspace import Workspaces
 from tests.cli_helpers import write_config

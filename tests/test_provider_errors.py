@@ -58,7 +58,7 @@ def test_every_log_record_is_masked_by_the_one_redactor(
 
     logsafe.hide(None)  # what LLMClient.from_config does when no key is configured
     with caplog.at_level(logging.WARNING):
-        logging.getLogger("memory.consolidator").warning(
+        logging.getLogger("memory.consolidation.consolidator").warning(
             "consolidation failed: %s", LEAKY_400["error"]["message"]
         )
         try:

@@ -16,7 +16,7 @@ import pytest
 
 from bot.cli import main
 from bot.llm import LLMClient
-from memory.consolidator import MemoryConsolidator
+from memory.consolidation.consolidator import MemoryConsolidator
 from memory.store import MEMORY_TEMPLATE
 from memory.tokens import TokenEstimator
 from memory.workspace import Workspace, Workspaces

@@ -8,7 +8,7 @@ keeps every message regardless.
 
 MEMORY.md has a budget (`memory_budget_tokens`, by default a quarter of the window): the request
 states it and the current size, and an update over it gets one request to condense. What is
-refused, held or written, in which order, is memory.checks' docstring.
+refused, held or written, in which order, is memory.consolidation.checks' docstring.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memory import clock
-from memory.boundary import pick_boundary, valid_ends
-from memory.budget import HISTORY_ENTRY_TOKENS, Budget, memory_budget
-from memory.checks import (
+from memory.consolidation.boundary import pick_boundary, valid_ends
+from memory.consolidation.budget import HISTORY_ENTRY_TOKENS, Budget, memory_budget
+from memory.consolidation.checks import (
     check_history_entry,
     check_memory_update,
     echo_fragments,
@@ -210,7 +210,8 @@ class MemoryConsolidator:
     """Keeps each session's prompt under the window by consolidating its oldest turns.
 
     `answer_tokens` and `margin_tokens` are the answer's share of the window and the room kept
-    for estimate error (see memory.budget): a prompt "fits" when prompt + answer + margin does.
+    for estimate error (see memory.consolidation.budget): a prompt "fits" when prompt + answer +
+    margin does.
     """
 
     def __init__(
@@ -673,6 +674,6 @@ _TOOL_TEXT = json.dumps([SAVE_MEMORY_TOOL])
 
 
 def _valid_ends(session: Session, start: int) -> list[int]:
-    """memory.boundary.valid_ends by absolute index (the session holds its tail only)."""
+    """Boundary.valid_ends by absolute index (the session holds its tail only)."""
     base = session.offset
     return [end + base for end in valid_ends(session.messages, start - base)]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memory.atomic import fsync_dir
-from memory.forget import history_entries
+from memory.control.forget import history_entries
 from memory.media import MEDIA_DIR
 from memory.workspace import Workspace
 

@@ -4,7 +4,8 @@ MemoryStore keeps the text each write replaces (in `.memory_versions/`, named by
 was replaced). Undo restores one of them through the same write, so the text it replaces is kept
 as a version in turn: an undo never destroys anything and can itself be undone.
 
-A held version (`.held.md`, see memory.checks) is a consolidation's update that was not written
+A held version (`.held.md`, see memory.consolidation.checks) is a consolidation's update that was
+not written
 because it would drop too many facts. It never was the memory, so it is compared with the memory
 it would have replaced (the next ordinary version, or MEMORY.md now), and the ordinary versions
 are compared with each other, skipping held ones.
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memory.checks import kept_fact_lines
+from memory.consolidation.checks import kept_fact_lines
 from memory.store import HELD_SUFFIX, MemoryStore
 
 _NS = re.compile(r"\.(\d{20})(?:\.held)?\.md$")
