@@ -35,8 +35,8 @@ from bot.commands import COMMANDS, Command
 from bot.formatting import split_message
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
-from bot.media import Candidate, MediaRules, collect
-from bot.metrics import watch_in_flight
+from bot.media.rules import Candidate, MediaRules, collect
+from bot.observe.metrics import watch_in_flight
 from bot.outbound import BufferedOutbound, Button, Reply, too_large_notice
 from bot.platform import PlatformStartError
 from bot.repeating import repeating
@@ -550,7 +550,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def _attachments(message: discord.Message) -> list[Candidate]:
-    """The message's attachments as bot.media candidates (downloaded from Discord's CDN only
+    """The message's attachments as bot.media.rules candidates (downloaded from Discord's CDN only
     if they will be used)."""
     candidates = []
     for attachment in message.attachments:

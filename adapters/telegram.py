@@ -83,8 +83,8 @@ from bot.access import is_allowed
 from bot.commands import COMMANDS
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
-from bot.media import Candidate, MediaRules, collect
-from bot.metrics import watch_in_flight
+from bot.media.rules import Candidate, MediaRules, collect
+from bot.observe.metrics import watch_in_flight
 from bot.outbound import Button, OutFile, Reply, too_large_notice
 from bot.platform import PlatformStartError
 from bot.repeating import repeating
@@ -127,7 +127,7 @@ class TelegramAdapter:
         media: MediaRules | None = None,
     ) -> None:
         """`state_dir` holds the spool (the workspaces folder: its lock makes us its only
-        writer); `media` the limits of what people may send (bot.media)."""
+        writer); `media` the limits of what people may send (bot.media.rules)."""
         self.ready = asyncio.Event()
         self._config = config
         self._media = media or MediaRules()
@@ -548,7 +548,7 @@ class TelegramAdapter:
 
 
 def _attachments(bot: Bot, msg: Message) -> list[Candidate]:
-    """What a message carries besides text, as bot.media candidates (nothing downloaded yet).
+    """What a message carries besides text, as bot.media.rules candidates (nothing downloaded yet).
     A video is listed too, so that the answer can say it is not supported; a sticker, a
     location or a poll is not a file at all (the adapter answers TEXT_ONLY)."""
     if msg.photo:

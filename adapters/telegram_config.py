@@ -54,7 +54,7 @@ def check(settings: TelegramConfig) -> None:
 
 def create(config: Config, agent: Core) -> TelegramAdapter:
     from adapters.telegram import TelegramAdapter
-    from bot.media import MediaRules
+    from bot.media.rules import MediaRules
 
     return TelegramAdapter(
         config.platforms[PLATFORM],

@@ -92,7 +92,7 @@ async def library_bot(api_base: str, llm_base: str, folder: Path, on_aiohttp: bo
     from telegram import Bot
 
     from adapters.telegram_request import AiohttpRequest
-    from bot.llm_http import AiohttpTransport
+    from bot.llm.http import AiohttpTransport
 
     histories: dict[int, list[dict[str, Any]]] = {}
     offset = 0

@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import filler
-from bot.llm import LLMClient
+from bot.llm.client import LLMClient
 
 SYSTEM = "You are a helpful assistant. Answer briefly.\n" * 20
 

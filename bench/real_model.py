@@ -39,8 +39,8 @@ from aiohttp import web  # noqa: E402
 from bot.agent import TOO_LONG_REPLY, Agent  # noqa: E402
 from bot.config import AgentConfig, Config, LLMConfig, MemoryConfig  # noqa: E402
 from bot.inbound import Inbound  # noqa: E402
+from bot.llm.overflow import context_overflow  # noqa: E402
 from bot.outbound import BufferedOutbound  # noqa: E402
-from bot.overflow import context_overflow  # noqa: E402
 from memory.store import SECTIONS  # noqa: E402
 
 # (text, facts it plants: lower-case words to find in the files later)

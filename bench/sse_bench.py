@@ -1,4 +1,4 @@
-"""CPU of reading one streamed answer: bot/llm_sse.py's events and bot/llm_stream.py's assembly.
+"""CPU of reading one streamed answer: bot/llm/sse.py's events and bot/llm/stream.py's assembly.
 
 No sockets: the event stream a chat completion of --words words arrives as (one chunk per word,
 the usage last, then [DONE], as OpenAI writes it) is handed to the reader whole (a fast server:
@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.llm_sse import events
-from bot.llm_stream import Assembled
+from bot.llm.sse import events
+from bot.llm.stream import Assembled
 
 
 def body_of(words: int) -> bytes:

@@ -24,7 +24,6 @@ from dataclasses import replace
 from typing import Any
 
 from bot import logsafe
-from bot.attachments import AttachmentReader, Prepared
 from bot.commands import (
     CommandContext,
     ParsedCommand,
@@ -39,13 +38,14 @@ from bot.context import ContextBuilder, with_media
 from bot.control import memory_notice
 from bot.inbound import Inbound
 from bot.limits import Limits, Refusal
-from bot.llm import LLMClient, LLMImagesRefused
-from bot.media import MediaRules
-from bot.metrics import count_limit_refusal
+from bot.llm.client import LLMClient, LLMImagesRefused
+from bot.media.attachments import AttachmentReader, Prepared
+from bot.media.rules import MediaRules
+from bot.media.transcribe import Transcriber
+from bot.observe.metrics import count_limit_refusal
 from bot.outbound import CONSOLIDATING, Outbound, Reply
 from bot.streaming import AnswerStream
 from bot.tools import AgentTools
-from bot.transcribe import Transcriber
 from bot.usage import ChargedLLM, UsageBook, charged_to
 from bot.window import TOOLS_TEXT, llm_budget
 from memory import clock
@@ -319,7 +319,7 @@ class Agent:
             return reply
         return replace(reply, text="\n\n".join([reply.text, memory_notice(event)]))
 
-    # ---- attachments (bot/attachments.py) ---------------------------------------------------
+    # ---- attachments (bot/media/attachments.py) --------------------------------------------------
 
     async def _prepare(self, workspace: Workspace, inbound: Inbound) -> Prepared | Reply:
         """The message's text and media references; a Reply when its media cannot be kept."""

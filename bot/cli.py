@@ -367,7 +367,7 @@ def _check_workspaces(config: Config) -> tuple[bool, str, str]:
 
 
 async def _check_endpoint(config: Config) -> tuple[bool, str, str]:
-    from bot.llm import LLMClient
+    from bot.llm.client import LLMClient
     from memory.llm import LLMError
 
     where = config.llm.base_url or "https://api.openai.com/v1"
@@ -460,13 +460,13 @@ def _only_writer(config: Config) -> Iterator[None]:
 
 def _new_agent(config: Config, *, writer: bool = True, metered: bool = False) -> Any:
     """The bot's core; writer=True only under _only_writer (the folder lock). metered: its model
-    calls and consolidations counted for /metrics (bot.metrics)."""
+    calls and consolidations counted for /metrics (bot.observe.metrics)."""
     from bot.agent import Agent  # heavy imports only for the commands that need them
 
     if not metered:
         return Agent(config, writer=writer)
-    from bot.llm import LLMClient
-    from bot.metrics import MeteredLLM, count_consolidation
+    from bot.llm.client import LLMClient
+    from bot.observe.metrics import MeteredLLM, count_consolidation
 
     agent = Agent(config, MeteredLLM(LLMClient.from_config(config.llm)), writer=writer)
     agent.consolidator.on_outcome = count_consolidation
@@ -475,7 +475,7 @@ def _new_agent(config: Config, *, writer: bool = True, metered: bool = False) ->
 
 def _metered_core(agent: Any) -> Any:
     """What the adapters are handed: the agent, every message counted."""
-    from bot.metrics import MeteredCore
+    from bot.observe.metrics import MeteredCore
 
     return MeteredCore(agent)
 

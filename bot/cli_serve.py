@@ -16,7 +16,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from bot import heap
+from bot.observe import heap
 from bot.platform import PlatformAdapter, PlatformStartError
 
 log = logging.getLogger("lightgrep")
@@ -34,11 +34,11 @@ async def observed(
     llm: Any,
     cluster: Callable[[], dict[str, Any]] | None = None,
 ) -> AsyncIterator[None]:
-    """/metrics and /healthz on `[metrics] listen` for the block (bot/observe.py), if set."""
+    """/metrics and /healthz on `[metrics] listen` for the block (bot/observe/server.py), if set."""
     if not listen:
         yield
         return
-    from bot.observe import ObserveServer
+    from bot.observe.server import ObserveServer
 
     observe = ObserveServer(listen, adapters, llm, cluster)
     await observe.start()
@@ -122,7 +122,7 @@ async def _wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
 
 async def _announce_ready(adapter: PlatformAdapter) -> float:
     """When the adapter became ready (loop time), having said so; start-up is then over
-    (bot/heap.py)."""
+    (bot/observe/heap.py)."""
     await adapter.ready.wait()
     heap.settle()
     log.info("%s is ready", adapter.name)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from bot.media import IMAGE_TYPES
+from bot.media.rules import IMAGE_TYPES
 from memory import clock
 from memory.media import IMAGE_REF, is_ref, ref_text
 

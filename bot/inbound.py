@@ -1,7 +1,8 @@
 """What an adapter hands the core (the answer goes back through bot.outbound).
 
 Plain data only (strings, numbers, bytes), so an Inbound can cross a message broker: an
-attachment arrives already downloaded by the adapter (within the limits of bot.media), never as a
+attachment arrives already downloaded by the adapter (within the limits of bot.media.rules), never
+as a
 platform object or a link to fetch later.
 """
 
@@ -12,14 +13,14 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Attachment:
-    """One picture, voice message, audio or file of a message (see bot.media for the kinds)."""
+    """One picture, voice message, audio or file of a message (kinds: bot.media.rules)."""
 
-    kind: str  # bot.media: "image", "audio", "text", "pdf" or "other"
+    kind: str  # bot.media.rules: "image", "audio", "text", "pdf" or "other"
     mime: str  # as the platform reports it (the core checks pictures by their bytes)
     name: str  # the file name, or one made up from the kind ("photo.jpg", "voice.ogg")
     size: int | None  # bytes, as the platform reports it (None: not reported)
     data: bytes | None = None  # None: not downloaded; `skipped` says why
-    skipped: str | None = None  # bot.media: TOO_LARGE, TOO_MANY, UNSUPPORTED or UNAVAILABLE
+    skipped: str | None = None  # bot.media.rules: TOO_LARGE, TOO_MANY, UNSUPPORTED or UNAVAILABLE
     limit: int | None = None  # TOO_LARGE: the most that could be downloaded, in bytes
     voice: bool = False  # a voice message (recorded in the chat), not an audio file
     seconds: float | None = None  # length of audio, as the platform reports it

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bot.llm_stream import stream_or_chat
+from bot.llm.stream import stream_or_chat
 from memory.llm import ChatLLM, ChatResult
 from memory.usage import USAGE_FILE, UsageLog
 from memory.workspace import Workspaces
@@ -110,7 +110,7 @@ class ChargedLLM:
         tool_choice: str | dict[str, Any] | None = None,
         max_tokens: int | None = None,
     ) -> ChatResult:
-        """`chat`, its text handed to `on_text` as it is written (bot/llm_stream.py), booked the
+        """`chat`, its text handed to `on_text` as it is written (bot/llm/stream.py), booked the
         same way. A client that cannot stream answers whole: its text is then one piece."""
         result = await stream_or_chat(
             self.inner,

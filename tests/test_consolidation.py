@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bot.llm import LLMClient
+from bot.llm.client import LLMClient
 from memory.consolidation.consolidator import (
     SAVE_MEMORY_TOOL,
     MemoryConsolidator,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from bot.llm import LLMClient
+from bot.llm.client import LLMClient
 from memory.llm import LLMError
 from tests.fakes.local_server import serve_locally
 from tests.fakes.openai_server import completion

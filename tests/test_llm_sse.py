@@ -1,4 +1,4 @@
-"""The event-stream reader (bot/llm_sse.py) on bodies cut anywhere: TCP may hand a streamed
+"""The event-stream reader (bot/llm/sse.py) on bodies cut anywhere: TCP may hand a streamed
 answer over in pieces that end mid-line, mid-CRLF or mid-character of UTF-8."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bot.llm_sse import ErrorEvent, events
+from bot.llm.sse import ErrorEvent, events
 
 BODY = (
     b": keep-alive\r\n\r\n"

@@ -16,7 +16,7 @@ import pytest
 
 from bot.cli import main
 from bot.config import ConfigError, LLMConfig, load_config
-from bot.llm import LLMClient
+from bot.llm.client import LLMClient
 
 SECRET = "echo-SECRET-4242"
 

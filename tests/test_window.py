@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bot.cli import main
-from bot.llm import LLMClient
+from bot.llm.client import LLMClient
 from memory.consolidation.consolidator import MemoryConsolidator
 from memory.store import MEMORY_TEMPLATE
 from memory.tokens import TokenEstimator

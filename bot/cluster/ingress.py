@@ -50,7 +50,7 @@ from bot.cluster.publish import Publisher
 from bot.cluster.resend import Resending, ack_soon
 from bot.config import ClusterConfig
 from bot.inbound import Inbound
-from bot.metrics import CLUSTER_REDELIVERED, count_cluster, watch_cluster
+from bot.observe.metrics import CLUSTER_REDELIVERED, count_cluster, watch_cluster
 from bot.outbound import Outbound
 from bot.platform import Resender
 from bot.tasks import cancel_and_wait
@@ -99,7 +99,7 @@ class BrokerCore:
         return len(self._answers)
 
     def health(self) -> dict[str, Any]:
-        """For /healthz (bot/observe.py): healthy while connected to NATS."""
+        """For /healthz (bot/observe/server.py): healthy while connected to NATS."""
         connected = self._client is not None and self._client.is_connected
         return {"healthy": connected, "nats_connected": connected, "waiting": self.waiting}
 

@@ -14,7 +14,7 @@ import logging
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
-from bot.metrics import CLUSTER_PUBLISHED, count_cluster
+from bot.observe.metrics import CLUSTER_PUBLISHED, count_cluster
 
 log = logging.getLogger(__name__)
 

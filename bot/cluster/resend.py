@@ -22,7 +22,7 @@ from nats.aio.msg import Msg
 
 from bot.cluster import wire
 from bot.cluster.assembly import Assembly
-from bot.metrics import CLUSTER_ACKED, CLUSTER_RESENT, count_cluster
+from bot.observe.metrics import CLUSTER_ACKED, CLUSTER_RESENT, count_cluster
 from bot.outbound import BufferedOutbound, Reply
 from bot.platform import Resender
 

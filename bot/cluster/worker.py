@@ -37,7 +37,7 @@ from bot.cluster.partition import describe_ranges
 from bot.cluster.publish import Publisher
 from bot.config import ClusterConfig
 from bot.inbound import Inbound
-from bot.metrics import CLUSTER_ACKED, CLUSTER_REDELIVERED, count_cluster, watch_cluster
+from bot.observe.metrics import CLUSTER_ACKED, CLUSTER_REDELIVERED, count_cluster, watch_cluster
 from bot.outbound import Button, Notice, OutFile
 from bot.tasks import cancel_and_wait
 
@@ -160,7 +160,7 @@ class Worker:
         self._leases: Leases | None = None
 
     def health(self) -> dict[str, Any]:
-        """For /healthz (bot/observe.py): healthy while connected and serving every partition
+        """For /healthz (bot/observe/server.py): healthy while connected and serving every partition
         with its claim held."""
         connected = self._client is not None and self._client.is_connected
         held = [p for p in self._partitions if self._leases is not None and self._leases.holds(p)]

@@ -4,7 +4,8 @@ An adapter lists what a message carries (a `Candidate`: type, name, the size the
 reports, and how to download it) and hands the list to `collect`, which downloads only what will
 be used, checking each size before downloading (Telegram's cloud Bot API serves at most 20 MB,
 and a file the bot would refuse anyway is not worth fetching). The result is plain data
-(bot.inbound.Attachment) for the core, which answers for what was skipped (bot/attachments.py).
+(bot.inbound.Attachment) for the core, which answers for what was skipped
+(bot/media/attachments.py).
 """
 
 from __future__ import annotations

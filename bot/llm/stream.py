@@ -41,7 +41,7 @@ async def stream_or_chat(
 
 
 class Assembled:
-    """A streamed completion put back together from its chunks (JSON, bot/llm_sse.py). A
+    """A streamed completion put back together from its chunks (JSON, bot/llm/sse.py). A
     chunk of the wrong shape raises TypeError: the answer is not a completion."""
 
     def __init__(self) -> None:

@@ -3,7 +3,7 @@
 It serves both the agent and the consolidator (it satisfies memory.llm.ChatLLM). Provider
 failures, after the SDK's own retries, become memory.llm.LLMError (LLMBadRequest for a 400),
 so callers handle one exception type. Token usage is totalled in `LLMClient.usage`. `stream`
-asks for the answer as it is written (bot/llm_stream.py) and returns what `chat` would.
+asks for the answer as it is written (bot/llm/stream.py) and returns what `chat` would.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 from openai._models import FinalRequestOptions
 
 from bot import logsafe
-from bot.llm_http import AiohttpTransport
-from bot.llm_sse import ErrorEvent, events
-from bot.llm_stream import Assembled
-from bot.overflow import context_overflow
+from bot.llm.http import AiohttpTransport
+from bot.llm.overflow import context_overflow
+from bot.llm.sse import ErrorEvent, events
+from bot.llm.stream import Assembled
 from memory.llm import ChatResult, LLMBadRequest, LLMContextOverflow, LLMError, ToolCall
 from memory.text import valid_text
 
@@ -187,7 +187,7 @@ class LLMClient:
         max_tokens: int | None = None,
     ) -> ChatResult:
         """`chat` with stream=True: each piece of the answer's text goes to `on_text` as it is
-        written (bot/llm_stream.py); the result, usage and failures are chat's."""
+        written (bot/llm/stream.py); the result, usage and failures are chat's."""
         kwargs = {**self._request(messages, tools, tool_choice, max_tokens), "stream": True}
         if not self._usage_refused:
             kwargs["stream_options"] = {"include_usage": True}
@@ -230,7 +230,7 @@ class LLMClient:
     async def _post_streamed(self, kwargs: dict[str, Any]) -> httpx2.Response:
         """POST /chat/completions through the SDK's request path, as `_post`; the response
         comes back once its head is in (its status checked, failures retried by the SDK), its
-        body unread: the events are read from it here (bot/llm_sse.py), without the SDK's
+        body unread: the events are read from it here (bot/llm/sse.py), without the SDK's
         pydantic model per chunk."""
         response: httpx2.Response = await self._client.request(
             httpx2.Response, _request_of(kwargs), stream=True

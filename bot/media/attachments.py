@@ -17,9 +17,9 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from bot import logsafe
-from bot.documents import DocumentError, read_pdf, read_text
 from bot.inbound import Attachment, Inbound
-from bot.media import (
+from bot.media.documents import DocumentError, read_pdf, read_text
+from bot.media.rules import (
     AUDIO,
     AUDIO_SUFFIXES,
     IMAGE,
@@ -33,7 +33,7 @@ from bot.media import (
     extension,
     sniff_image,
 )
-from bot.transcribe import Transcriber, TranscriptionError
+from bot.media.transcribe import Transcriber, TranscriptionError
 from memory.media import AUDIO_REF, FILE_REF, IMAGE_REF, MediaStore, media_ref
 
 log = logging.getLogger(__name__)

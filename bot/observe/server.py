@@ -4,7 +4,7 @@ orchestrator.
 /healthz is JSON, 200 when every platform is connected (its adapter's `ready`) and the model is
 reachable, else 503. In `lightgrep ingress` (no model) and `lightgrep worker` (no platform) the
 cluster's part says the rest: connected to NATS, and a worker's claims held (bot/cluster/).
-The model counts as reachable if its newest call (bot.metrics.MODEL)
+The model counts as reachable if its newest call (bot.observe.metrics.MODEL)
 succeeded within MODEL_FRESH_S; otherwise we ask the provider's `GET /models` (no tokens spent)
 at most once per PROBE_EVERY_S, so a scraper polling every second costs the provider nothing.
 """
@@ -22,7 +22,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from bot.config import LLMConfig
-from bot.metrics import MODEL, REGISTRY
+from bot.observe.metrics import MODEL, REGISTRY
 from bot.platform import PlatformAdapter, PlatformStartError
 
 log = logging.getLogger(__name__)

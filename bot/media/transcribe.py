@@ -3,7 +3,7 @@
 OpenAI, vLLM, LocalAI, speaches and whisper.cpp's server (with that path) offer the endpoint;
 Ollama does not. It defaults to the [llm] endpoint and key, since a local server often serves
 both. Failures become TranscriptionError with a reason fit for the log (masked: a provider may
-quote the request); the person gets one sentence from bot/attachments.py.
+quote the request); the person gets one sentence from bot/media/attachments.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import openai
 from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
 from bot import logsafe
-from bot.llm_http import AiohttpTransport
+from bot.llm.http import AiohttpTransport
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -43,7 +43,8 @@ class Transcriber:
             api_key=api_key or "not-needed",
             timeout=timeout_s,
             max_retries=max_retries,
-            http_client=DefaultAsyncHttpxClient(transport=AiohttpTransport()),  # as bot/llm.py
+            # as bot/llm/client.py
+            http_client=DefaultAsyncHttpxClient(transport=AiohttpTransport()),
         )
 
     @classmethod
@@ -64,7 +65,7 @@ class Transcriber:
 
     async def transcribe(self, data: bytes, name: str, mime: str) -> str:
         """The words spoken in the audio. The file name's extension tells the server the
-        format, so it must match the bytes (bot.media.extension)."""
+        format, so it must match the bytes (bot.media.rules.extension)."""
         try:
             result = await self._client.audio.transcriptions.create(
                 model=self.model, file=(name, data, mime), response_format="json"
