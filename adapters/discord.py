@@ -31,7 +31,7 @@ from adapters.discord_live import MESSAGE_LIMIT, NO_MENTIONS, ChannelSurface, Di
 from adapters.live import Pacer
 from bot import logsafe
 from bot.access import is_allowed
-from bot.commands import COMMANDS, Command
+from bot.commands.registry import COMMANDS, Command
 from bot.formatting import split_message
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key

@@ -80,7 +80,7 @@ from adapters.telegram_spool import Spool
 from adapters.telegram_webhook import WebhookServer
 from bot import logsafe
 from bot.access import is_allowed
-from bot.commands import COMMANDS
+from bot.commands.registry import COMMANDS
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.media.rules import Candidate, MediaRules, collect

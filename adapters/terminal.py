@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 PROMPT = "you> "
 CONTINUATION = "...  "
 QUIT_WORDS = frozenset({"/quit", "/exit"})
+HELP_NOTES = (  # what /help adds in the terminal
+    "/quit — Leave (Ctrl-D, or Ctrl-C at an empty prompt, too)",
+    "Esc then Enter (or Alt+Enter) starts a new line; Ctrl-C stops an answer under way.",
+)
 HISTORY_FOLDER = "terminal-history"
 CANCELLED = "(Stopped. Your message is saved; the unfinished answer was not kept.)"
 NOTICES: dict[str, str] = {CONSOLIDATING: "(filing older messages into your memory…)"}
@@ -296,6 +300,7 @@ class TerminalAdapter:
             user_key=self.user_key,
             text=text,
             is_private=True,
+            help_notes=HELP_NOTES,
         )
         out = PrintedOutbound(
             self._write, self.files_dir, _screen(self.out) if self.editor else None

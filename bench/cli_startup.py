@@ -54,7 +54,7 @@ def main() -> None:
             "python -c pass (baseline)": [*py, "-c", "pass"],
             "lightgrep memory": [*cli, "memory", "--config", str(config), "telegram-42"],
             "lightgrep recall": [*cli, "recall", "--config", str(config), "telegram-42", "tea"],
-            "import bot.agent (the old recall)": [*py, "-c", "import bot.agent"],
+            "import bot.agent.agent (the old recall)": [*py, "-c", "import bot.agent.agent"],
         }
         baseline = None
         for name, argv in rows.items():

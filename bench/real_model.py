@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
 import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
 
-from bot.agent import TOO_LONG_REPLY, Agent  # noqa: E402
+from bot.agent.agent import TOO_LONG_REPLY, Agent  # noqa: E402
 from bot.config import AgentConfig, Config, LLMConfig, MemoryConfig  # noqa: E402
 from bot.inbound import Inbound  # noqa: E402
 from bot.llm.overflow import context_overflow  # noqa: E402

@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
 
 from adapters.telegram_config import TelegramConfig, create  # noqa: E402
 from adapters.telegram_format import markdown_to_html  # noqa: E402
-from bot.agent import Agent  # noqa: E402
+from bot.agent.agent import Agent  # noqa: E402
 from bot.config import AgentConfig, Config, LLMConfig, MemoryConfig  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, Streamed  # noqa: E402
 from tests.fakes.telegram_server import TOKEN, FakeTelegram, visible_text  # noqa: E402

@@ -288,7 +288,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
 async def cmd_recall(args: argparse.Namespace) -> int:
     """The user's /recall answer, exactly as they would get it; a query that cannot be run (a
     bad regex) is an error, exit 2."""
-    from bot.commands import RecallQuery, recall
+    from bot.commands.recall import RecallQuery, recall
     from memory.search.engine import SearchError
 
     workspace = _reader(args).get(args.user_key)
@@ -391,14 +391,14 @@ async def _check_endpoint(config: Config) -> tuple[bool, str, str]:
 
 
 async def _check_window(config: Config) -> tuple[bool, str, str]:
-    from bot.window import check_window
+    from bot.agent.window import check_window
 
     fine, detail = await check_window(config)
     return fine, "context window", detail
 
 
 async def _warn_about_window(config: Config) -> None:
-    from bot.window import warn_about_window
+    from bot.agent.window import warn_about_window
 
     await warn_about_window(config)
 
@@ -461,7 +461,7 @@ def _only_writer(config: Config) -> Iterator[None]:
 def _new_agent(config: Config, *, writer: bool = True, metered: bool = False) -> Any:
     """The bot's core; writer=True only under _only_writer (the folder lock). metered: its model
     calls and consolidations counted for /metrics (bot.observe.metrics)."""
-    from bot.agent import Agent  # heavy imports only for the commands that need them
+    from bot.agent.agent import Agent  # heavy imports only for the commands that need them
 
     if not metered:
         return Agent(config, writer=writer)

@@ -39,6 +39,8 @@ class Inbound:
     # after a crash is recognised instead of persisted and answered twice.
     message_id: str | None = None
     attachments: tuple[Attachment, ...] = ()
+    # Lines this client adds under /help about its own keys (the terminal's /quit, Ctrl-C).
+    help_notes: tuple[str, ...] = ()
     # Where an answer can be sent without this message's own connection (platform ids as text:
     # channel, message replied to, interaction token), so an answer whose `lightgrep ingress`
     # died on its way is still sent, by the next. None: the platform delivers the message again

@@ -4,7 +4,7 @@
 bytes (appends stay small and the JSONL stays greppable): the message's content holds a
 reference part instead, e.g. `{"type": "image_ref", "sha256": …, "ext": "jpg", "mime":
 "image/jpeg", "name": "photo.jpg", "caption": …}`. The prompt builder turns image references
-back into pictures for the model (bot/context.py); `ref_text` is how a reference reads as text,
+back into pictures for the model (bot/agent/prompt.py); `ref_text` is how a reference reads as text,
 for older pictures and for consolidation. A reference is untrusted on the way back (the file
 may have been edited by hand), so it can only ever name a file inside media/.
 """

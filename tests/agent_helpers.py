@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bot.agent import Agent
+from bot.agent.agent import Agent
 from bot.config import Config, LimitsConfig, LLMConfig, MemoryConfig
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key

@@ -22,11 +22,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from bot.agent import Agent
+from bot.agent.agent import Agent
+from bot.agent.tools import AgentTools
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.outbound import Reply
-from bot.tools import AgentTools
 from bot.usage import GLOBAL_USAGE_FILE
 from memory.keys import decode_key, encode_key, is_hashed_name
 from memory.session import SessionStore

@@ -486,7 +486,8 @@ def test_memory_and_recall_import_no_client_library(
     """They only read files: the agent, openai and the platforms' libraries stay unloaded, and
     `memory`, which needs no event loop, loads no asyncio either (bench/cli_startup.py measures
     what that is worth)."""
-    clients = ("bot.agent", "openai", "telegram", "discord", "tiktoken", "prompt_toolkit", "rich")
+    clients = ("bot.agent.agent", "openai", "telegram", "discord", "tiktoken", "prompt_toolkit")
+    clients += ("rich",)
     for command, heavy in (
         (["memory", "telegram-42"], (*clients, "asyncio", "adapters.terminal")),
         (["recall", "telegram-42", "tea"], clients),

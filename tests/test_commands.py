@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.commands import RecallArgsError, RecallQuery, parse_recall_args
+from adapters.terminal import HELP_NOTES
+from bot.commands.recall import RecallArgsError, RecallQuery, parse_recall_args
 from tests.agent_helpers import ask, dm, make_agent, user_home
 from tests.fakes.openai_server import FakeOpenAI, completion
 
@@ -103,7 +104,20 @@ async def test_help_lists_the_recall_options_and_quit_only_in_the_terminal(
     on_telegram = (await ask(agent, dm("42", "/help"))).text
     assert "--regex PATTERN" in on_telegram and "--page N" in on_telegram
     assert "/quit" not in on_telegram
-    terminal = replace(dm("42", "/help"), platform="cli")
+    # The terminal adds notes of its own keys to the Inbound; the core only shows them.
+    terminal = replace(dm("42", "/help"), platform="cli", help_notes=HELP_NOTES)
     in_terminal = (await ask(agent, terminal)).text
     assert "/quit" in in_terminal and "Esc then Enter" in in_terminal
+    await agent.aclose()
+
+
+async def test_an_unknown_command_gets_the_closest_names(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    typo = (await ask(agent, dm("42", "/recal tea"))).text
+    assert "don't know the command /recal" in typo and "Did you mean /recall?" in typo
+    far = (await ask(agent, dm("42", "/frobnicate"))).text
+    assert "Did you mean" not in far and "/recall" in far
+    assert not fake_llm.requests  # no command reaches the model
     await agent.aclose()

@@ -17,8 +17,9 @@ from discord.http import Route
 
 from adapters.discord import DiscordAdapter
 from adapters.discord_config import DiscordConfig, create
-from bot.agent import Agent
-from bot.commands import COMMANDS, Argument, Command, CommandContext
+from bot.agent.agent import Agent
+from bot.commands.context import CommandContext
+from bot.commands.registry import COMMANDS, Argument, Command
 from bot.config import Config, LLMConfig, MemoryConfig
 from bot.platform import PlatformStartError
 from memory.keys import encode_key

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from bot.agent import Agent
+from bot.agent.agent import Agent
 from tests.agent_helpers import ask, dm, session_records, user_home
 from tests.agent_helpers import make_agent as shared_make_agent
 from tests.fakes.openai_server import (

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bot.agent import Agent
+from bot.agent.agent import Agent
 from tests.agent_helpers import ask, dm, group, make_agent, user_home
 from tests.fakes.openai_server import FakeOpenAI, completion, is_consolidation, tool_call
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {"memory": 0, "bot": 1, "adapters": 2}  # a module may import its own layer or lower ones
-AGENT = "bot.agent"
+AGENT = "bot.agent.agent"
 MAY_BUILD_THE_AGENT = {"bot.cli"}
 
 
@@ -29,7 +29,7 @@ def imported(source: str, module: str) -> set[str]:
                 parts = package.split(".")
                 parent = ".".join(parts[: len(parts) - node.level + 1])
                 base = f"{parent}.{base}" if base else parent
-            if base in LAYERS:  # `from bot import agent` imports the module bot.agent
+            if base in LAYERS:  # `from bot import agent` imports the module bot.agent.agent
                 names.update(f"{base}.{alias.name}" for alias in node.names)
             else:
                 names.add(base)
@@ -65,7 +65,8 @@ def project_sources() -> dict[str, str]:
 
 def test_the_project_keeps_the_import_rule() -> None:
     sources = project_sources()
-    assert {"memory.session", "bot.agent", "bot.commands", "adapters.telegram"} <= set(sources)
+    expected = {"memory.session", "bot.agent.agent", "bot.commands.registry", "adapters.telegram"}
+    assert expected <= set(sources)
     assert violations(sources) == []
 
 
@@ -73,18 +74,18 @@ def test_the_check_spots_every_kind_of_breach() -> None:
     sources = {
         "memory.store": "from bot.config import Config\n",
         "memory.session": "import adapters.discord\n",
-        "bot.commands": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-        "    from bot.agent import Agent\n",
+        "bot.commands.registry": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from bot.agent.agent import Agent\n",
         "bot.platform": "def f():\n    from adapters import telegram\n",
         "bot.formatting": "from . import agent\n",
-        "adapters.terminal": "from bot.agent import Agent\n",
-        "bot.cli": "from bot.agent import Agent\nfrom memory.workspace import Workspaces\n",
-        "adapters.discord": "from bot.commands import COMMANDS\nimport discord\n",
+        "adapters.terminal": "from bot.agent.agent import Agent\n",
+        "bot.cli": "from bot.agent.agent import Agent\nfrom memory.workspace import Workspaces\n",
+        "adapters.discord": "from bot.commands.registry import COMMANDS\nimport discord\n",
     }
     assert violations(sources) == [
-        "adapters.terminal imports bot.agent",
-        "bot.commands imports bot.agent",
-        "bot.formatting imports bot.agent",
+        "adapters.terminal imports bot.agent.agent",
+        "bot.commands.registry imports bot.agent.agent",
+        "bot.formatting imports bot.agent.agent",
         "bot.platform imports adapters.telegram",
         "memory.session imports adapters.discord",
         "memory.store imports bot.config",

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bot.agent import Agent
+from bot.agent.agent import Agent
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.outbound import Reply

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from adapters.telegram_config import TelegramConfig, create
-from bot.agent import Agent
+from bot.agent.agent import Agent
 from bot.config import Config, LLMConfig, MediaConfig, MemoryConfig, TranscriptionConfig
 from memory.keys import encode_key
 from tests.fakes.openai_server import BLIND_ANSWERS, FakeOpenAI, Status, completion, image_urls

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bot.agent import Agent
+from bot.agent.agent import Agent
 from memory.consolidation.checks import check_memory_update, held_because
 from memory.workspace import Workspaces
 from tests.agent_helpers import ask, dm, group, make_agent, session_records, user_home

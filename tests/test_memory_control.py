@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.agent import Agent
-from bot.confirm import Confirmations
+from bot.agent.agent import Agent
+from bot.commands.confirm import Confirmations
 from bot.usage import GLOBAL_USAGE_FILE
 from memory.control.export import write_archive
 from memory.control.forget import forget

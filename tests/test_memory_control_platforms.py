@@ -13,7 +13,7 @@ from pathlib import Path
 
 from adapters.telegram import SENT_PRIVATELY
 from adapters.terminal import TerminalAdapter
-from bot.agent import Agent
+from bot.agent.agent import Agent
 from bot.config import Config, LLMConfig, MemoryConfig
 from memory.workspace import Workspaces
 from tests.fakes.discord_server import FakeDiscord

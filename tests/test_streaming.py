@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.agent import LLM_FAILED_REPLY, Agent
+from bot.agent.agent import LLM_FAILED_REPLY, Agent
 from bot.inbound import Inbound
 from bot.outbound import BufferedOutbound
 from tests.agent_helpers import dm, make_agent, session_records, user_home

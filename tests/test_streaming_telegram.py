@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from adapters.telegram import FAILED
-from bot.agent import LLM_FAILED_REPLY
+from bot.agent.agent import LLM_FAILED_REPLY
 from bot.config import AgentConfig
 from tests.fakes.openai_server import FakeOpenAI, Streamed, pieces_of, tool_call
 from tests.fakes.telegram_server import FakeTelegram

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from adapters.telegram import REFUSAL, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter
 from adapters.telegram_config import TelegramConfig, create
 from adapters.telegram_format import markdown_to_html
-from bot.agent import Agent
-from bot.commands import COMMANDS
+from bot.agent.agent import Agent
+from bot.commands.registry import COMMANDS
 from bot.config import Config, LLMConfig, MemoryConfig
 from bot.platform import PlatformStartError
 from memory.keys import encode_key

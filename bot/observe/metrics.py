@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from bot.commands import parse_command
+from bot.commands.registry import parse_command
 from bot.llm.stream import stream_or_chat
 from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMError
 

@@ -24,18 +24,15 @@ from dataclasses import replace
 from typing import Any
 
 from bot import logsafe
-from bot.commands import (
-    CommandContext,
-    ParsedCommand,
-    SessionStatus,
-    is_command,
-    parse_command,
-    run_command,
-)
+from bot.agent.prompt import ContextBuilder, with_media
+from bot.agent.streaming import AnswerStream
+from bot.agent.tools import AgentTools
+from bot.agent.window import TOOLS_TEXT, llm_budget
+from bot.commands.confirm import Confirmations
+from bot.commands.context import CommandContext, SessionStatus
+from bot.commands.control import memory_notice
+from bot.commands.registry import ParsedCommand, is_command, parse_command, run_command
 from bot.config import Config
-from bot.confirm import Confirmations
-from bot.context import ContextBuilder, with_media
-from bot.control import memory_notice
 from bot.inbound import Inbound
 from bot.limits import Limits, Refusal
 from bot.llm.client import LLMClient, LLMImagesRefused
@@ -44,10 +41,7 @@ from bot.media.rules import MediaRules
 from bot.media.transcribe import Transcriber
 from bot.observe.metrics import count_limit_refusal
 from bot.outbound import CONSOLIDATING, Outbound, Reply
-from bot.streaming import AnswerStream
-from bot.tools import AgentTools
 from bot.usage import ChargedLLM, UsageBook, charged_to
-from bot.window import TOOLS_TEXT, llm_budget
 from memory import clock
 from memory.consolidation.consolidator import MemoryConsolidator
 from memory.control.versions import held_update
@@ -530,7 +524,7 @@ class Agent:
         return result
 
     def _with_media(self, workspace: Workspace, session: Session) -> list[dict[str, Any]]:
-        """The session's history with its pictures as the model takes them (bot/context.py)."""
+        """The session's history with its pictures as the model takes them (bot/agent/prompt.py)."""
         images = self.config.llm.max_images_in_context if self._sees_pictures else 0
         return with_media(session.history(), workspace.media.read, max_images=images)
 

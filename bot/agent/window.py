@@ -17,9 +17,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from bot.agent.prompt import ContextBuilder
+from bot.agent.tools import TOOL_SCHEMAS
 from bot.config import Config, LLMConfig
-from bot.context import ContextBuilder
-from bot.tools import TOOL_SCHEMAS
 from memory.consolidation.budget import EXCHANGE_TOKENS, Budget, default_margin, memory_budget
 from memory.store import MEMORY_TEMPLATE, memory_prompt_section
 from memory.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenEstimator

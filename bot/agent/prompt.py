@@ -42,7 +42,7 @@ class ContextBuilder:
         """Who the bot is, where it talks, how to use its tools, then the memory section.
 
         `memory_section` None: a group turn without the person's memory, told that its answer
-        is public (the memory is private by default; bot.agent decides)."""
+        is public (the memory is private by default; bot.agent.agent decides)."""
         if is_private:
             where = "a private chat with one person"
         elif memory_section is None:

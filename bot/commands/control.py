@@ -1,7 +1,8 @@
 """The commands that hand a person control of their memory: undo, history, forget, export, wipe.
 
-Registered in bot.commands.COMMANDS like every command. Whatever removes data asks first and
-waits for a confirmation (bot.confirm): a button where the platform has them, or the typed
+Registered in bot.commands.registry.COMMANDS like every command. Whatever removes data asks first
+and
+waits for a confirmation (bot.commands.confirm): a button where the platform has them, or the typed
 `/forget confirm` / `/wipe confirm`, which works everywhere. The file work is memory/'s
 (versions, forget, export, wipe); these handlers only ask, confirm and word the answers.
 """
@@ -12,7 +13,8 @@ import asyncio
 import tempfile
 from typing import TYPE_CHECKING
 
-from bot.confirm import CONFIRM_TTL_S, Answer
+from bot.commands.confirm import CONFIRM_TTL_S, Answer
+from bot.commands.context import CommandContext
 from bot.outbound import Button, OutFile, Reply
 from memory.control.export import ARCHIVE_MIME, archive_name, write_archive
 from memory.control.forget import Findings, ForgetError, find, forget, phrase_pattern
@@ -20,7 +22,6 @@ from memory.control.versions import HeldUpdate, NoVersionError, list_versions, r
 from memory.control.wipe import contents
 
 if TYPE_CHECKING:
-    from bot.commands import CommandContext
     from memory.consolidation.consolidator import MemoryEvent
 
 # The largest file any of our platforms takes from a bot (Telegram: 50 MB); an adapter whose

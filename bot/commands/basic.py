@@ -1,0 +1,117 @@
+"""The everyday commands: /memory, /new, /privacy, /usage and /status."""
+
+from __future__ import annotations
+
+from bot.commands.context import CommandContext, SessionStatus
+from bot.commands.control import held_text, memory_history, memory_undo
+from memory.preferences import MEMORY_IN_GROUPS
+from memory.usage import Totals
+
+
+async def cmd_memory(ctx: CommandContext, args: str) -> str:
+    action, _, rest = args.partition(" ")
+    if action.lower() == "undo":
+        return await memory_undo(ctx, rest.strip())
+    if action.lower() == "history":
+        return memory_history(ctx)
+    if action:
+        return "Try /memory, /memory history or /memory undo."
+    content = ctx.workspace.memory.read().strip()
+    if not content:
+        return "I don't remember anything about you yet."
+    return f"Here is what I remember about you:\n\n{content}"
+
+
+async def cmd_new(ctx: CommandContext, args: str) -> str:
+    if not await ctx.start_new():
+        return "This conversation is already fresh."
+    return "Started a fresh conversation. I'm filing the previous one into your history."
+
+
+PRIVACY_USAGE = (
+    "Use /privacy groups on to let me use your memory in group chats, /privacy groups off to "
+    "keep it out of them, /privacy groups default for the bot's setting."
+)
+
+
+async def cmd_privacy(ctx: CommandContext, args: str) -> str:
+    """Whether the person's memory is used in group chats, where every answer is public."""
+    words = args.lower().split()
+    preferences = ctx.workspace.preferences
+    if words:
+        choice = {"on": True, "off": False, "default": None}.get(words[-1])
+        if words[0] != "groups" or len(words) != 2 or words[-1] not in ("on", "off", "default"):
+            return f"I didn't understand that. {PRIVACY_USAGE}"
+        preferences.set(MEMORY_IN_GROUPS, choice)
+    chosen = preferences.get(MEMORY_IN_GROUPS)
+    shown = chosen if isinstance(chosen, bool) else ctx.memory_in_groups
+    why = "your choice" if isinstance(chosen, bool) else "the bot's setting"
+    if shown:
+        state = (
+            "In group chats I use your memory (MEMORY.md and your history), and everyone in the "
+            "group reads my answers"
+        )
+    else:
+        state = (
+            "In group chats I don't use your memory: I see neither MEMORY.md nor your history "
+            "there, and what you tell me there can be noted but not read back"
+        )
+    return f"{state} ({why}). Private chats always use it.\n{PRIVACY_USAGE}"
+
+
+async def cmd_usage(ctx: CommandContext, args: str) -> str:
+    """The person's own usage, as the provider counted it, and the limits that apply to them."""
+    if ctx.usage is None:
+        return "Usage is not counted here."
+    report = ctx.usage()
+    lines = [
+        f"Today ({report.day}, UTC): {_tokens(report.today)}.",
+        f"This month ({report.month_name}): {_tokens(report.month)}.",
+    ]
+    if report.admin:
+        lines.append("You are an admin of this bot: no limits apply to you.")
+    else:
+        limits = []
+        if report.tokens_per_day:
+            left = max(0, report.tokens_per_day - report.today.tokens)
+            limits.append(
+                f"{report.tokens_per_day:,} tokens a day ({left:,} left; the day resets at "
+                f"midnight UTC, in {report.resets_in})"
+            )
+        if report.messages_per_minute:
+            limits.append(f"{report.messages_per_minute} messages a minute")
+        lines.append("Your limits: " + "; ".join(limits) + "." if limits else "No limits are set.")
+    return "\n".join(lines)
+
+
+def _tokens(totals: Totals) -> str:
+    return (
+        f"{totals.tokens:,} tokens ({totals.prompt_tokens:,} read, "
+        f"{totals.completion_tokens:,} written) in {totals.calls:,} model calls"
+    )
+
+
+async def cmd_status(ctx: CommandContext, args: str) -> str:
+    status = ctx.status()
+    text = (
+        f"Model: {status.model}\n"
+        f"Context: ~{status.context_tokens:,} of {status.window_tokens:,} tokens "
+        f"({status.context_tokens * 100 // max(1, status.window_tokens)}%, "
+        f"{status.answer_tokens:,} of them kept for the answer)\n"
+        f"Messages in this conversation: {status.messages} "
+        f"({status.unconsolidated} not yet filed)\n"
+        f"Last consolidation: {status.last_consolidation}\n"
+    )
+    if not ctx.inbound.is_private:  # the memory is the person's own business
+        return text + "Memory: shown by /status in a private chat"
+    return text + _memory_status(status)
+
+
+def _memory_status(status: SessionStatus) -> str:
+    used, budget = status.memory_tokens, status.memory_budget_tokens
+    text = f"Memory: ~{used:,} of {budget:,} tokens ({used * 100 // max(1, budget)}%)"
+    if used > budget:
+        text += ": over its budget; /forget removes what you no longer need"
+    if status.held is not None:
+        text += "\n" + held_text(status.held)
+    return text

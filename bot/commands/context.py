@@ -1,0 +1,59 @@
+"""What a command handler is given: a narrow CommandContext, never the agent.
+
+Commands stay testable on their own, and bot.agent.agent is the only module that knows both the
+commands and the files behind them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+
+from bot.commands.confirm import Confirmations
+from bot.inbound import Inbound
+from bot.limits import UsageReport
+from bot.outbound import Reply
+from memory.control.versions import HeldUpdate
+from memory.session import Session
+from memory.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class SessionStatus:
+    """The figures /status shows, measured by the core."""
+
+    model: str
+    context_tokens: int  # the prompt and the answer's share: what the provider counts
+    answer_tokens: int
+    window_tokens: int
+    messages: int
+    unconsolidated: int
+    last_consolidation: str
+    memory_tokens: int = 0  # MEMORY.md's size, and its budget ([memory] max_memory_tokens)
+    memory_budget_tokens: int = 0
+    held: HeldUpdate | None = None  # an update held back since MEMORY.md was last written
+
+
+@dataclass(frozen=True)
+class CommandContext:
+    """What a handler may use: this user's files and two actions the core performs for it."""
+
+    inbound: Inbound
+    workspace: Workspace
+    session: Session
+    bot_name: str
+    status: Callable[[], SessionStatus]  # /status figures of this session
+    start_new: Callable[[], Awaitable[bool]]  # /new: False when there was nothing to file
+    confirmations: Confirmations  # the questions /forget and /wipe wait on
+    # Inside it no turn, consolidation or memory write of this user runs (pending ones are
+    # waited for); what the core derived from the user's files is rebuilt afterwards.
+    exclusive: Callable[[], AbstractAsyncContextManager[None]]
+    erase: Callable[[], Awaitable[bool]]  # /wipe: everything of this user; False if nothing
+    memory_in_groups: bool = False  # the operator's default for /privacy ([agent])
+    usage: Callable[[], UsageReport] | None = None  # /usage figures of this user
+
+
+# A handler answers with text, or with a Reply carrying files or buttons too. The privacy is
+# the command's own (announced before the handler runs), not the Reply's.
+Handler = Callable[[CommandContext, str], Awaitable[str | Reply]]

@@ -1,0 +1,152 @@
+"""Slash commands: one registry that /help, the platforms' command menus and the core all read.
+
+A command is answered without the LLM. Its handler gets a narrow CommandContext (the user's
+workspace and session, the inbound, the few figures and actions it needs), never the agent, so
+commands stay testable on their own and bot.agent.agent is the only module that knows both.
+"""
+
+
+import difflib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bot.commands.basic import cmd_memory, cmd_new, cmd_privacy, cmd_status, cmd_usage
+from bot.commands.context import CommandContext, Handler
+from bot.commands.control import cmd_export, cmd_forget, cmd_wipe
+from bot.commands.recall import cmd_recall
+from bot.outbound import Outbound, Reply
+
+_COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_]{0,31})(?:@\S+)?(?:\s+(.*))?$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ParsedCommand:
+    name: str
+    args: str
+
+
+def parse_command(text: str) -> ParsedCommand | None:
+    """A command is "/name args"; "/etc/passwd is a file" is text, not a command."""
+    match = _COMMAND.match(text.strip())
+    if not match:
+        return None
+    return ParsedCommand(match.group(1).lower(), (match.group(2) or "").strip())
+
+
+@dataclass(frozen=True)
+class Argument:
+    """A command's one argument; platforms with typed options (Discord) build theirs from it."""
+
+    name: str
+    description: str
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command. A private answer is never shown in a group, so the platform learns it
+    before any text (Discord defers ephemerally, Telegram answers in the private chat)."""
+
+    name: str
+    description: str
+    handler: Handler
+    private: bool = False
+    argument: Argument | None = None
+    details: str = ""  # shown under it by /help (menus get only the short description)
+
+
+async def cmd_help(ctx: CommandContext, args: str) -> str:
+    lines = [f"I'm {ctx.bot_name}, and I remember our conversations.", ""]
+    for command in COMMANDS:
+        lines.append(f"/{command.name} — {command.description}")
+        if command.details:
+            lines.append(f"    {command.details}")
+    lines += ctx.inbound.help_notes
+    lines += ["", "Anything else you write is a message to me."]
+    return "\n".join(lines)
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "memory",
+        "Show what I remember about you; /memory history, /memory undo",
+        cmd_memory,
+        private=True,
+        argument=Argument("action", "history, undo, or undo N", required=False),
+    ),
+    Command(
+        "recall",
+        "Search our past conversations: /recall <keywords>",
+        cmd_recall,
+        private=True,
+        argument=Argument("keyword", "Words to look for in your history"),
+        details='"a phrase" in quotes; --regex PATTERN for a regular expression; --page N',
+    ),
+    Command(
+        "forget",
+        "Forget something for good: /forget <words>",
+        cmd_forget,
+        private=True,
+        argument=Argument("words", "The words or phrase to forget"),
+    ),
+    Command(
+        "export", "Send you everything I keep about you, as a zip file", cmd_export, private=True
+    ),
+    Command(
+        "wipe",
+        "Erase everything I know about you (asks first)",
+        cmd_wipe,
+        private=True,
+        argument=Argument("action", "confirm or cancel", required=False),
+    ),
+    Command("new", "Start a fresh conversation (the old one is filed)", cmd_new),
+    Command("help", "What I can do", cmd_help),
+    Command("status", "Model, context used, last consolidation", cmd_status),
+    Command(
+        "usage", "Your token usage today and this month, and your limits", cmd_usage, private=True
+    ),
+    Command(
+        "privacy",
+        "Whether I use your memory in group chats: /privacy groups on|off",
+        cmd_privacy,
+        private=True,
+        argument=Argument("choice", "groups on, groups off or groups default", required=False),
+    ),
+)
+_BY_NAME = {command.name: command for command in COMMANDS}
+
+
+def is_command(name: str) -> bool:
+    """Whether /name is a command of the registry."""
+    return name in _BY_NAME
+
+
+async def run_command(
+    parsed: ParsedCommand, context: Callable[[], CommandContext], out: Outbound
+) -> None:
+    """Answer one command through `out`. The privacy is the command's, announced before any
+    text; `context` is only built for a known command (an unknown one touches no files)."""
+    command = _BY_NAME.get(parsed.name)
+    await out.begin(private=command is not None and command.private)
+    if command is None:
+        reply = Reply(unknown_command(parsed.name))
+    else:
+        answer = await command.handler(context(), parsed.args)
+        reply = answer if isinstance(answer, Reply) else Reply(answer)
+    await out.add_text(reply.text)
+    for file in reply.files:
+        await out.attach_file(file)
+    if reply.buttons:
+        await out.offer(reply.buttons)
+    await out.finish()
+
+
+def unknown_command(name: str) -> str:
+    """The answer to /name that is not a command: the closest names first, then all of them."""
+    known = ", ".join(f"/{c.name}" for c in COMMANDS)
+    close = difflib.get_close_matches(name, _BY_NAME, n=2, cutoff=0.6)
+    if close:
+        guess = " or ".join(f"/{n}" for n in close)
+        return f"I don't know the command /{name}. Did you mean {guess}? All commands: {known}."
+    return f"I don't know the command /{name}. Try one of: {known}."
