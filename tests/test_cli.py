@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main
+from bot.cli.main import main
 from memory.folder_lock import FolderLock
 from memory.workspace import Workspaces
 from tests.cli_helpers import (
@@ -493,7 +493,7 @@ def test_memory_and_recall_import_no_client_library(
         (["recall", "telegram-42", "tea"], clients),
     ):
         script = (
-            "import sys\nfrom bot.cli import main\n"
+            "import sys\nfrom bot.cli.main import main\n"
             f"code = main({['--config', str(known_user), *command]!r})\n"
             "print(sorted({m.split('.')[0] for m in sys.modules} | set(sys.modules)))\n"
         )
@@ -524,9 +524,9 @@ def test_recall_into_a_closed_pipe_exits_quietly(
 def test_python_m_bot_cli_reports_a_mistake_in_one_line(
     known_user: Path, child_env: dict[str, str]
 ) -> None:
-    """`python -m bot.cli` (how the benches and some tests start it) runs the module as
-    __main__; the operator commands raise bot.cli's UserError, which that copy's main did not
-    catch: a traceback instead of the one line."""
+    """`python -m bot.cli` (how the benches and some tests start it) once ran the CLI's module as
+    __main__, a second copy whose main did not catch the operator commands' UserError: a
+    traceback instead of the one line. bot/cli/__main__.py now runs the one bot.cli.main."""
     proc = subprocess.run(
         [sys.executable, "-m", "bot.cli", "forget", "--config", str(known_user), "telegram-42",
          ""],

@@ -251,7 +251,7 @@ async def test_a_restarted_worker_takes_back_the_claim_of_its_own_folder(
 def test_partitions_lists_the_users_a_worker_no_longer_serves(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bot.cli import main
+    from bot.cli.main import main
     from bot.cluster.partition import partition_of
     from memory.workspace import Workspaces
 
@@ -303,7 +303,7 @@ def test_cluster_settings_from_the_file_and_the_environment(tmp_path: Path) -> N
 def test_ingress_and_worker_mistakes_are_one_line(
     tmp_path: Path, fake_llm: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bot.cli import main
+    from bot.cli.main import main
 
     config = tmp_path / "config.toml"
     config.write_text(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main
+from bot.cli.main import main
 from memory.control.forget import forget
 from memory.folder_lock import FolderLock
 from memory.session import SessionStore

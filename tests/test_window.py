@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bot.cli import main
+from bot.cli.main import main
 from bot.llm.client import LLMClient
 from memory.consolidation.consolidator import MemoryConsolidator
 from memory.store import MEMORY_TEMPLATE

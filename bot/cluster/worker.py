@@ -138,7 +138,7 @@ class PublishingOutbound:
 
 
 class Worker:
-    """Serves a fixed set of partitions until stopped (bot/cli.py `lightgrep worker`)."""
+    """Serves a fixed set of partitions until stopped (bot/cli/main.py `lightgrep worker`)."""
 
     name = "worker"
 

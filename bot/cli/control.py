@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from bot.cli import common
 from memory.folder_lock import FolderLock, FolderLockedError, FolderLockError
 
 if TYPE_CHECKING:
@@ -53,18 +54,18 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 async def cmd_forget(args: argparse.Namespace) -> int:
-    from bot import cli
+
     from memory.control.forget import ForgetError, find, forget
 
-    config = cli.load(args.config)
-    cli._require_workspace(config, args.user_key)
+    config = common.load(args.config)
+    common.require_workspace(config, args.user_key)
     words = " ".join(args.words)
     with _folder_held(config, "forget"):
-        workspace = _workspaces(config).get(args.user_key)
+        workspace = _open_workspaces(config).get(args.user_key)
         try:
             found = find(workspace, words)
         except ForgetError as exc:
-            raise cli.UserError(str(exc), cli.EXIT_USAGE) from None
+            raise common.UserError(str(exc), common.EXIT_USAGE) from None
         if not found.total:
             print(f"nothing of {args.user_key} matches {found.phrase!r}; nothing removed")
             return 0
@@ -83,20 +84,20 @@ async def cmd_forget(args: argparse.Namespace) -> int:
 
 
 async def cmd_export(args: argparse.Namespace) -> int:
-    from bot import cli
+
     from memory.control.export import archive_name, write_archive
     from memory.workspace import Workspaces
 
-    config = cli.load(args.config, writer=False)
-    cli._require_workspace(config, args.user_key)
-    root = Workspaces(cli._workspaces(config), writer=False).root_of(args.user_key)
+    config = common.load(args.config, writer=False)
+    common.require_workspace(config, args.user_key)
+    root = Workspaces(common.workspaces_dir(config), writer=False).root_of(args.user_key)
     target = args.path or Path.cwd()
     if target.is_dir():
         target = target / archive_name(root.name)
     try:
         size, files = _write_atomically(target, lambda out: write_archive(root, out))
     except OSError as exc:
-        raise cli.UserError(f"cannot write {target}: {exc.strerror or exc}") from None
+        raise common.UserError(f"cannot write {target}: {exc.strerror or exc}") from None
     print(f"wrote {target.resolve()} ({files} files, {size:,} bytes)")
     return 0
 
@@ -121,13 +122,13 @@ def _write_atomically(target: Path, write: Callable[[IO[bytes]], ArchiveInfo]) -
 
 
 async def cmd_wipe(args: argparse.Namespace) -> int:
-    from bot import cli
+
     from memory.control.wipe import contents, wipe_folder
 
-    config = cli.load(args.config)
-    cli._require_workspace(config, args.user_key)
+    config = common.load(args.config)
+    common.require_workspace(config, args.user_key)
     with _folder_held(config, "wipe"):
-        workspaces = _workspaces(config)
+        workspaces = _open_workspaces(config)
         held = contents(workspaces.get(args.user_key))
         print(f"{args.user_key}: {held.describe()}")
         _confirm(args.yes, f"Erase everything of {args.user_key}?")
@@ -140,7 +141,7 @@ async def cmd_wipe(args: argparse.Namespace) -> int:
 # ---- shared ---------------------------------------------------------------------------------
 
 
-def _workspaces(config: Config) -> Workspaces:
+def _open_workspaces(config: Config) -> Workspaces:
     """The folder as its one writer opens it (the caller holds the folder lock)."""
     from memory.workspace import Workspaces
 
@@ -152,19 +153,19 @@ def _workspaces(config: Config) -> Workspaces:
 @contextmanager
 def _folder_held(config: Config, action: str) -> Iterator[None]:
     """The folder lock, or one line saying who holds it and what to do instead."""
-    from bot import cli
 
-    lock = FolderLock(cli._workspaces(config))
+
+    lock = FolderLock(common.workspaces_dir(config))
     try:
         lock.acquire()
     except FolderLockedError as exc:
         holder = f"process {exc.pid}" if exc.pid is not None else "another process"
-        raise cli.UserError(
+        raise common.UserError(
             f"the workspaces folder {exc.folder} is in use by {holder} (a running bot?): stop it "
             f"first, or let the user send /{action} in the chat"
         ) from None
     except FolderLockError as exc:
-        raise cli.UserError(str(exc)) from None
+        raise common.UserError(str(exc)) from None
     try:
         yield
     finally:
@@ -173,12 +174,14 @@ def _folder_held(config: Config, action: str) -> Iterator[None]:
 
 def _confirm(yes: bool, question: str) -> None:
     """--yes, or a "y" typed at a terminal; anything else removes nothing."""
-    from bot import cli
+
 
     if yes:
         return
     if not sys.stdin.isatty():
-        raise cli.UserError("nothing removed: add --yes to run without a question", cli.EXIT_USAGE)
+        raise common.UserError(
+            "nothing removed: add --yes to run without a question", common.EXIT_USAGE
+        )
     answer = input(f"{question} [y/N] ").strip().lower()
     if answer not in ("y", "yes"):
-        raise cli.UserError("nothing removed", cli.EXIT_FAILURE)
+        raise common.UserError("nothing removed", common.EXIT_FAILURE)

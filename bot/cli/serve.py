@@ -2,7 +2,7 @@
 under a supervisor that restarts it after a failure, SIGINT/SIGTERM as a clean stop, and the
 agent's pending memory work finished on the way out.
 
-Apart from bot/cli.py so that the commands that only read files (`lightgrep memory`) start
+Apart from bot/cli/main.py so that the commands that only read files (`lightgrep memory`) start
 without importing asyncio.
 """
 

@@ -1,0 +1,8 @@
+"""The `lightgrep` command.
+
+Public: `main` (the entry point, `lightgrep = bot.cli.main:main`). Its subcommands live in
+`common` (what they share), `doctor`, `serve` (running adapters until a signal), `control`
+(the operator's forget, export and wipe) and `cluster` (ingress, worker, partitions).
+"""
+
+__all__ = ["main"]

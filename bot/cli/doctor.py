@@ -1,0 +1,113 @@
+"""`lightgrep doctor`: one line per check of the setup, and how to fix what fails."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+
+from bot import logsafe
+from bot.cli.common import EXIT_FAILURE, NO_KEY, describe_endpoint, load, workspaces_dir
+from bot.config import Config, ConfigError
+
+log = logging.getLogger("lightgrep")
+
+
+async def cmd_doctor(args: argparse.Namespace) -> int:
+    """One line per check; a failure says what is wrong and how to fix it."""
+    results: list[bool] = []
+
+    def report(ok: bool, check: str, detail: str) -> None:
+        results.append(ok)
+        print(f"{'OK  ' if ok else 'FAIL'}  {check}: {detail}", flush=True)
+
+    try:
+        # writer=False: a workspaces folder that cannot be written is the next check's finding,
+        # on its own line, and must not hide the endpoint's.
+        config = load(args.config, writer=False)
+    except ConfigError as exc:
+        report(False, "config", str(exc))
+        return EXIT_FAILURE
+    platforms = ", ".join(config.enabled_platforms()) or "none enabled"
+    source = config.source or "no config file (defaults + environment)"
+    report(True, "config", f"{source}; {describe_endpoint(config)}; platforms: {platforms}")
+    report(*_check_workspaces(config))
+    report(*await _check_endpoint(config))
+    report(*await _check_window(config))
+    report(*_check_tokens())
+    return 0 if all(results) else EXIT_FAILURE
+
+
+def _check_workspaces(config: Config) -> tuple[bool, str, str]:
+    import tempfile
+
+    path = workspaces_dir(config)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".doctor-"):
+            pass
+    except OSError as exc:
+        return False, "workspaces", f"{path} is not writable ({exc.strerror or exc})"
+    return True, "workspaces", f"{path} is writable"
+
+
+async def _check_endpoint(config: Config) -> tuple[bool, str, str]:
+    from bot.llm.client import LLMClient
+    from memory.llm import LLMError
+
+    where = config.llm.base_url or "https://api.openai.com/v1"
+    if not config.llm.base_url and not config.llm.api_key:
+        return False, "endpoint", NO_KEY
+    log.info("sending a tiny chat request to %s", describe_endpoint(config))
+    # A quick, honest answer: no retries (a retry would hide the failure), at most 30 s.
+    client = LLMClient.from_config(
+        config.llm, timeout_s=min(config.llm.timeout_s, 30.0), max_retries=0
+    )
+    started = time.monotonic()
+    try:
+        await client.chat([{"role": "user", "content": "Reply with the word OK."}], max_tokens=16)
+    except LLMError as exc:
+        reason = logsafe.mask(str(exc))  # the provider may quote a key, ours or another
+        return False, "endpoint", f"{where}: {reason}{_endpoint_hint(reason)}"
+    finally:
+        await client.aclose()
+    took = (time.monotonic() - started) * 1000
+    return True, "endpoint", f"{where} answered with model {config.llm.model} in {took:.0f} ms"
+
+
+async def _check_window(config: Config) -> tuple[bool, str, str]:
+    from bot.agent.window import check_window
+
+    fine, detail = await check_window(config)
+    return fine, "context window", detail
+
+
+async def warn_about_window(config: Config) -> None:
+    from bot.agent.window import warn_about_window
+
+    await warn_about_window(config)
+
+
+def _endpoint_hint(reason: str) -> str:
+    if "401" in reason or "403" in reason:
+        return " (check [llm] api_key or OPENAI_API_KEY)"
+    if "404" in reason:
+        return " (check [llm] model, and that base_url ends in /v1)"
+    if "could not be reached" in reason:
+        return " (is the server running, and is [llm] base_url right?)"
+    return ""
+
+
+def _check_tokens() -> tuple[bool, str, str]:
+    from memory.tokens import TokenEstimator
+
+    try:
+        estimator = TokenEstimator()
+        count = estimator.count_text("LightGrep remembers what matters.")
+    except Exception as exc:  # a broken tokenizer install is exactly what doctor is for
+        return False, "token counter", f"{type(exc).__name__}: {exc}"
+    if count <= 0:
+        return False, "token counter", f"{estimator.method} counted {count} tokens for a sentence"
+    approximate = estimator.method == "chars/4"
+    note = " (approximate: tiktoken's data is not available)" if approximate else ""
+    return True, "token counter", f"{estimator.method}, works offline{note}"
