@@ -14,7 +14,7 @@ After every kill, with the process gone:
   - every user message the fake delivered (getUpdates returned it) is in a session file at most
     once; one that is in none must still be within the bot's reach: not acknowledged (a later
     getUpdates offset: Telegram forgets acknowledged updates), or pending in the bot's spool
-    (adapters/telegram_spool.py: accepted to disk, then acknowledged; the next start handles it).
+    (adapters/telegram/spool.py: accepted to disk, then acknowledged; the next start handles it).
     Out of reach and not persisted = LOST; out of reach, persisted, never answered = UNANSWERED
 At the end the bot runs until every message still owed is answered, stops on SIGTERM, and every
 message sent must be in a session file exactly once (redelivery = "picks up where it left off")

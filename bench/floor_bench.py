@@ -91,7 +91,7 @@ async def library_bot(api_base: str, llm_base: str, folder: Path, on_aiohttp: bo
     from openai import AsyncOpenAI, DefaultAsyncHttpxClient  # here: the driver does not need them
     from telegram import Bot
 
-    from adapters.telegram_request import AiohttpRequest
+    from adapters.telegram.request import AiohttpRequest
     from bot.llm.http import AiohttpTransport
 
     histories: dict[int, list[dict[str, Any]]] = {}

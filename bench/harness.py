@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
 
 from aiohttp import web  # noqa: E402
 
-from adapters.telegram_spool import Spool  # noqa: E402
+from adapters.telegram.spool import Spool  # noqa: E402
 from memory import clock  # noqa: E402
 from memory.session import SessionStore  # noqa: E402
 from tests.fakes.openai_server import (  # noqa: E402

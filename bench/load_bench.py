@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from adapters.telegram import MAX_CONCURRENT_UPDATES
-from adapters.telegram_polling import POLL_LIMIT
+from adapters.telegram.adapter import MAX_CONCURRENT_UPDATES
+from adapters.telegram.polling import POLL_LIMIT
 from bench.harness import (
     FIRST_USER_ID,
     TOKEN_RE,

@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from adapters.telegram_config import TelegramConfig, create  # noqa: E402
-from adapters.telegram_format import markdown_to_html  # noqa: E402
+from adapters.telegram import TelegramConfig, create  # noqa: E402
+from adapters.telegram.markup import markdown_to_html  # noqa: E402
 from bot.agent.agent import Agent  # noqa: E402
 from bot.config import AgentConfig, Config, LLMConfig, MemoryConfig  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, Streamed  # noqa: E402

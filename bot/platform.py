@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from bot.outbound import Outbound, Reply
 
 ENTRY_POINT_GROUP = "lightgrep.platforms"
+OUR_PACKAGES = frozenset({"adapters", "bot", "memory"})  # an entry point into these is ours
 
 
 class PlatformStartError(Exception):
@@ -106,6 +107,13 @@ def _load(name: str, target: str, load: Callable[[], Any]) -> PlatformPlugin:
     where = f"platform plugin {name!r} ({target})"
     try:
         plugin = load()
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] in OUR_PACKAGES:  # our code moved since install
+            raise PluginError(
+                f"{where} names a module that no longer exists ({exc.name}): LightGrep was "
+                "installed from an older version; re-run `pip install -e .` in its folder"
+            ) from None
+        raise PluginError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
     except Exception as exc:  # a third-party package may fail in any way; say which one
         raise PluginError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
     if not isinstance(plugin, PlatformPlugin):

@@ -489,7 +489,7 @@ def test_memory_and_recall_import_no_client_library(
     clients = ("bot.agent.agent", "openai", "telegram", "discord", "tiktoken", "prompt_toolkit")
     clients += ("rich",)
     for command, heavy in (
-        (["memory", "telegram-42"], (*clients, "asyncio", "adapters.terminal")),
+        (["memory", "telegram-42"], (*clients, "asyncio", "adapters.terminal.adapter")),
         (["recall", "telegram-42", "tea"], clients),
     ):
         script = (

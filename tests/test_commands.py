@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.terminal import HELP_NOTES
+from adapters.terminal.adapter import HELP_NOTES
 from bot.commands.recall import RecallArgsError, RecallQuery, parse_recall_args
 from tests.agent_helpers import ask, dm, make_agent, user_home
 from tests.fakes.openai_server import FakeOpenAI, completion

@@ -15,8 +15,8 @@ import pytest
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from adapters.discord import DiscordAdapter
-from adapters.discord_config import DiscordConfig, create
+from adapters.discord import DiscordConfig, create
+from adapters.discord.adapter import DiscordAdapter
 from bot.agent.agent import Agent
 from bot.commands.context import CommandContext
 from bot.commands.registry import COMMANDS, Argument, Command

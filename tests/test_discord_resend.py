@@ -1,4 +1,4 @@
-"""An answer sent by its destination alone (adapters/discord_resend.py), as the ingress that
+"""An answer sent by its destination alone (adapters/discord/resend.py), as the ingress that
 restarts sends what the one before had not: in its channel as a reply, a slash command's as the
 interaction's follow-up; a private one only ever in the person's DMs; a failed turn's apology."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adapters.discord import FAILURE
+from adapters.discord.adapter import FAILURE
 from bot.outbound import Reply
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI

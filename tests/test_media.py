@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from adapters.telegram_config import TelegramConfig, create
+from adapters.telegram import TelegramConfig, create
 from bot.agent.agent import Agent
 from bot.config import Config, LLMConfig, MediaConfig, MemoryConfig, TranscriptionConfig
 from memory.keys import encode_key

@@ -11,8 +11,8 @@ import os
 import zipfile
 from pathlib import Path
 
-from adapters.telegram import SENT_PRIVATELY
-from adapters.terminal import TerminalAdapter
+from adapters.telegram.adapter import SENT_PRIVATELY
+from adapters.terminal.adapter import TerminalAdapter
 from bot.agent.agent import Agent
 from bot.config import Config, LLMConfig, MemoryConfig
 from memory.workspace import Workspaces

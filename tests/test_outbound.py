@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from adapters.terminal import PrintedOutbound
+from adapters.terminal.adapter import PrintedOutbound
 from bot.outbound import BufferedOutbound, Button, OutFile
 from tests.agent_helpers import dm, make_agent
 from tests.fakes.openai_server import FakeOpenAI, completion

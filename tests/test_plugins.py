@@ -197,3 +197,19 @@ def test_a_broken_plugin_is_one_line(tmp_path: Path, monkeypatch) -> None:
     message = error_of(write(tmp_path, ""))
     assert message.startswith("platform plugin 'broken' (no_such_module:X) failed to load: ")
     assert "ModuleNotFoundError" in message and "\n" not in message
+
+
+def test_a_stale_editable_install_says_to_reinstall(tmp_path: Path, monkeypatch) -> None:
+    """An editable install made before the platforms became packages still names
+    adapters.telegram_config in its entry points: one line says what to do."""
+    site = tmp_path / "site"
+    info = site / "lightgrep_old-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lightgrep-old\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[lightgrep.platforms]\nstale = adapters.telegram_config:PLUGIN\n"
+    )
+    monkeypatch.syspath_prepend(str(site))
+    message = error_of(write(tmp_path, ""))
+    assert "adapters.telegram_config" in message and "re-run `pip install -e .`" in message
+    assert "\n" not in message

@@ -64,6 +64,6 @@ def test_every_log_record_is_masked_by_the_one_redactor(
         try:
             raise RuntimeError(f"header was Bearer {OTHER_KEY}")
         except RuntimeError:
-            logging.getLogger("adapters.telegram").exception("turn failed")
+            logging.getLogger("adapters.telegram.adapter").exception("turn failed")
     assert OTHER_KEY not in caplog.text and "SOMEONE-ELSES" not in caplog.text
     assert "Bearer ***" in caplog.text

@@ -13,7 +13,7 @@ import itertools
 import json
 from pathlib import Path
 
-from adapters.telegram import FAILED
+from adapters.telegram.adapter import FAILED
 from bot.agent.agent import LLM_FAILED_REPLY
 from bot.config import AgentConfig
 from tests.fakes.openai_server import FakeOpenAI, Streamed, pieces_of, tool_call
@@ -209,7 +209,7 @@ async def test_stream_false_sends_the_whole_answer_at_once(
 
 def _visible(markdown: str) -> str:
     """What Telegram shows for the answer (its HTML rendering, read back)."""
-    from adapters.telegram_format import markdown_to_html
+    from adapters.telegram.markup import markdown_to_html
     from tests.fakes.telegram_server import visible_text
 
     return visible_text(markdown_to_html(markdown))

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.telegram import REFUSAL, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter
-from adapters.telegram_config import TelegramConfig, create
-from adapters.telegram_format import markdown_to_html
+from adapters.telegram import TelegramConfig, create
+from adapters.telegram.adapter import REFUSAL, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter
+from adapters.telegram.markup import markdown_to_html
 from bot.agent.agent import Agent
 from bot.commands.registry import COMMANDS
 from bot.config import Config, LLMConfig, MemoryConfig
@@ -148,7 +148,7 @@ async def test_dm_turn_answered_and_persisted(
 async def test_memory_and_recall_in_dm(
     tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path, bot: TelegramAdapter
 ) -> None:
-    workspace = bot._agent.workspaces.get("telegram-42")
+    workspace = bot._core.workspaces.get("telegram-42")
     workspace.memory.write("## User Information\n- Lives in Lisbon\n")
     workspace.memory.append_history("[2025-03-01 10:00] Planned a trip to Porto by train.")
 
@@ -191,7 +191,7 @@ async def test_recall_in_group_answered_privately_only(
     tg: FakeTelegram, fake_llm: FakeOpenAI, bot: TelegramAdapter
 ) -> None:
     for user in (42, 43):
-        workspace = bot._agent.workspaces.get(f"telegram-{user}")
+        workspace = bot._core.workspaces.get(f"telegram-{user}")
         workspace.memory.write(f"## Important Notes\n- secret of user {user}\n")
         workspace.memory.append_history(f"[2025-03-01 10:00] User {user} booked the Porto hotel.")
     tg.started_users.add(42)  # 42 has a private chat with the bot; 43 never pressed Start
@@ -317,7 +317,7 @@ async def test_edits_and_non_text_messages(
 async def test_a_private_chat_answers_in_its_topic_and_never_another_bot(
     tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path, bot: TelegramAdapter
 ) -> None:
-    """Private text messages are read straight from the update (adapters/telegram_place.py),
+    """Private text messages are read straight from the update (adapters/telegram/place.py),
     everything else through PTB: both ways, a topic's message is answered in the topic, a
     bot's message is never answered, and a command is still a command."""
     fake_llm.default = lambda request: completion("re: topic")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.telegram import REFUSAL
+from adapters.telegram.adapter import REFUSAL
 from tests.fakes.openai_server import Delay, FakeOpenAI, Held, completion
 from tests.fakes.telegram_server import FakeTelegram
 from tests.test_telegram import (

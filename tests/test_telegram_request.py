@@ -22,7 +22,7 @@ from aiohttp import web
 from telegram import Bot
 from telegram.error import NetworkError, TimedOut
 
-from adapters.telegram_request import AiohttpRequest
+from adapters.telegram.request import AiohttpRequest
 from tests.fakes.local_server import serve_locally
 from tests.fakes.telegram_server import BOT, TOKEN
 from tests.fakes.tls import self_signed

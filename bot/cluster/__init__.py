@@ -7,3 +7,6 @@ into the adapter's Outbound. A worker (worker.py) holds a lease on a range of pa
 of the answer. What goes over the wire is in wire.py, the partition of a user in partition.py,
 the connection and the streams in connection.py. `lightgrep run` uses none of this.
 """
+
+# What the CLI starts; the rest (wire, publish, assembly, adopt, resend) is the cluster's own.
+__all__ = ["connection", "ingress", "lease", "partition", "worker"]

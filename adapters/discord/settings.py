@@ -1,7 +1,6 @@
-"""The `[discord]` section and the Discord plugin as the core sees it (entry point `discord`).
+"""The `[discord]` section: its keys, how each is checked, and the rules across keys.
 
-Kept apart from adapters/discord.py so that loading the configuration does not import discord.py;
-the adapter itself is imported only when the platform starts.
+Plain settings (bot.settings), so that loading the configuration never imports discord.py.
 """
 
 from __future__ import annotations
@@ -9,13 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bot.platform import PlatformPlugin
 from bot.settings import HTTP, WEBSOCKET, Rule, Section, SettingError, setting
 
 if TYPE_CHECKING:
-    from adapters.discord import DiscordAdapter
-    from bot.config import Config
-    from bot.platform import Core
+    pass
 
 PLATFORM = "discord"
 
@@ -75,12 +71,3 @@ def check(settings: DiscordConfig) -> None:
             f"(0 to {settings.shard_count - 1})",
             "shard_ids",
         )
-
-
-def create(config: Config, agent: Core) -> DiscordAdapter:
-    from adapters.discord import DiscordAdapter
-
-    return DiscordAdapter(config, agent)
-
-
-PLUGIN = PlatformPlugin(name=PLATFORM, create=create, settings=DiscordConfig, check=check)

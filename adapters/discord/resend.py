@@ -14,7 +14,7 @@ from typing import Any
 
 import discord
 
-from adapters.discord_live import NO_MENTIONS
+from adapters.discord.live import NO_MENTIONS
 
 Messages = list[tuple[str, dict[str, Any]]]
 

@@ -1,7 +1,7 @@
 """Telegram answers: sending within the Bot API's rules, and showing an answer as it is written.
 
 Every message goes out the same way: the plain text split to 4096 UTF-16 code units, each chunk
-rendered as Telegram HTML (adapters/telegram_format.py: valid for any text, a partial answer
+rendered as Telegram HTML (adapters/telegram/markup.py: valid for any text, a partial answer
 too), sent as plain text if Telegram rejects the markup anyway, flood limits waited out.
 
 While an answer is written (adapters/live.py) it shows in one of two ways:
@@ -25,8 +25,8 @@ from telegram.constants import ParseMode
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
 from adapters.live import LiveAnswer, Pacer
-from adapters.telegram_format import markdown_to_html
-from adapters.telegram_polling import flood_safe, raw_call, retry_seconds
+from adapters.telegram.bot_api import flood_safe, raw_call, retry_seconds
+from adapters.telegram.markup import markdown_to_html
 from bot.formatting import split_message
 from bot.outbound import Button
 

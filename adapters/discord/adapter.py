@@ -24,10 +24,10 @@ import aiohttp
 import discord
 from discord import app_commands
 
-from adapters import discord_resend as resend
-from adapters.discord_config import PLATFORM, DiscordConfig
-from adapters.discord_endpoints import endpoints, rest_base
-from adapters.discord_live import MESSAGE_LIMIT, NO_MENTIONS, ChannelSurface, DiscordAnswer
+from adapters.discord import resend
+from adapters.discord.endpoints import endpoints, rest_base
+from adapters.discord.live import MESSAGE_LIMIT, NO_MENTIONS, ChannelSurface, DiscordAnswer
+from adapters.discord.settings import PLATFORM, DiscordConfig
 from adapters.live import Pacer
 from bot import logsafe
 from bot.access import is_allowed
@@ -65,13 +65,13 @@ class DiscordAdapter:
     def __init__(
         self,
         config: Config,
-        agent: Core,
+        core: Core,
         *,
         guild_ready_timeout: float = 2.0,
         defer_after_s: float = 2.0,
     ) -> None:
         self.config: DiscordConfig = config.platforms[PLATFORM]
-        self.agent = agent
+        self.core = core
         self.ready = asyncio.Event()
         self.guild_ready_timeout = guild_ready_timeout
         # Discord drops an interaction not answered within 3 s; past this we defer and follow up.
@@ -244,7 +244,7 @@ class DiscordAdapter:
     async def _handle(self, inbound: Inbound, out: BufferedOutbound | DiscordAnswer) -> Reply:
         """The core's whole answer, or a short apology if the turn failed."""
         try:
-            await self.agent.handle(inbound, out)
+            await self.core.handle(inbound, out)
             return out.reply
         except Exception:
             log.exception("discord: the turn for %s failed", inbound.session_key)
@@ -283,7 +283,7 @@ class DiscordAdapter:
         return "I sent you that in a DM."
 
     async def send_to(self, destination: dict[str, str], reply: Reply | None) -> None:
-        """An answer without its message (bot.platform.Resender): adapters/discord_resend.py."""
+        """An answer without its message (bot.platform.Resender): adapters/discord/resend.py."""
         await asyncio.wait_for(self.ready.wait(), RESEND_WAIT_S)  # else tried again later
         assert self._client is not None
         reply = reply or Reply(FAILURE)

@@ -10,7 +10,7 @@ Updater: the Updater acknowledges an update as soon as it has queued it in memor
 every queued message. We acknowledge an update only once its turn has finished, or once it is on
 disk (the spool); after a crash Telegram redelivers the rest, and the core recognises a message it
 has already persisted by `Inbound.message_id`. One user's flood waits in that user's own backlog
-(adapters/telegram_polling.py, `Intake`); strangers get at most one refusal per chat per
+(adapters/telegram/polling.py, `Intake`); strangers get at most one refusal per chat per
 REFUSAL_INTERVAL_S, sent once, never waiting out a flood limit.
 """
 
@@ -58,26 +58,21 @@ from telegram.ext import (
 from telegram.warnings import PTBDeprecationWarning
 
 from adapters.live import Pacer
-from adapters.telegram_config import PLATFORM, TelegramConfig
-from adapters.telegram_live import (
+from adapters.telegram.bot_api import allow_raw_calls, flood_safe
+from adapters.telegram.intake import Intake, PerUserOrder
+from adapters.telegram.live import (
     ChatSurface,
     TelegramAnswer,
     keyboard,
     send_chunk,
     telegram_chunks,
 )
-from adapters.telegram_place import Place, PrivateText, private_text
-from adapters.telegram_polling import (
-    Intake,
-    PerChatInterval,
-    PerUserOrder,
-    Poller,
-    allow_raw_calls,
-    flood_safe,
-)
-from adapters.telegram_request import AiohttpRequest
-from adapters.telegram_spool import Spool
-from adapters.telegram_webhook import WebhookServer
+from adapters.telegram.place import Place, PrivateText, private_text
+from adapters.telegram.polling import PerChatInterval, Poller
+from adapters.telegram.request import AiohttpRequest
+from adapters.telegram.settings import PLATFORM, TelegramConfig
+from adapters.telegram.spool import Spool
+from adapters.telegram.webhook import WebhookServer
 from bot import logsafe
 from bot.access import is_allowed
 from bot.commands.registry import COMMANDS
@@ -113,7 +108,7 @@ REFUSAL_INTERVAL_S = 600.0  # at most one refusal per stranger's chat this often
 
 
 class TelegramAdapter:
-    """One Telegram bot serving the agent core."""
+    """One Telegram bot serving the core (the agent, or in cluster mode the ingress's broker)."""
 
     name = PLATFORM
     typing_interval_s = 4.0  # Telegram shows "typing…" for about 5 s per sendChatAction
@@ -122,7 +117,7 @@ class TelegramAdapter:
     def __init__(
         self,
         config: TelegramConfig,
-        agent: Core,
+        core: Core,
         state_dir: Path,
         media: MediaRules | None = None,
     ) -> None:
@@ -131,7 +126,7 @@ class TelegramAdapter:
         self.ready = asyncio.Event()
         self._config = config
         self._media = media or MediaRules()
-        self._agent = agent
+        self._core = core
         self._state_dir = state_dir
         self._me: User | None = None
         self._commands = {command.name for command in COMMANDS}
@@ -284,7 +279,7 @@ class TelegramAdapter:
 
     def _direct(self, bot: Bot) -> Callable[[dict[str, Any]], Callable[[], Awaitable[None]] | None]:
         """For the intake: the turn of a raw update that is a private text message from someone
-        on the allow list, run without PTB's Update (adapters/telegram_place.py); None for every
+        on the allow list, run without PTB's Update (adapters/telegram/place.py); None for every
         other update, which goes through PTB's handlers (`_on_message`, `_on_button`)."""
 
         def turn_of(raw: dict[str, Any]) -> Callable[[], Awaitable[None]] | None:
@@ -364,7 +359,7 @@ class TelegramAdapter:
                 if media:
                     attachments = await collect(media, self._media, DOWNLOAD_LIMIT)
                     inbound = replace(inbound, attachments=attachments)
-                await self._agent.handle(inbound, out)
+                await self._core.handle(inbound, out)
         except Exception:
             await out.close()
             log.exception("telegram: turn failed for session %s", inbound.session_key)

@@ -2,7 +2,7 @@
 
 PTB's webhook server answers 200 as soon as it has put the update in a memory queue, so a crash
 lost every queued update. Telegram redelivers an update until a POST of it is answered 200; we
-answer 200 only once the update is in the spool (adapters/telegram_spool.py, fsynced), from
+answer 200 only once the update is in the spool (adapters/telegram/spool.py, fsynced), from
 where the intake runs it, and after a crash the next start runs what is left. An update that
 cannot be spooled gets a 500, and Telegram sends it again. Updates from senders refused without
 a turn are answered at once and not kept.
@@ -23,7 +23,8 @@ from aiohttp import web
 from telegram import Bot
 from telegram.error import TelegramError
 
-from adapters.telegram_polling import Intake, describe_error, flood_safe
+from adapters.telegram.bot_api import describe_error, flood_safe
+from adapters.telegram.intake import Intake
 from bot.platform import PlatformStartError
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,6 @@
-"""The `[telegram]` section and the Telegram plugin as the core sees it (entry point `telegram`).
+"""The `[telegram]` section: its keys, how each is checked, and the rules across keys.
 
-Kept apart from adapters/telegram.py so that loading the configuration does not import
-python-telegram-bot; the adapter itself is imported only when the platform starts.
+Plain settings (bot.settings), so that loading the configuration never imports python-telegram-bot.
 """
 
 from __future__ import annotations
@@ -9,13 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bot.platform import PlatformPlugin
 from bot.settings import HTTP, NON_NEGATIVE_INT, PORT, Rule, Section, SettingError, setting
 
 if TYPE_CHECKING:
-    from adapters.telegram import TelegramAdapter
-    from bot.config import Config
-    from bot.platform import Core
+    pass
 
 PLATFORM = "telegram"
 MODES = ("polling", "webhook")
@@ -50,18 +46,3 @@ def check(settings: TelegramConfig) -> None:
     """Rules across keys of an enabled [telegram]."""
     if settings.mode == "webhook" and not settings.webhook_url:
         raise SettingError('mode = "webhook" needs webhook_url', key="mode")
-
-
-def create(config: Config, agent: Core) -> TelegramAdapter:
-    from adapters.telegram import TelegramAdapter
-    from bot.media.rules import MediaRules
-
-    return TelegramAdapter(
-        config.platforms[PLATFORM],
-        agent,
-        config.memory.workspaces_dir,
-        MediaRules.from_config(config),
-    )
-
-
-PLUGIN = PlatformPlugin(name=PLATFORM, create=create, settings=TelegramConfig, check=check)

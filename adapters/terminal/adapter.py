@@ -35,7 +35,7 @@ from bot.outbound import CONSOLIDATING, Button, Notice, OutFile
 from memory.keys import encode_key
 
 if TYPE_CHECKING:
-    from adapters.terminal_screen import Screen
+    from adapters.terminal.screen import Screen
     from bot.config import Config
     from bot.platform import Core
 
@@ -135,7 +135,7 @@ class TerminalAdapter:
     def __init__(
         self,
         config: Config,
-        agent: Core,
+        core: Core,
         *,
         user: str | None = None,
         stdin_fd: int | None = None,
@@ -144,7 +144,7 @@ class TerminalAdapter:
         log_file: Path | None = None,
     ) -> None:
         self.config = config
-        self.agent = agent
+        self.core = core
         # One spelling per name: "José" typed in NFD (macOS) is the same person as in NFC.
         self.user = unicodedata.normalize("NFC", user or login_name())
         self.stdin_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
@@ -306,7 +306,7 @@ class TerminalAdapter:
             self._write, self.files_dir, _screen(self.out) if self.editor else None
         )
         try:
-            await self.agent.handle(inbound, out)
+            await self.core.handle(inbound, out)
         except Exception:
             log.exception("the agent failed on a message")
             out.close()
@@ -461,7 +461,7 @@ async def _first_or_none(awaitable: Any, stop: asyncio.Event) -> Any:
 def _screen(stream: TextIO) -> Screen:
     # Imported when a terminal needs it: the plugin registry imports this module for every
     # command, and `lightgrep memory` has no use for rich.
-    from adapters.terminal_screen import Screen
+    from adapters.terminal.screen import Screen
 
     return Screen(stream)
 
