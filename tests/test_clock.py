@@ -124,7 +124,7 @@ def test_files_from_before_load_and_their_naive_times_read_as_utc(
     old.write_text("## User Information\n- old\n")
     memory.write("## User Information\n- a\n")
     memory.write("## User Information\n- b\n")
-    names = [p.name for p in memory.control.versions()]
+    names = [p.name for p in memory.versions()]
     assert names[0] == old.name and all(n.count("Z.") == 1 for n in names[1:])
 
     memory.append_history("Ada said hi.", when=datetime.fromisoformat("2024-05-01T10:00:00"))

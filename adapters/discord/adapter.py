@@ -88,7 +88,7 @@ class DiscordAdapter:
     async def run(self, stop: asyncio.Event) -> None:
         """Log in, sync commands, serve until `stop`, then let running turns finish and close.
 
-        The settings were checked when the configuration was loaded (discord_config.py)."""
+        The settings were checked when the configuration was loaded (settings.py)."""
         token = self.config.token or ""
         logsafe.hide(*self.config.secrets())
         with endpoints(self.config.api_base, self.config.gateway_url):

@@ -139,7 +139,7 @@ class TelegramAdapter:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until `stop` is set; then stop fetching updates and let running turns finish.
 
-        The settings were checked when the configuration was loaded (telegram_config.py)."""
+        The settings were checked when the configuration was loaded (settings.py)."""
         token = self._config.token or ""
         logsafe.hide(*self._config.secrets())  # Bot API URLs carry the token
         app = self._build_app(token)
