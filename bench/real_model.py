@@ -213,7 +213,7 @@ async def run(args: argparse.Namespace) -> None:
             answers.append((text, reply.text, expected in reply.text.lower()))
         if args.verbose:
             print(f"[{i + 1:2}] {text}\n     → {reply.text[:160]!r} ({times[-1]:.1f} s)")
-        await asyncio.gather(*list(agent._background), return_exceptions=True)
+        await agent.background.wait_all()
     await agent.aclose()
     await runner.cleanup()
 

@@ -121,6 +121,12 @@ class Limits:
             f"(after {at:%H:%M:%S} UTC).",
         )
 
+    def forget_user(self, user_key: str) -> None:
+        """After /wipe (or when they leave RAM): their messages of the last minute are no longer
+        counted. What they spent today is counted from their usage, which /wipe erases with
+        the rest; the bot's daily budget ([limits] global_tokens_per_day) still counts it."""
+        self._recent.pop(user_key, None)
+
     def _sweep(self, now: float) -> None:
         """Forget everyone whose last message is a minute old: the table holds the people of
         the last two minutes at most, however many ever wrote."""

@@ -51,8 +51,9 @@ class UsageBook:
             found = self._logs[user_key] = UsageLog(root / USAGE_FILE)
         return found
 
-    def forget(self, user_key: str) -> None:
-        """Drop the user's log from RAM (their workspace left it); read again when needed."""
+    def forget_user(self, user_key: str) -> None:
+        """Drop the user's log from RAM (their workspace left it, or was wiped); read again when
+        needed."""
         self._logs.pop(user_key, None)
 
     def record(self, user_key: str | None, prompt: int, completion: int) -> None:
@@ -123,5 +124,9 @@ class ChargedLLM:
         self._charge(messages, result)
         return result
 
-    def __getattr__(self, name: str) -> Any:  # model, usage, aclose … of the real client
-        return getattr(self.inner, name)
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

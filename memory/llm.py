@@ -35,7 +35,13 @@ class LLMBadRequest(LLMError):
 
 
 class ChatLLM(Protocol):
-    """Anything with one async chat method: the bot's client, or a test double of the far end."""
+    """A model client: the bot's own, or one wrapping it (usage, metrics). `model` names the
+    model for /status; `aclose` lets go of its connections."""
+
+    @property
+    def model(self) -> str: ...
+
+    async def aclose(self) -> None: ...
 
     async def chat(
         self,

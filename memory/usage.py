@@ -61,9 +61,10 @@ class UsageLog:
     ) -> None:
         """Add one model call. Raises OSError when it cannot be written (nothing is torn)."""
         moment = clock.as_utc(when or clock.now())
-        days = self._load()
+        self._load()
         if self._lines >= COMPACT_AFTER_LINES or self._has_old_lines:
             self._compact(moment.date())
+        days = self._load()  # after a compaction, the dict it made
         line = {
             "at": clock.iso(moment),
             "prompt_tokens": prompt_tokens,

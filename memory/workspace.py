@@ -117,7 +117,7 @@ class Workspaces:
         """The user keys whose Workspace is held in RAM."""
         return list(self._cache)
 
-    def evict(self, user_key: str) -> None:
+    def forget_user(self, user_key: str) -> None:
         """Drop the cached Workspace (after a wipe the next get() starts from the disk)."""
         self._cache.pop(user_key, None)
 

@@ -130,7 +130,7 @@ async def test_above_the_window_a_chunk_up_to_a_user_turn_is_consolidated(
     # The cursor is persisted: a fresh load of the workspace sees it.
     reloaded = Workspaces(workspace.root.parent).get("telegram-42").sessions.get("telegram:dm:42")
     assert reloaded.last_consolidated == cursor
-    assert "telegram:dm:42" in consolidator.last_consolidated_at
+    assert consolidator.last_consolidated_at("telegram-42", "telegram:dm:42") is not None
 
 
 async def test_several_rounds_until_under_the_target(llm, fake_llm, workspace) -> None:

@@ -172,6 +172,7 @@ def test_old_lines_are_folded_into_days_and_the_oldest_dropped(tmp_path: Path) -
     log.record(10, 1, now)
     reloaded = UsageLog(path)
     reloaded.record(10, 1, now)  # the first write after loading folds the file
+    assert reloaded.day(now.date()).tokens == 33  # the call that folded it counts, in RAM too
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert lines[0] == {"day": now.date().isoformat(), "prompt_tokens": 20,
                         "completion_tokens": 2, "calls": 2}
@@ -243,3 +244,24 @@ async def test_tokens_per_day_holds_on_a_server_whose_streams_report_no_usage(
     assert today.completion_tokens >= 80 * today.calls
     assert "1,200 tokens for today" in replies[-1].text and "didn't save" in replies[-1].text
     assert replies[0].text.startswith("Here you are.")
+
+
+async def test_wipe_erases_the_usage_the_running_bot_keeps(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """/usage after /wipe starts from nothing (the totals were kept in RAM), and the old totals
+    never come back into the new usage file."""
+    fake_llm.default = costly(600, 400)
+    agent = make_agent(fake_llm, workspaces_dir, limits=LimitsConfig(tokens_per_day=5000))
+    await ask(agent, dm("42", "one"))
+    before = await ask(agent, dm("42", "/usage"))
+    assert "1,000 tokens" in before.text and "in 1 model calls" in before.text
+    await ask(agent, dm("42", "/wipe"))
+    await ask(agent, dm("42", "/wipe confirm"))
+    after = await ask(agent, dm("42", "/usage"))
+    assert ": 0 tokens (0 read, 0 written) in 0 model calls" in after.text
+    assert "5,000 tokens a day (5,000 left" in after.text
+    await ask(agent, dm("42", "two"))
+    again = await ask(agent, dm("42", "/usage"))
+    await agent.aclose()
+    assert "1,000 tokens (600 read, 400 written) in 1 model calls" in again.text

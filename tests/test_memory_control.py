@@ -357,7 +357,7 @@ async def test_wipe_during_a_running_turn_waits_for_it_and_cancels_consolidation
     assert turn.done()  # the running turn finished first (its answer was delivered)
     assert "a long answer" in turn.result().text
     assert not workspace.root.exists()
-    assert not agent._background  # the consolidation that turn scheduled was cancelled
+    assert not agent.background.has("telegram-42")  # the consolidation it scheduled was cancelled
     await asyncio.sleep(0.1)
     assert not workspace.root.exists()  # and nothing recreated the folder
     await agent.aclose()

@@ -18,13 +18,14 @@ import json
 import logging
 import math
 import re
-from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
 from bot import logsafe
-from bot.agent.prompt import ContextBuilder, with_media
+from bot.agent.background import BackgroundWork
+from bot.agent.prompt import ContextBuilder, FrozenPrompts, with_media
+from bot.agent.residency import LoadedSessions, PerUser, forget_everywhere
 from bot.agent.streaming import AnswerStream
 from bot.agent.tools import AgentTools
 from bot.agent.window import TOOLS_TEXT, llm_budget
@@ -151,20 +152,25 @@ class Agent:
             memory_budget_tokens=config.memory.max_memory_tokens,
         )
         self.context = ContextBuilder(config.agent.bot_name)
-        self._session_locks: dict[str, asyncio.Lock] = {}
-        self._frozen_prompts: dict[str, tuple[int, bool, str]] = {}
-        # Background work (consolidation) by the user key it belongs to: /forget waits for a
-        # user's, /wipe cancels them.
-        self._background: dict[asyncio.Task[Any], str] = {}
-        # Session keys each user has used since start-up (a new one may have no file yet).
-        self._user_sessions: dict[str, set[str]] = {}
-        # (user key, session key) of the sessions loaded, least recently used first; and the
-        # messages being handled for each: beyond [memory] max_loaded_sessions, idle ones go.
-        self._loaded: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._handling: Counter[tuple[str, str]] = Counter()
-        self._handling_users: Counter[str] = Counter()
-        self._max_loaded = config.memory.max_loaded_sessions
+        self.prompts = FrozenPrompts()
+        self.background = BackgroundWork()
+        self.sessions = LoadedSessions(
+            config.memory.max_loaded_sessions,
+            busy=self._busy,
+            drop_session=self._drop_session,
+            drop_user=self._drop_user_if_idle,
+        )
         self.confirmations = Confirmations()
+        # Everything that keeps state of a person in RAM: /wipe and idle eviction alike make
+        # each forget them (limits too: see README, "Limits").
+        self._per_user: tuple[PerUser, ...] = (
+            self.workspaces,
+            self.usage,
+            self.limits,
+            self.confirmations,
+            self.consolidator,
+            self.prompts,
+        )
         if writer:
             sweep_wiped(self.workspaces.base_dir)  # what a crash mid-/wipe left behind
         self._tools_text = TOOLS_TEXT
@@ -185,21 +191,8 @@ class Agent:
         """Answer one message through `out`: a command without the LLM, anything else as an LLM
         turn (see bot.outbound for the order of the calls)."""
         inbound = replace(inbound, text=valid_text(inbound.text))  # lone surrogates → U+FFFD
-        loaded = (inbound.user_key, inbound.session_key)
-        self._handling[loaded] += 1
-        self._handling_users[inbound.user_key] += 1
-        try:
+        with self.sessions.handling(inbound.user_key, inbound.session_key):
             await self._handle(inbound, out)
-        finally:
-            self._handling[loaded] -= 1
-            if not self._handling[loaded]:
-                del self._handling[loaded]
-            self._handling_users[inbound.user_key] -= 1
-            if not self._handling_users[inbound.user_key]:
-                del self._handling_users[inbound.user_key]
-            self._loaded[loaded] = None
-            self._loaded.move_to_end(loaded)
-            self._evict_idle()
 
     async def _handle(self, inbound: Inbound, out: Outbound) -> None:
         command = parse_command(inbound.text)
@@ -258,19 +251,16 @@ class Agent:
 
     async def aclose(self) -> None:
         """Wait for pending consolidation, then close the LLM client."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
-        close = getattr(self.llm, "aclose", None)
-        if close is not None:
-            await close()
+        await self.background.wait_all()
+        await self.llm.aclose()
         if self.transcriber is not None:
             await self.transcriber.aclose()
 
     # ---- the turn -----------------------------------------------------------------------
 
     async def _turn(self, inbound: Inbound, out: Outbound) -> Reply:
-        self._note_session(inbound)
-        async with self._lock(inbound.session_key):
+        self.sessions.note(inbound.user_key, inbound.session_key)
+        async with self.sessions.lock(inbound.session_key):
             # Looked up under the lock: a /wipe that held it has replaced the workspace.
             workspace = self.workspaces.get(inbound.user_key)
             session = workspace.sessions.get(inbound.session_key)
@@ -397,7 +387,7 @@ class Agent:
         """After a turn (answered or not): consolidate in the background if the next prompt
         would not fit, so the next turn does not fail the same way."""
         if not self.budget.fits(self._estimate(system, session)):
-            self._in_background(
+            self.background.start(
                 self.consolidator.maybe_consolidate(
                     workspace, session, self._cost_of_prompt(workspace, inbound)
                 ),
@@ -541,7 +531,7 @@ class Agent:
         """The model cannot see: pictures reach it as "[image: caption]" text from now on, and
         people are told so with each new picture, as with [llm] vision = false."""
         self._sees_pictures = False
-        self.attachments.vision = False
+        self.attachments.stop_pictures()
         log.warning(
             "%s; pictures go to the model as text from now on (set [llm] vision = false, or "
             "use a model that takes pictures)",
@@ -597,18 +587,17 @@ class Agent:
         edits made by the edit_memory tool show up after the next consolidation (the model
         already sees them in its own tool calls). A change of /privacy takes effect at once."""
         shown = self._memory_shown(workspace, inbound)
-        frozen = self._frozen_prompts.get(session.key)
-        if frozen is not None and frozen[:2] == (session.last_consolidated, shown):
-            return frozen[2]
-        prompt = self._fresh_prompt(workspace, inbound)
-        self._frozen_prompts[session.key] = (session.last_consolidated, shown, prompt)
-        return prompt
+        return self.prompts.get(
+            (inbound.user_key, session.key),
+            (session.last_consolidated, shown),
+            lambda: self._fresh_prompt(workspace, inbound),
+        )
 
     # ---- commands' helpers --------------------------------------------------------------
 
     def _command_context(self, inbound: Inbound) -> CommandContext:
         """What a command handler may touch: this user's workspace and session, no more."""
-        self._note_session(inbound)
+        self.sessions.note(inbound.user_key, inbound.session_key)
         workspace = self.workspaces.get(inbound.user_key)
         return CommandContext(
             inbound=inbound,
@@ -629,7 +618,7 @@ class Agent:
 
         The session lock is taken now and handed to the filing task, so a message sent right
         after /new waits for the old conversation to be filed instead of mixing with it."""
-        lock = self._lock(inbound.session_key)
+        lock = self.sessions.lock(inbound.session_key)
         await lock.acquire()
         workspace = self.workspaces.get(inbound.user_key)  # under the lock, like a turn
         session = workspace.sessions.get(inbound.session_key)
@@ -645,19 +634,19 @@ class Agent:
             finally:
                 lock.release()
 
-        self._in_background(file_old_messages(), inbound.user_key)
+        self.background.start(file_old_messages(), inbound.user_key)
         return True
 
     def session_status(self, inbound: Inbound) -> SessionStatus:
         workspace = self.workspaces.get(inbound.user_key)
         session = workspace.sessions.get(inbound.session_key)
         system = self._system_prompt(workspace, session, inbound)
-        when = self.consolidator.last_consolidated_at.get(session.key)
+        when = self.consolidator.last_consolidated_at(inbound.user_key, session.key)
         if when is None:
             when = "earlier (before this start-up)" if session.last_consolidated else "never"
         start = _conversation_start(session)
         return SessionStatus(
-            model=getattr(self.llm, "model", "unknown"),
+            model=self.llm.model,
             context_tokens=self._estimate(system, session) + self.budget.answer,
             answer_tokens=self.budget.answer,
             window_tokens=self.window,
@@ -684,7 +673,7 @@ class Agent:
         locked: set[str] = set()
         try:
             while True:
-                pending = [t for t, key in self._background.items() if key == user_key]
+                pending = self.background.of(user_key)
                 if pending:
                     for task in pending if cancel else ():
                         task.cancel()
@@ -694,14 +683,14 @@ class Agent:
                 if not todo:
                     break
                 for key in todo:
-                    lock = self._lock(key)
+                    lock = self.sessions.lock(key)
                     await lock.acquire()
                     held.append(lock)
                     locked.add(key)
             async with self.workspaces.get(user_key).memory_lock:
                 yield
         finally:
-            self._forget_derived(user_key, locked)
+            self.prompts.forget_sessions(user_key, locked)
             for lock in held:
                 lock.release()
 
@@ -711,84 +700,39 @@ class Agent:
         first. The next message of theirs starts as a stranger's would."""
         async with self.user_exclusive(user_key, cancel=True):
             hidden = hide(self.workspaces.root_of(user_key))  # from here on they have nothing
-            self.workspaces.evict(user_key)
-            self.confirmations.drop_user(user_key)
-            self.consolidator.take_event(user_key)
-            for key in self._user_sessions.pop(user_key, set()):
-                self.consolidator.last_consolidated_at.pop(key, None)
+            forget_everywhere((*self._per_user, self.sessions), user_key)
         if hidden is not None:
             await asyncio.to_thread(delete, hidden)
         return hidden is not None
 
-    def _note_session(self, inbound: Inbound) -> None:
-        self._user_sessions.setdefault(inbound.user_key, set()).add(inbound.session_key)
-
     def _sessions_of(self, user_key: str) -> set[str]:
-        keys = set(self._user_sessions.get(user_key, ()))
+        keys = self.sessions.known_sessions(user_key)
         if self.workspaces.exists(user_key):
             keys.update(self.workspaces.get(user_key).sessions.keys())
         return keys
 
-    def _forget_derived(self, user_key: str, session_keys: set[str]) -> None:
-        for key in session_keys:
-            self._frozen_prompts.pop(key, None)
-
-    # ---- bounded RAM: idle sessions leave it ---------------------------------------------
-
-    def _evict_idle(self) -> None:
-        """Drop the least recently used idle sessions beyond [memory] max_loaded_sessions, with
-        what is kept about them (lock, frozen prompt, the consolidator's state) and their
-        workspace once it has none loaded. Never one being handled, locked, or with
-        consolidation running or pending: they move to the recent end instead."""
-        skipped = 0
-        while len(self._loaded) > self._max_loaded and skipped < len(self._loaded):
-            user_key, session_key = key = next(iter(self._loaded))
-            if self._busy(user_key, session_key):
-                self._loaded.move_to_end(key)
-                skipped += 1
-                continue
-            del self._loaded[key]
-            self._session_locks.pop(session_key, None)
-            self._frozen_prompts.pop(session_key, None)
-            self.consolidator.forget(user_key, session_key)
-            keys = self._user_sessions.get(user_key)
-            if keys is not None:
-                keys.discard(session_key)
-                if not keys:
-                    del self._user_sessions[user_key]
-            workspace = self.workspaces.cached(user_key)
-            if workspace is None:
-                continue
-            workspace.sessions.evict(session_key)
-            idle = user_key not in self._handling_users and not workspace.memory_lock.locked()
-            if idle and not workspace.sessions.loaded():
-                self.workspaces.evict(user_key)
-                self.usage.forget(user_key)
+    # ---- bounded RAM: idle sessions leave it (bot/agent/residency.py) ---------------------
 
     def _busy(self, user_key: str, session_key: str) -> bool:
-        lock = self._session_locks.get(session_key)
-        return (
-            (user_key, session_key) in self._handling
-            or (lock is not None and lock.locked())
-            or self.consolidator.busy(user_key, session_key)
-            or user_key in self._background.values()
-        )
+        return self.consolidator.busy(user_key, session_key) or self.background.has(user_key)
 
-    # ---- plumbing -----------------------------------------------------------------------
+    def _drop_session(self, user_key: str, session_key: str) -> None:
+        self.prompts.forget_sessions(user_key, {session_key})
+        self.consolidator.forget(user_key, session_key)
+        workspace = self.workspaces.cached(user_key)
+        if workspace is not None:
+            workspace.sessions.evict(session_key)
 
-    def _lock(self, session_key: str) -> asyncio.Lock:
-        return self._session_locks.setdefault(session_key, asyncio.Lock())
-
-    def _in_background(self, coro: Any, user_key: str) -> None:
-        """Run tracked: aclose() waits for it, and a failure is logged, never lost silently."""
-        task = asyncio.create_task(coro)
-        self._background[task] = user_key
-        task.add_done_callback(self._background_done)
-
-    def _background_done(self, task: asyncio.Task[Any]) -> None:
-        self._background.pop(task, None)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background consolidation failed", exc_info=task.exception())
+    def _drop_user_if_idle(self, user_key: str) -> bool:
+        """The person leaves RAM once none of their sessions is loaded and nothing holds their
+        memory; the holders of per-user state forget them as /wipe makes them."""
+        workspace = self.workspaces.cached(user_key)
+        if workspace is None:
+            return True
+        if workspace.memory_lock.locked() or workspace.sessions.loaded():
+            return False
+        forget_everywhere(self._per_user, user_key)
+        return True
 
 
 def _llm_failed(inbound: Inbound, exc: LLMError) -> str:

@@ -124,3 +124,30 @@ def _data_url(part: dict[str, Any], read: Callable[[dict[str, Any]], bytes | Non
     if data is None:
         return None
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+class FrozenPrompts:
+    """Each session's system prompt, frozen between consolidations so the prompt's prefix stays
+    cached by the provider; rebuilt when its stamp (cursor, memory shown or not) changes."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str], tuple[tuple[int, bool], str]] = {}
+
+    def get(
+        self, key: tuple[str, str], stamp: tuple[int, bool], build: Callable[[], str]
+    ) -> str:
+        """The prompt of (user key, session key) as frozen at `stamp`, built anew otherwise."""
+        kept = self._kept.get(key)
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        prompt = build()
+        self._kept[key] = (stamp, prompt)
+        return prompt
+
+    def forget_sessions(self, user_key: str, session_keys: set[str]) -> None:
+        for session_key in session_keys:
+            self._kept.pop((user_key, session_key), None)
+
+    def forget_user(self, user_key: str) -> None:
+        for key in [k for k in self._kept if k[0] == user_key]:
+            del self._kept[key]

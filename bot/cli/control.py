@@ -132,7 +132,7 @@ async def cmd_wipe(args: argparse.Namespace) -> int:
         held = contents(workspaces.get(args.user_key))
         print(f"{args.user_key}: {held.describe()}")
         _confirm(args.yes, f"Erase everything of {args.user_key}?")
-        workspaces.evict(args.user_key)
+        workspaces.forget_user(args.user_key)
         wipe_folder(workspaces.root_of(args.user_key))
     print(f"erased the workspace of {args.user_key}")
     return 0

@@ -64,7 +64,7 @@ class Confirmations:
     def cancel(self, user_key: str, action: str) -> bool:
         return self._pending.pop((user_key, action), None) is not None
 
-    def drop_user(self, user_key: str) -> None:
+    def forget_user(self, user_key: str) -> None:
         """Forget every question of a user (after /wipe nothing of them is kept)."""
         for key in [k for k in self._pending if k[0] == user_key]:
             del self._pending[key]

@@ -81,8 +81,13 @@ class AttachmentReader:
     ) -> None:
         self.rules = rules
         self.transcriber = transcriber
-        self.vision = vision
+        self.vision = vision  # until stop_pictures()
         self.max_seconds = max_seconds
+
+    def stop_pictures(self) -> None:
+        """The model turned out not to see: pictures go to it as text from now on, and people
+        are told so with each new picture, as with [llm] vision = false."""
+        self.vision = False
 
     async def prepare(self, inbound: Inbound, store: MediaStore) -> Prepared:
         """Keep and read every attachment (OSError: one could not be kept)."""

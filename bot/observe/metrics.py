@@ -188,8 +188,12 @@ class MeteredLLM:
     def __init__(self, llm: ChatLLM) -> None:
         self._llm = llm
 
-    def __getattr__(self, name: str) -> Any:  # model, aclose, …: the client's own
-        return getattr(self._llm, name)
+    @property
+    def model(self) -> str:
+        return self._llm.model
+
+    async def aclose(self) -> None:
+        await self._llm.aclose()
 
     async def chat(
         self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,

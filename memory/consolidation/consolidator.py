@@ -231,7 +231,7 @@ class MemoryConsolidator:
         self.budget = Budget(context_window_tokens, answer_tokens, margin_tokens)
         self.max_rounds = max_rounds
         self.max_failures = max_failures
-        self.last_consolidated_at: dict[str, str] = {}
+        self._last_consolidated: dict[tuple[str, str], str] = {}  # (user, session) → when
         # Keyed by (user key, session key): two users never share a lock or a failure count.
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._failures: dict[tuple[str, str], int] = {}
@@ -280,10 +280,22 @@ class MemoryConsolidator:
         running = lock is not None and lock.locked()
         return running or key in self._failures or key in self._pieces_done
 
+    def last_consolidated_at(self, user_key: str, session_key: str) -> str | None:
+        """When this session was last consolidated since start-up (UTC, ISO), if it was."""
+        return self._last_consolidated.get((user_key, session_key))
+
     def forget(self, user_key: str, session_key: str) -> None:
         """Drop what is kept about an idle session (its lock, when it was last consolidated)."""
         self._locks.pop((user_key, session_key), None)
-        self.last_consolidated_at.pop(session_key, None)
+        self._last_consolidated.pop((user_key, session_key), None)
+
+    def forget_user(self, user_key: str) -> None:
+        """Drop everything kept about a person (/wipe, or they left RAM): locks, failure
+        counts, pieces done, when their sessions were consolidated, the notice not yet told."""
+        for table in (self._locks, self._failures, self._pieces_done, self._last_consolidated):
+            for key in [k for k in table if k[0] == user_key]:
+                del table[key]
+        self._events.pop(user_key, None)
 
     def failures(self, workspace: Workspace, session: Session) -> int:
         """Consecutive failed attempts on this session (for /status and tests)."""
@@ -504,7 +516,7 @@ class MemoryConsolidator:
     def _succeeded(self, workspace: Workspace, session: Session, end: int) -> None:
         workspace.sessions.set_last_consolidated(session, end)
         self._failures.pop(self._id(workspace, session), None)
-        self.last_consolidated_at[session.key] = clock.iso()
+        self._last_consolidated[(workspace.user_key, session.key)] = clock.iso()
         self.on_outcome("consolidated")
 
     def _raw_archive(

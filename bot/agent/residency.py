@@ -1,0 +1,125 @@
+"""Which sessions are held in RAM, which are in use, and letting the idle ones go.
+
+The agent keeps a session loaded (its messages, its workspace) while people talk. Beyond
+`[memory] max_loaded_sessions` the least recently used idle ones leave RAM: never one being
+handled, locked, or with consolidation running or pending. A person none of whose sessions is
+loaded any more leaves RAM whole: every holder of per-user state forgets them, through the same
+`forget_user` that /wipe uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
+
+
+class PerUser(Protocol):
+    """Anything that keeps state of a person in RAM: /wipe and idle eviction call this."""
+
+    def forget_user(self, user_key: str) -> None: ...
+
+
+def forget_everywhere(holders: Iterable[PerUser], user_key: str) -> None:
+    """The one way a person leaves RAM: each holder drops what it keeps of them."""
+    for holder in holders:
+        holder.forget_user(user_key)
+
+
+class LoadedSessions:
+    """Session locks, the sessions each person used, and least-recently-used eviction."""
+
+    def __init__(
+        self,
+        max_loaded: int,
+        *,
+        busy: Callable[[str, str], bool],
+        drop_session: Callable[[str, str], None],
+        drop_user: Callable[[str], bool],
+    ) -> None:
+        """`busy(user, session)`: work elsewhere holds it (consolidation, background);
+        `drop_session`: let one session go; `drop_user`: let the person go once none of their
+        sessions is loaded (False: they still hold something, e.g. a lock)."""
+        self._max = max_loaded
+        self._busy_elsewhere = busy
+        self._drop_session = drop_session
+        self._drop_user = drop_user
+        self._locks: dict[str, asyncio.Lock] = {}
+        # Session keys each user has used since start-up (a new one may have no file yet).
+        self._user_sessions: dict[str, set[str]] = {}
+        # (user key, session key) of the sessions loaded, least recently used first; and the
+        # messages being handled for each.
+        self._loaded: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._handling: Counter[tuple[str, str]] = Counter()
+        self._handling_users: Counter[str] = Counter()
+
+    def lock(self, session_key: str) -> asyncio.Lock:
+        return self._locks.setdefault(session_key, asyncio.Lock())
+
+    def note(self, user_key: str, session_key: str) -> None:
+        """The person used this session (a command may run before it has a file)."""
+        self._user_sessions.setdefault(user_key, set()).add(session_key)
+
+    def known_sessions(self, user_key: str) -> set[str]:
+        return set(self._user_sessions.get(user_key, ()))
+
+    def handling_user(self, user_key: str) -> bool:
+        return user_key in self._handling_users
+
+    @contextlib.contextmanager
+    def handling(self, user_key: str, session_key: str) -> Iterator[None]:
+        """One message of this session is being handled; afterwards it is the most recently
+        used, and the idle ones beyond the limit go."""
+        loaded = (user_key, session_key)
+        self._handling[loaded] += 1
+        self._handling_users[user_key] += 1
+        try:
+            yield
+        finally:
+            self._handling[loaded] -= 1
+            if not self._handling[loaded]:
+                del self._handling[loaded]
+            self._handling_users[user_key] -= 1
+            if not self._handling_users[user_key]:
+                del self._handling_users[user_key]
+            self._loaded[loaded] = None
+            self._loaded.move_to_end(loaded)
+            self.evict_idle()
+
+    def evict_idle(self) -> None:
+        """Drop the least recently used idle sessions beyond the limit; busy ones move to the
+        recent end instead."""
+        skipped = 0
+        while len(self._loaded) > self._max and skipped < len(self._loaded):
+            user_key, session_key = key = next(iter(self._loaded))
+            if self._busy(user_key, session_key):
+                self._loaded.move_to_end(key)
+                skipped += 1
+                continue
+            del self._loaded[key]
+            self._locks.pop(session_key, None)
+            self._drop_session(user_key, session_key)
+            keys = self._user_sessions.get(user_key)
+            if keys is not None:
+                keys.discard(session_key)
+                if not keys:
+                    del self._user_sessions[user_key]
+            if user_key not in self._handling_users:
+                self._drop_user(user_key)
+
+    def forget_user(self, user_key: str) -> None:
+        """After /wipe: the sessions they used are not theirs any more (locks stay, a running
+        turn may hold one; unused ones go with eviction)."""
+        self._user_sessions.pop(user_key, None)
+        for key in [k for k in self._loaded if k[0] == user_key]:
+            del self._loaded[key]
+
+    def _busy(self, user_key: str, session_key: str) -> bool:
+        lock = self._locks.get(session_key)
+        return (
+            (user_key, session_key) in self._handling
+            or (lock is not None and lock.locked())
+            or self._busy_elsewhere(user_key, session_key)
+        )
