@@ -58,7 +58,10 @@ def _tiktoken_cache_has_cl100k() -> bool:
     """True if tiktoken can load `cl100k_base` from its cache, i.e. without a download."""
     cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
     if cache_dir is None:
-        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+        try:
+            cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+        except OSError:  # no usable temporary folder (a read-only root): no cache either
+            return False
     if not cache_dir:
         return False  # caching disabled: loading would download
     return os.path.exists(os.path.join(cache_dir, sha1(_CL100K_URL.encode()).hexdigest()))

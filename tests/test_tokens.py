@@ -80,6 +80,24 @@ def test_tiktoken_works_with_the_network_unreachable(tmp_path: Path) -> None:
     assert out["eot"] > 3
 
 
+def test_without_a_usable_temporary_folder_tokens_are_still_counted(tmp_path: Path) -> None:
+    """A read-only root file system with no /tmp (a container run with --read-only alone):
+    tempfile finds no folder, as CPython says. tiktoken copies even the bundled file into its
+    cache there, so it cannot load: the estimate falls back to characters/4 rather than fail.
+    With its cache switched off (TIKTOKEN_CACHE_DIR="", as the container image does) it loads."""
+    code = """
+    import json, tempfile
+    def no_usable_folder():
+        raise FileNotFoundError(2, "No usable temporary directory found in ['/tmp']")
+    tempfile.gettempdir = no_usable_folder
+    from memory.tokens import TokenEstimator
+    est = TokenEstimator()
+    print(json.dumps({"method": est.method, "hello": est.count_text("hello world")}))
+    """
+    assert _run(code, {}, tmp_path) == {"method": "chars/4", "hello": 3}
+    assert _run(code, {"TIKTOKEN_CACHE_DIR": ""}, tmp_path) == {"method": "tiktoken", "hello": 2}
+
+
 def test_without_tiktoken_falls_back_to_chars_over_4_with_one_warning(tmp_path: Path) -> None:
     out = _run(
         """
