@@ -1,0 +1,443 @@
+"""The container image run as an operator runs it, against fakes on 127.0.0.1 (deploy/check-image).
+
+Builds the image, then: its size and cold start; `doctor` and a piped `chat` against the fake
+model; compose.yaml with the fake Telegram (one message answered, a stop while a turn is under
+way finishes it, `down` and `up` again with the memory kept on the volume); compose.cluster.yaml
+(3 NATS nodes, an ingress, two workers, replicas = 3) with one NATS node SIGKILLed during
+traffic: every message persisted once and answered. One line per check, figures included; exit
+1 on any failure. The fakes are bench/harness.py's, in this process; the containers reach them
+on the host network (../shared/CONTAINERS.md), which the compose files get from an override.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import secrets
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.crash_loop import Traffic  # noqa: E402
+from bench.harness import TOKEN, BenchLLM, BenchTelegram, read_workspaces  # noqa: E402
+
+SINGLE = "lgcheck"  # compose project names: containers and volumes are <project>_<name>…
+CLUSTER = "lgcheck-cluster"
+FILES = {SINGLE: "compose.yaml", CLUSTER: "compose.cluster.yaml"}
+STEP_S = 180.0  # a step that takes this long is stuck (a cold start is seconds)
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def say(status: str, what: str, detail: str = "") -> None:
+    print(f"{status:<5} {what}{': ' + detail if detail else ''}", flush=True)
+
+
+async def sh(*cmd: str, stdin: bytes | None = None, check: bool = True) -> tuple[int, str]:
+    """A command's exit code and its output (stdout and stderr together)."""
+    proc = await asyncio.create_subprocess_exec(
+        *cmd,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(stdin), STEP_S * 4)
+    text = out.decode(errors="replace")
+    if check and proc.returncode:
+        raise CheckFailed(f"{' '.join(cmd[:4])}… exited {proc.returncode}:\n{text[-3000:]}")
+    return proc.returncode or 0, text
+
+
+async def until(predicate: Callable[[], bool], wait_s: float, what: str) -> None:
+    deadline = time.monotonic() + wait_s
+    while not predicate():  # polled: the fakes' state and the containers'
+        if time.monotonic() > deadline:
+            raise CheckFailed(f"no {what} within {wait_s:.0f} s")
+        await asyncio.sleep(0.1)
+
+
+def free_ports(count: int) -> list[int]:
+    socks = [socket.socket() for _ in range(count)]
+    for sock in socks:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in socks]
+    for sock in socks:
+        sock.close()
+    return ports
+
+
+class Check:
+    def __init__(self, args: argparse.Namespace, folder: Path) -> None:
+        self.args = args
+        self.image = args.image
+        self.folder = folder
+        self.llm = BenchLLM(latency_s=0.2, reply_words=8)
+        self.telegram = BenchTelegram()
+        self.rng = random.Random(1)  # the filler words of the messages
+
+    # ---- the image ------------------------------------------------------------------------
+
+    async def build(self) -> None:
+        started = time.monotonic()
+        await sh(
+            "nice", "-n", "10", "docker", "build", "--network", "host",
+            "--build-arg", f"BASE={self.args.base}", "-t", self.image, str(ROOT),
+        )  # fmt: skip
+        took = time.monotonic() - started
+        size = await self.image_mb(self.image)
+        base = await self.image_mb(self.args.base)
+        say("OK", "build", f"{took:.0f} s; image {size:.0f} MB on a {base:.0f} MB base")
+
+    async def image_mb(self, name: str) -> float:
+        _, out = await sh("docker", "image", "inspect", "-f", "{{.Size}}", name)
+        return int(out.strip()) / 1e6
+
+    async def cold_start(self) -> None:
+        """`--version` (the container and Python), and `run` from `docker run` to polling."""
+        versions, ready = [], []
+        for _ in range(3):
+            started = time.monotonic()
+            _, out = await sh("docker", "run", "--rm", self.image, "--version")
+            versions.append(time.monotonic() - started)
+        for _ in range(3):
+            polls = len(self.telegram.method_calls("getUpdates"))
+            started = time.monotonic()
+            _, cid = await sh(
+                "docker", "run", "-d", "--network", "host", "--read-only", "--tmpfs", "/tmp",
+                *self.mounts(), self.image, "run",
+            )  # fmt: skip
+            try:
+                await self.telegram.wait_until(
+                    lambda n=polls: len(self.telegram.method_calls("getUpdates")) > n, STEP_S
+                )
+                ready.append(time.monotonic() - started)
+            finally:
+                await sh("docker", "rm", "-f", cid.strip())
+        say(
+            "OK",
+            "cold start",
+            f"{out.strip()}: `docker run … --version` {statistics.median(versions):.2f} s, "
+            f"`docker run … run` to its first getUpdates {statistics.median(ready):.2f} s "
+            f"(medians of 3)",
+        )
+
+    def mounts(self) -> list[str]:
+        return [
+            "-v", f"{self.folder / 'config.toml'}:/etc/lightgrep/config.toml:ro",
+            "--env-file", str(self.folder / "lightgrep.env"),
+        ]  # fmt: skip
+
+    async def doctor(self) -> None:
+        code, out = await sh(
+            "docker", "run", "--rm", "--network", "host", "--read-only", *self.mounts(),
+            self.image, "doctor", check=False,
+        )  # fmt: skip
+        if code:
+            raise CheckFailed(f"doctor exited {code}:\n{out}")
+        say("OK", "docker run … doctor", "\n      " + "\n      ".join(out.strip().splitlines()))
+
+    async def piped_chat(self) -> None:
+        asked = len(self.llm.chat_requests)
+        code, out = await sh(
+            "docker", "run", "--rm", "-i", "--network", "host", "--read-only",
+            "--cap-drop", "ALL", "--security-opt", "no-new-privileges", *self.mounts(),
+            self.image, "chat", "--user", "checker",
+            stdin=b"LG1m0 hello from a pipe\n/status\n", check=False,
+        )  # fmt: skip
+        if code or "ack LG1m0" not in out or "Model" not in out:
+            raise CheckFailed(f"piped chat exited {code}:\n{out}")
+        turns = len(self.llm.chat_requests) - asked
+        shown = " | ".join(line for line in out.strip().splitlines()[:3])
+        say("OK", "echo … | docker run -i … chat", f"{turns} model call; {shown[:160]}")
+
+    # ---- compose.yaml ---------------------------------------------------------------------
+
+    def compose(self, project: str, *args: str) -> tuple[str, ...]:
+        """docker-compose with the project's file as shipped, and the check's override."""
+        return (
+            "docker-compose", "--project-directory", str(self.folder), "-p", project,
+            "-f", str(ROOT / FILES[project]),
+            "-f", str(self.folder / f"{project}.override.yaml"), *args,
+        )  # fmt: skip
+
+    def override(self, project: str, services: dict[str, dict[str, object]]) -> None:
+        """Every service on the host network, where the fakes are (JSON is YAML)."""
+        for service in services.values():
+            service["network_mode"] = "host"
+            service.setdefault("image", self.image)
+        text = json.dumps({"services": services}, indent=1)
+        (self.folder / f"{project}.override.yaml").write_text(text)
+
+    async def container(self, project: str, service: str) -> str:
+        _, out = await sh(*self.compose(project, "ps", "-q", service))
+        return out.strip()
+
+    async def inspect(self, cid: str, field: str) -> str:
+        _, out = await sh("docker", "inspect", "-f", field, cid)
+        return out.strip()
+
+    async def wait_healthy(self, project: str, services: list[str]) -> float:
+        started = time.monotonic()
+        for service in services:
+            cid = await self.container(project, service)
+            deadline = time.monotonic() + STEP_S
+            while (health := await self.inspect(cid, "{{.State.Health.Status}}")) != "healthy":
+                if time.monotonic() > deadline:
+                    log = await self.inspect(cid, "{{json .State.Health.Log}}")
+                    raise CheckFailed(f"{service} is {health}: {log[-1500:]}")
+                await asyncio.sleep(0.5)
+        return time.monotonic() - started
+
+    async def single_bot(self) -> None:
+        [metrics] = free_ports(1)
+        health = {"test": ["CMD", "lightgrep-entrypoint", "healthcheck"], "interval": "2s"}
+        self.override(
+            SINGLE,
+            {
+                "lightgrep": {
+                    "environment": {"LIGHTGREP_METRICS_LISTEN": f"127.0.0.1:{metrics}"},
+                    "healthcheck": health,
+                }
+            },
+        )
+        compose = lambda *a: self.compose(SINGLE, *a)  # noqa: E731
+        user = 7001
+        try:
+            started = time.monotonic()
+            await sh(*compose("up", "-d"))
+            await self.answered(user, 0)
+            first = time.monotonic() - started
+            healthy = await self.wait_healthy(SINGLE, ["lightgrep"]) + first
+            cid = await self.container(SINGLE, "lightgrep")
+            say("OK", "compose.yaml up", f"first answer {first:.1f} s after `up -d`, healthy "
+                f"(/healthz) after {healthy:.1f} s")  # fmt: skip
+
+            # A stop while a turn waits for the model: the bot finishes it, then exits 0.
+            self.llm.latency_s = 3.0
+            self.telegram.send(user, 1, self.rng)
+            await until(lambda: self.asked(f"LG{user}m1"), STEP_S, "request for LG7001m1")
+            stop_at = time.monotonic()
+            await sh(*compose("stop"))
+            stopped = time.monotonic() - stop_at
+            code = await self.inspect(cid, "{{.State.ExitCode}}")
+            self.llm.latency_s = 0.2
+            if code != "0" or not self.telegram.answers.get(f"LG{user}m1"):
+                raise CheckFailed(
+                    f"stop mid-turn: exit code {code}, answer sent: "
+                    f"{bool(self.telegram.answers.get(f'LG{user}m1'))}"
+                )
+            say("OK", "compose stop mid-turn", f"the turn finished and was answered, exit code "
+                f"{code} after {stopped:.1f} s (SIGTERM reached the bot)")  # fmt: skip
+
+            await sh(*compose("down"))
+            await sh(*compose("up", "-d"))
+            request = await self.answered(user, 2)
+            remembered = [f"LG{user}m{n}" in json.dumps(request["messages"]) for n in (0, 1)]
+            volume = await self.volume_path(SINGLE, "lightgrep-data")
+            state_on_disk = read_workspaces(volume / "lightgrep" / "workspaces")
+            if not all(remembered) or state_on_disk.problems:
+                raise CheckFailed(f"after down/up: earlier messages in the prompt {remembered}, "
+                                  f"problems {state_on_disk.problems}")  # fmt: skip
+            say("OK", "compose down, up", f"the third turn's prompt holds the first two; the "
+                f"volume holds {state_on_disk.persisted} user messages, each once: "
+                f"{not state_on_disk.duplicated}")  # fmt: skip
+        finally:
+            await sh(*compose("logs", "--no-color", "--tail", "5"), check=False)
+            await sh(*compose("down", "-v"), check=False)
+
+    def asked(self, name: str) -> dict | None:
+        for request in self.llm.chat_requests:
+            if name in json.dumps(request["messages"][-1:]):
+                return request
+        return None
+
+    async def answered(self, user: int, seq: int) -> dict:
+        """Send message `seq` of `user`; the model's request for it, once it is answered."""
+        name = self.telegram.send(user, seq, self.rng)
+        await until(lambda: bool(self.telegram.answers.get(name)), STEP_S, f"answer to {name}")
+        request = self.asked(name)
+        assert request is not None
+        return request
+
+    async def volume_path(self, project: str, volume: str) -> Path:
+        _, out = await sh("docker", "volume", "inspect", "-f", "{{.Mountpoint}}",
+                          f"{project}_{volume}")  # fmt: skip
+        return Path(out.strip())
+
+    # ---- compose.cluster.yaml -------------------------------------------------------------
+
+    async def cluster(self) -> None:
+        ports = free_ports(12)
+        client, route, monitor, metrics = ports[0:3], ports[3:6], ports[6:9], ports[9:12]
+        routes = ",".join(f"nats://127.0.0.1:{p}" for p in route)
+        services: dict[str, dict[str, object]] = {}
+        for i in range(3):
+            url = f"http://127.0.0.1:{monitor[i]}/healthz"
+            services[f"nats-{i + 1}"] = {
+                "command": [
+                    "nats-server", "--config", "/etc/nats/nats.conf", "-a", "127.0.0.1",
+                    "-p", str(client[i]), "--cluster", f"nats://127.0.0.1:{route[i]}",
+                    "--routes", routes, "-m", str(monitor[i]),
+                ],
+                "healthcheck": {"test": ["CMD", "lightgrep-entrypoint", "healthcheck", url],
+                                "interval": "2s"},
+            }  # fmt: skip
+        nats_url = ",".join(f"nats://127.0.0.1:{p}" for p in client)
+        for i, name in enumerate(("ingress", "worker-0", "worker-1")):
+            services[name] = {
+                "environment": {
+                    "LIGHTGREP_CLUSTER_NATS_URL": nats_url,
+                    "LIGHTGREP_METRICS_LISTEN": f"127.0.0.1:{metrics[i]}",
+                },
+                "healthcheck": {"test": ["CMD", "lightgrep-entrypoint", "healthcheck"],
+                                "interval": "2s"},
+            }  # fmt: skip
+        self.override(CLUSTER, services)
+        (self.folder / "deploy").mkdir(exist_ok=True)
+        shutil.copy(ROOT / "deploy" / "nats.conf", self.folder / "deploy" / "nats.conf")
+        compose = lambda *a: self.compose(CLUSTER, *a)  # noqa: E731
+        try:
+            started = time.monotonic()
+            await sh(*compose("up", "-d"))
+            await self.wait_healthy(CLUSTER, list(services))
+            say(
+                "OK",
+                "compose.cluster.yaml up",
+                f"6 containers healthy "
+                f"{time.monotonic() - started:.0f} s after `up -d`; {self.streams(monitor[0])}",
+            )
+
+            traffic = Traffic(self.telegram, users=self.args.users, burst=2, seed=3)
+            traffic.start()
+            answered = lambda: sum(bool(self.telegram.answers.get(n)) for n in traffic.sent)  # noqa: E731
+            await until(lambda: answered() >= 40, STEP_S, "40 answers before the kill")
+            leader = self.meta_leader(monitor[0])
+            victim = await self.container(CLUSTER, leader)
+            at_kill = answered()
+            await sh("docker", "kill", victim)
+            killed_at = time.monotonic()
+            await until(lambda: answered() >= at_kill + 100, STEP_S, "answers with a node down")
+            down_s = time.monotonic() - killed_at
+            while_down = answered() - at_kill
+            await sh("docker", "start", victim)
+            await until(lambda: answered() >= at_kill + while_down + 40, STEP_S, "answers after")
+            traffic.running = False
+            await until(lambda: not traffic.owed(), STEP_S, "every answer")
+            await sh(*compose("stop"))
+            codes = [await self.inspect(await self.container(CLUSTER, s), "{{.State.ExitCode}}")
+                     for s in ("ingress", "worker-0", "worker-1")]  # fmt: skip
+
+            copies: dict[str, int] = {}
+            problems: list[str] = []
+            for worker in ("worker-0", "worker-1"):
+                folder = await self.volume_path(CLUSTER, worker) / "lightgrep" / "workspaces"
+                state = read_workspaces(folder)
+                problems += state.problems
+                for name, count in state.user_tokens.items():
+                    copies[name] = copies.get(name, 0) + count
+            sent = traffic.sent
+            once = sum(1 for n in sent if copies.get(n) == 1)
+            twice = sum(1 for n in sent if copies.get(n, 0) > 1)
+            answers = sum(1 for n in sent if self.telegram.answers.get(n))
+            lost = [n for n in sent if not copies.get(n) or not self.telegram.answers.get(n)]
+            say(
+                "OK" if not (lost or twice or problems) and codes == ["0"] * 3 else "FAIL",
+                "one NATS node SIGKILLed during traffic",
+                f"{leader} (the JetStream meta leader) down {down_s:.0f} s, {while_down} answers "
+                f"meanwhile; {self.args.users} users: sent {len(sent)}, persisted once {once}, "
+                f"twice {twice}, answered {answers}, lost {len(lost)}; exit codes on stop "
+                f"{codes}; damaged files {len(problems)}",
+            )
+            if lost or twice or problems or codes != ["0"] * 3:
+                raise CheckFailed(f"lost {lost[:10]}, problems {problems[:5]}")
+        finally:
+            await sh(*compose("down", "-v"), check=False)
+
+    def streams(self, monitor: int) -> str:
+        """The JetStream streams and their replicas, as the monitoring endpoint reports them."""
+        info = self.monitoring(monitor, "/jsz?streams=true&config=true")
+        found = [
+            (s["name"], s["config"].get("num_replicas"))
+            for account in info.get("account_details", [])
+            for s in account.get("stream_detail", [])
+        ]
+        return "streams " + ", ".join(f"{name} R{replicas}" for name, replicas in found)
+
+    def meta_leader(self, monitor: int) -> str:
+        return str(self.monitoring(monitor, "/jsz")["meta_cluster"]["leader"])
+
+    @staticmethod
+    def monitoring(port: int, path: str) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return json.loads(answer.read())
+
+    # ---- all of it ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        await self.llm.start()
+        await self.telegram.start()
+        try:
+            self.write_files()
+            if not self.args.no_build:
+                await self.build()
+            await self.cold_start()
+            await self.doctor()
+            await self.piped_chat()
+            await self.single_bot()
+            await self.cluster()
+        finally:
+            await self.telegram.stop()
+            await self.llm.stop()
+
+    def write_files(self) -> None:
+        """What an operator writes beside the compose files: config.toml and the env files."""
+        config = self.folder / "config.toml"
+        config.write_text(
+            f'[llm]\nbase_url = "{self.llm.base_url}"\nmodel = "fake-model"\n'
+            "context_window_tokens = 50000\n"
+            f'[telegram]\nenabled = true\nallow_from = ["*"]\napi_base = '
+            f'"{self.telegram.api_base}"\npoll_timeout_s = 5\n'
+        )
+        (self.folder / "lightgrep.env").write_text(f"TELEGRAM_BOT_TOKEN={TOKEN}\n")
+        (self.folder / "nats.env").write_text(f"NATS_TOKEN={secrets.token_hex(16)}\n")
+        for path in (config, self.folder / "lightgrep.env", self.folder / "nats.env"):
+            path.chmod(0o644)  # read by the containers' own user (10001)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--image", default="lightgrep:check")
+    parser.add_argument("--base", default="local/python:3.11-bookworm")
+    parser.add_argument("--no-build", action="store_true", help="check the image as it is")
+    parser.add_argument("--users", type=int, default=20, help="talking in the cluster")
+    args = parser.parse_args(argv)
+    os.chdir(ROOT)
+    with tempfile.TemporaryDirectory(prefix="lightgrep-check-image-") as tmp:
+        folder = Path(tmp)
+        folder.chmod(0o755)
+        try:
+            asyncio.run(Check(args, folder).run())
+        except CheckFailed as exc:
+            say("FAIL", str(exc))
+            return 1
+    say("OK", "all checks passed; no container of the check is left")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
