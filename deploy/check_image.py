@@ -20,6 +20,7 @@ import secrets
 import shutil
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -127,7 +128,7 @@ class Check:
                 )
                 ready.append(time.monotonic() - started)
             finally:
-                await sh("docker", "rm", "-f", cid.strip())
+                await sh("docker", "rm", "-f", "-v", cid.strip())  # and its /data volume
         say(
             "OK",
             "cold start",
@@ -435,6 +436,11 @@ def main(argv: list[str] | None = None) -> int:
         except CheckFailed as exc:
             say("FAIL", str(exc))
             return 1
+    mine = ["docker", "ps", "-aq", "--filter", f"ancestor={args.image}"]
+    left = subprocess.run(mine, capture_output=True, text=True).stdout.split()
+    if left:
+        say("FAIL", f"containers of the check left behind: {' '.join(left)}")
+        return 1
     say("OK", "all checks passed; no container of the check is left")
     return 0
 
