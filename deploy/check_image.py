@@ -134,7 +134,7 @@ class Check:
             "cold start",
             f"{out.strip()}: `docker run … --version` {statistics.median(versions):.2f} s, "
             f"`docker run … run` to its first getUpdates {statistics.median(ready):.2f} s "
-            f"(medians of 3)",
+            f"(medians of 3; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
         )
 
     def mounts(self) -> list[str]:
