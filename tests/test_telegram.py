@@ -395,9 +395,11 @@ async def test_update_acknowledged_only_once_handled(
 async def test_redelivered_update_kept_once_and_not_answered_again_by_the_llm(
     tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
-    """The bot died after answering but before its acknowledgement reached Telegram: the
-    message comes again after the restart. It is kept once; its answer is resent from the
-    session (at-least-once delivery), without asking the model again."""
+    """The bot died after answering but before its acknowledgement reached Telegram, and
+    before the mark that it had handled the update reached the disk (adapters/telegram/spool.py
+    remembers handled updates; tests/test_telegram_webhook.py shows that the mark alone is
+    enough): the message comes again after the restart. It is kept once; its answer is resent
+    from the session (at-least-once delivery), without asking the model again."""
     config = make_config(tg, fake_llm, workspaces_dir)
     fake_llm.queue(completion("the blue door it is"))
     async with running(config):
@@ -405,6 +407,7 @@ async def test_redelivered_update_kept_once_and_not_answered_again_by_the_llm(
         update = tg.last_update_id
         await tg.wait_sent(42)
         await eventually(lambda: tg.acked(update))
+    (workspaces_dir / ".telegram-999.spool.handled").unlink()  # the unsynced mark lost
     tg.redeliver(update)
     async with running(config):
         await tg.wait_sent(42, 2)
@@ -420,7 +423,8 @@ async def test_redelivered_message_answered_by_a_later_turn_sends_nothing(
     tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
     """A message whose own turn failed was answered with the next message's turn; delivered
-    again, it gets no second answer (the core replies with empty text)."""
+    again (and the marks that both were handled lost, as above), it gets no second answer
+    (the core replies with empty text)."""
     config = make_config(tg, fake_llm, workspaces_dir)
     fake_llm.queue(Status(500, {"error": {"message": "overloaded"}}), completion("both answered"))
     async with running(config):
@@ -430,6 +434,7 @@ async def test_redelivered_message_answered_by_a_later_turn_sends_nothing(
         tg.dm(42, "second part")
         await tg.wait_sent(42, 2)
         await eventually(lambda: tg.acked(tg.last_update_id))
+    (workspaces_dir / ".telegram-999.spool.handled").unlink()
     tg.redeliver(first)  # both come again
     async with running(config):
         await tg.wait_sent(42, 3)

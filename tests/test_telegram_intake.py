@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from adapters.telegram.adapter import REFUSAL
+from adapters.telegram.spool import Spool
 from tests.fakes.openai_server import Delay, FakeOpenAI, Held, completion
 from tests.fakes.telegram_server import FakeTelegram
 from tests.test_telegram import (
@@ -124,6 +125,8 @@ async def test_a_strangers_flood_costs_the_allowed_user_nothing(
         not (workspaces_dir / ".telegram-999.spool").exists()
         or not (workspaces_dir / ".telegram-999.spool").read_bytes()
     )  # a stranger's words are never kept
+    handled = (workspaces_dir / ".telegram-999.spool.handled").read_text().split()
+    assert handled == [str(tg.last_update_id)]  # nor their update ids: only the allowed user's
 
 
 async def test_webhook_answers_200_only_once_the_update_is_kept(
@@ -158,3 +161,31 @@ async def test_webhook_answers_200_only_once_the_update_is_kept(
     assert [s.text for s in tg.sent_to(42)] == ["got it", "got it"]
     assert len(fake_llm.chat_requests) == 2
     assert not tg.method_calls("getUpdates")  # webhook mode never polls
+
+
+def test_the_spool_stays_about_the_size_of_its_backlog(workspaces_dir: Path) -> None:
+    """One update pending while 1,000 others come and go: the file grew ~200 B an update and
+    was emptied only once nothing was pending; now the done part is compacted away, and the
+    next start still finds the pending one and knows the handled ones."""
+    workspaces_dir.mkdir(parents=True, exist_ok=True)
+    path = workspaces_dir / ".telegram-999.spool"
+
+    def update(uid: int, text: str) -> dict[str, object]:
+        return {"update_id": uid, "message": {"message_id": uid, "from": {"id": 7}, "text": text}}
+
+    spool = Spool(path)
+    spool.load()
+    spool.add([update(1, "still waiting")])
+    sizes = []
+    for uid in range(2, 1002):
+        spool.add([update(uid, "x" * 200)])
+        spool.done(uid)
+        sizes.append(path.stat().st_size)
+
+    assert max(sizes) < 80_000  # was 1,000 × ~260 B and rising
+    restarted = Spool(path)
+    assert [u["update_id"] for u in restarted.load()] == [1]
+    assert path.stat().st_size < 200  # the pending update alone
+    assert all(uid in restarted.handled for uid in range(2, 1002)) and 1 not in restarted.handled
+    restarted.done(1)
+    assert path.stat().st_size == 0  # nothing pending: no word of anyone is kept

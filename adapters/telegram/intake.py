@@ -113,11 +113,12 @@ class Intake:
         """Polling: run each update now if its user is under the cap, else spool it."""
         spill = []
         for raw in updates:
-            if raw["update_id"] in self._known:
+            if self._seen(raw["update_id"]):
                 continue
             user = _sender(raw)
-            if user is None or self._cheap(raw) or self._may_run(user):
-                self._start(raw, durable=False)
+            cheap = self._cheap(raw)
+            if user is None or cheap or self._may_run(user):
+                self._start(raw, durable=False, remember=not cheap)
             else:
                 spill.append(raw)
         if not spill:
@@ -127,7 +128,7 @@ class Intake:
         except OSError as exc:  # keep them in memory, holding the offset: nothing is lost
             log.warning("telegram: cannot spool %d update(s) (%s); running them", len(spill), exc)
             for raw in spill:
-                self._start(raw, durable=False)
+                self._start(raw, durable=False, remember=True)
             return
         for raw in spill:
             self._queue(raw)
@@ -135,11 +136,12 @@ class Intake:
 
     def accept(self, raw: dict[str, Any]) -> None:
         """Webhook: on disk first (raises OSError, and then it must not be acknowledged)."""
-        if raw["update_id"] in self._known:
-            return  # Telegram sent it again: our 200 did not reach it
+        if self._seen(raw["update_id"]):
+            return  # Telegram sent it again (our 200 did not reach it), or a replay
         user = _sender(raw)
-        if user is None or self._cheap(raw):
-            self._start(raw, durable=False)  # nothing worth keeping: a refusal at most
+        cheap = self._cheap(raw)
+        if user is None or cheap:  # nothing worth keeping: a refusal at most
+            self._start(raw, durable=False, remember=not cheap)
             return
         self._spool.add([raw])
         self._queue(raw)
@@ -172,6 +174,15 @@ class Intake:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
+    def _seen(self, uid: int) -> bool:
+        """Running, waiting, or handled lately: the same update again gets no second turn."""
+        if uid in self._known:
+            return True
+        if uid in self._spool.handled:
+            log.info("telegram: update %s was handled already; acknowledged, not answered", uid)
+            return True
+        return False
+
     def _may_run(self, user: int) -> bool:
         return self._running.get(user, 0) < PER_USER_IN_FLIGHT and not self._backlog.get(user)
 
@@ -192,11 +203,13 @@ class Intake:
             and not (self._stopping or self._holding)
             and self._running.get(user, 0) < PER_USER_IN_FLIGHT
         ):
-            self._start(backlog.pop(0), durable=True)
+            self._start(backlog.pop(0), durable=True, remember=True)
         if not backlog:
             self._backlog.pop(user, None)
 
-    def _start(self, raw: dict[str, Any], *, durable: bool) -> None:
+    def _start(self, raw: dict[str, Any], *, durable: bool, remember: bool) -> None:
+        """Run it; `remember`: once handled its id is kept (see Spool), not for a stranger's
+        refusal, which costs nothing to repeat and whose flood would only churn the file."""
         uid = raw["update_id"]
         turn = self._direct(raw) if self._direct is not None else None
         update: Update | dict[str, Any] = raw
@@ -214,7 +227,7 @@ class Intake:
         if user is not None:
             self._running[user] = self._running.get(user, 0) + 1
         task = asyncio.create_task(
-            self._handle(uid, update, turn, user), name=f"telegram update {uid}"
+            self._handle(uid, update, turn, user, remember), name=f"telegram update {uid}"
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -225,6 +238,7 @@ class Intake:
         update: Update | dict[str, Any],
         turn: Callable[[], Awaitable[None]] | None,
         user: int | None,
+        remember: bool,
     ) -> None:
         """Process like PTB would (its processor: concurrency, one user's updates in order); the
         update counts as handled once its turn is over, answered or not. A cancelled one (the
@@ -246,7 +260,7 @@ class Intake:
             self.held.pop(uid, None)
             self._known.discard(uid)
             if over:
-                self._spool.done(uid)
+                self._spool.done(uid, remember=remember)
             if user is not None:
                 self._running[user] -= 1
                 if not self._running[user]:

@@ -1,20 +1,30 @@
-"""Telegram updates accepted but not yet handled, kept on disk so that they can be acknowledged.
+"""Telegram updates accepted but not yet handled, kept on disk so that they can be acknowledged;
+and the ids of the updates handled lately, so that one sent again is not answered again.
 
 Telegram forgets an update once it is acknowledged (polling: a higher `offset`; webhook: a 200).
 Until then it holds the acknowledgement of every later update back (polling) or redelivers it
 (webhook). The spool lets us acknowledge an update before its turn has run: its raw JSON is
 appended here and fsynced first, and after a crash or a stop the updates not marked done are
-handled at the next start. The core recognises a message it has already persisted by
-`Inbound.message_id`, so an update handled twice (done mark lost in a crash) is never persisted
-twice; it may be answered twice, as any at-least-once delivery.
+handled at the next start.
 
-The file is JSON lines, `{"update": {...}}` or `{"done": <update_id>}`, append-only; it is
-emptied (truncated) whenever nothing in it is pending, so it stays as small as the backlog. A
-torn last line (a crash mid-append) is skipped on load: that append never returned, so its
-updates were never acknowledged and Telegram still has them.
+The spool file is JSON lines, `{"update": {...}}` or `{"done": <update_id>}`, append-only; it
+is emptied whenever nothing in it is pending, and while something is, it is rewritten
+atomically with only the pending updates once the done part is most of it (and the file over
+COMPACT_MIN_BYTES): it stays about the size of the backlog. A torn last line (a crash
+mid-append) is skipped on load, which rewrites the file without it: that append never returned,
+so its updates were never acknowledged and Telegram still has them.
 
-It lives in the workspaces folder (`.telegram-<bot id>.spool`): the folder lock that makes one
-process the only writer of the workspaces makes it the only reader and writer of this file too.
+An update whose turn is over is remembered in a second file, one id a line (`HandledIds`: the
+last KEEP_HANDLED, across restarts too; ids only, never words): the same update again (a webhook
+POST whose 200 did not reach Telegram, a replay, a poll whose acknowledgement was lost) is
+acknowledged without a second turn or answer. Marks are not fsynced: one lost in a power cut
+means that update may be handled once more, and then the core recognises a message it has
+already persisted by `Inbound.message_id` (it sends the stored answer again, as any
+at-least-once delivery).
+
+Both live in the workspaces folder (`.telegram-<bot id>.spool`, `….handled`): the folder lock
+that makes one process the only writer of the workspaces makes it the only reader and writer of
+these files too.
 """
 
 from __future__ import annotations
@@ -23,41 +33,89 @@ import contextlib
 import json
 import logging
 import os
+from collections import deque
 from pathlib import Path
 from typing import Any
 
-from memory.atomic import fsync_dir
+from memory.atomic import atomic_write_text, fsync_dir
 
 log = logging.getLogger(__name__)
 
+KEEP_HANDLED = 4096  # handled update ids remembered (Telegram resends an update within minutes)
+COMPACT_MIN_BYTES = 64 * 1024  # a spool file below this is never rewritten
+
 
 class Spool:
-    """The on-disk queue of one bot's accepted, unhandled updates."""
+    """The on-disk queue of one bot's accepted, unhandled updates, and its handled ids."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._pending: set[int] = set()
+        self.handled = HandledIds(path.with_name(path.name + ".handled"))
+        self._pending: dict[int, int] = {}  # update id → bytes of its line in the file
+        self._size = 0  # bytes of the file, as this object read and wrote it
 
     def load(self) -> list[dict[str, Any]]:
         """The updates a previous run accepted and did not finish, in update_id order; from
-        now on this object keeps their account (the file is emptied if none is pending)."""
-        pending = self.read()
-        self._pending = {u["update_id"] for u in pending}
-        if pending:
-            log.info("telegram: %d accepted update(s) from the last run to handle", len(pending))
-        else:
+        now on this object keeps their account (and remembers the ids it had handled)."""
+        _sweep_temp_files(self.path)
+        self.handled.load()
+        updates, torn, self._size = self._scan(quiet=False)
+        self._pending = {uid: len(_line({"update": u})) for uid, u in updates.items()}
+        if updates:
+            log.info("telegram: %d accepted update(s) from the last run to handle", len(updates))
+        if not updates:
             self._empty()
-        return pending
+        elif torn or self._size > sum(self._pending.values()):
+            self._compact(updates)
+        return [updates[uid] for uid in sorted(updates)]
 
     def read(self) -> list[dict[str, Any]]:
         """The pending updates in the file, in update_id order, changing nothing: what the next
         start will handle (a crash test reads it while no bot runs)."""
+        updates = self._scan(quiet=True)[0]
+        return [updates[uid] for uid in sorted(updates)]
+
+    def add(self, updates: list[dict[str, Any]]) -> None:
+        """Append and fsync; once this returns, the updates may be acknowledged. Raises OSError
+        (nothing of this call is left in the file then)."""
+        if not updates:
+            return
+        lines = [_line({"update": u}) for u in updates]
+        self._append(b"".join(lines), sync=True)
+        for update, line in zip(updates, lines, strict=True):
+            self._pending[update["update_id"]] = len(line)
+
+    def done(self, update_id: int, *, remember: bool = True) -> None:
+        """The update's turn is over: no longer pending; `remember`: kept as handled (see
+        HandledIds). Not fsynced (see the module docstring)."""
+        if remember:
+            self.handled.add(update_id)
+        if self._pending.pop(update_id, None) is None:
+            return
+        if not self._pending:
+            self._empty()
+            return
+        try:
+            self._append(_line({"done": update_id}), sync=False)
+        except OSError as exc:
+            log.warning("telegram: could not mark update %s done in the spool (%s)", update_id, exc)
+            return
+        if self._size >= COMPACT_MIN_BYTES and self._size > 2 * sum(self._pending.values()):
+            self._compact(self._scan(quiet=False)[0])
+
+    def __contains__(self, update_id: int) -> bool:
+        return update_id in self._pending
+
+    def _scan(self, *, quiet: bool) -> tuple[dict[int, dict[str, Any]], int, int]:
+        """(the pending updates by id, torn lines, bytes) of the file; `quiet`: torn lines are
+        not logged (a look from outside)."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
-            return []
+            data = b""
         updates: dict[int, dict[str, Any]] = {}
         done: set[int] = set()
+        torn = 0
         for number, line in enumerate(data.splitlines(), 1):
             try:
                 record = json.loads(line)
@@ -66,66 +124,129 @@ class Spool:
                 else:
                     update = record["update"]
                     updates[int(update["update_id"])] = update
-            except (ValueError, KeyError, TypeError):
-                log.warning("telegram: spool %s line %d is torn; skipped", self.path.name, number)
-        return [updates[uid] for uid in sorted(updates) if uid not in done]
+            except (ValueError, KeyError, TypeError, RecursionError):
+                torn += 1
+                if not quiet:
+                    log.warning("telegram: spool %s line %d is torn; skipped", self.path, number)
+        pending = {uid: update for uid, update in updates.items() if uid not in done}
+        return pending, torn, len(data)
 
-    def add(self, updates: list[dict[str, Any]]) -> None:
-        """Append and fsync; once this returns, the updates may be acknowledged. Raises OSError
-        (nothing of this call is left in the file then)."""
-        if not updates:
-            return
-        data = b"".join(_line({"update": u}) for u in updates)
-        self._append(data, sync=True)
-        self._pending.update(u["update_id"] for u in updates)
-
-    def done(self, update_id: int) -> None:
-        """The update's turn is over. Not fsynced: a mark lost in a crash means the update is
-        handled once more, which the core recognises."""
-        if update_id not in self._pending:
-            return
-        self._pending.discard(update_id)
-        if not self._pending:
-            self._empty()
-            return
+    def _compact(self, updates: dict[int, dict[str, Any]]) -> None:
+        """Rewrite the file with the pending updates only (atomically: a crash leaves the old
+        file or the new one). `updates`: the pending ones in the file as it is now."""
+        data = b"".join(_line({"update": updates[uid]}) for uid in sorted(updates))
         try:
-            self._append(_line({"done": update_id}), sync=False)
-        except OSError as exc:
-            log.warning("telegram: could not mark update %s done in the spool (%s)", update_id, exc)
-
-    def __contains__(self, update_id: int) -> bool:
-        return update_id in self._pending
+            atomic_write_text(self.path, data)
+        except OSError as exc:  # the appended file says the same, only longer
+            log.warning("telegram: could not compact the spool (%s)", exc)
+            return
+        self._size = len(data)
 
     def _append(self, data: bytes, *, sync: bool) -> None:
-        created = not self.path.exists()
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(self.path, flags, 0o600)
-        try:
-            start = os.lseek(fd, 0, os.SEEK_END)
-            try:
-                view = memoryview(data)
-                while view:  # os.write may write part of it (a full disk) without an error
-                    written = os.write(fd, view)
-                    if written <= 0:
-                        raise OSError("the spool accepted no more bytes")
-                    view = view[written:]
-                if sync:
-                    os.fsync(fd)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, start)  # no torn record for the next append to follow
-                raise
-        finally:
-            os.close(fd)
-        if created and sync:
-            fsync_dir(self.path.parent)
+        self._size = _append(self.path, data, sync=sync)
 
     def _empty(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             try:
                 os.truncate(self.path, 0)
+                self._size = 0
             except OSError as exc:
                 log.warning("telegram: could not empty the spool (%s)", exc)
+
+
+class HandledIds:
+    """The last KEEP_HANDLED handled update ids, in memory and in a file of one id a line
+    (appended, rewritten with the last KEEP_HANDLED once it holds twice as many)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._order: deque[int] = deque()  # oldest first
+        self._ids: set[int] = set()
+        self._lines = 0  # in the file
+
+    def load(self) -> None:
+        _sweep_temp_files(self.path)
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        lines = data.splitlines()
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                self._keep(int(line))  # a torn last line is only a mark lost
+        self._lines = len(lines)
+        if self._lines > len(self._order) or not data.endswith(b"\n"):
+            self._compact()
+
+    def add(self, update_id: int) -> None:
+        if update_id in self._ids:
+            return
+        self._keep(update_id)
+        try:
+            _append(self.path, b"%d\n" % update_id, sync=False)
+        except OSError as exc:
+            log.warning("telegram: could not note update %s as handled (%s)", update_id, exc)
+            return
+        self._lines += 1
+        if self._lines > 2 * KEEP_HANDLED:
+            self._compact()
+
+    def __contains__(self, update_id: int) -> bool:
+        return update_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def _keep(self, update_id: int) -> None:
+        if update_id in self._ids:
+            return
+        self._order.append(update_id)
+        self._ids.add(update_id)
+        if len(self._order) > KEEP_HANDLED:
+            self._ids.discard(self._order.popleft())
+
+    def _compact(self) -> None:
+        data = b"".join(b"%d\n" % uid for uid in self._order)
+        try:
+            atomic_write_text(self.path, data)
+        except OSError as exc:
+            log.warning("telegram: could not compact %s (%s)", self.path.name, exc)
+            return
+        self._lines = len(self._order)
+
+
+def _append(path: Path, data: bytes, *, sync: bool) -> int:
+    """Append all of `data` (fsynced if `sync`) or nothing (OSError); the file's new size."""
+    created = not path.exists()
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    try:
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write part of it (a full disk) without an error
+                written = os.write(fd, view)
+                if written <= 0:
+                    raise OSError("the spool accepted no more bytes")
+                view = view[written:]
+            if sync:
+                os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)  # no torn record for the next append to follow
+            raise
+    finally:
+        os.close(fd)
+    if created and sync:
+        fsync_dir(path.parent)
+    return start + len(data)
+
+
+def _sweep_temp_files(path: Path) -> None:
+    """A rewrite that a crash cut short leaves its temp file (memory/atomic.py)."""
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
 
 
 def _line(record: dict[str, Any]) -> bytes:

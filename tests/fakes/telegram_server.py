@@ -515,6 +515,21 @@ class FakeTelegram:
                 await asyncio.sleep(retry_s)
         return statuses
 
+    async def deliver_body(self, body: bytes) -> int:
+        """POST `body` as it is, with the webhook's secret (as if Telegram sent such an
+        update); the answer's status."""
+        assert self.webhook is not None, "no webhook is set"
+        headers = {
+            "X-Telegram-Bot-Api-Secret-Token": self.webhook.get("secret_token", ""),
+            "Content-Type": "application/json",
+        }
+        async with (
+            ClientSession(timeout=ClientTimeout(total=10)) as http,
+            http.post(self.webhook["url"], data=body, headers=headers) as response,
+        ):
+            self.webhook_answers.append(response.status)
+            return response.status
+
     # ---- queries for tests -----------------------------------------------------------------
 
     def sent_to(self, chat_id: int) -> list[Sent]:
