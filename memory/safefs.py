@@ -3,7 +3,10 @@
 A symbolic link inside a workspace (planted by someone with access to the host, or restored
 from a careless backup) would make the bot read its own config to a chat user or append a
 person's messages to a file outside the workspace. So every open here refuses a link as the last
-component (O_NOFOLLOW), and a folder written into is opened the same way first.
+component (O_NOFOLLOW), and a folder written into is opened the same way first. A hard link is
+the same file under a second name (the bot's config.toml, planted as MEMORY.md), which no flag
+refuses: a regular file with more than one name is refused once opened (its link count), before
+anything is read or written. The bot itself never makes one (atomic writes rename a new file).
 
 `os.write` may write part of its buffer without an error (a full disk, a file-size limit): an
 append that ignored its return value left a torn line the process believed saved. `append_all`
@@ -24,20 +27,35 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class LinkRefusedError(OSError):
-    """A workspace path is a symbolic link; it is refused, never followed."""
+    """A workspace path is a symbolic link, or a hard link; it is refused, never followed."""
 
-    def __init__(self, path: Path | str) -> None:
-        super().__init__(errno.ELOOP, "is a symbolic link, which is never followed", str(path))
+    def __init__(self, path: Path | str, *, hard: bool = False) -> None:
+        what = (
+            "is a hard link (a second name of another file), which is never used"
+            if hard
+            else "is a symbolic link, which is never followed"
+        )
+        super().__init__(errno.ELOOP, what, str(path))
 
 
 def open_fd(path: Path | str, flags: int, mode: int = 0o600, *, dir_fd: int | None = None) -> int:
-    """os.open without following a link in the last component (LinkRefusedError instead)."""
+    """os.open without following a link in the last component, nor opening a file that has
+    another name too (LinkRefusedError instead)."""
     try:
-        return os.open(path, flags | _NOFOLLOW, mode, dir_fd=dir_fd)
+        fd = os.open(path, flags | _NOFOLLOW, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise LinkRefusedError(path) from None
         raise
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        os.close(fd)
+        raise LinkRefusedError(path, hard=True)
+    return fd
 
 
 def open_dir(path: Path | str) -> int:
@@ -85,10 +103,12 @@ def append_all(fd: int, data: bytes) -> None:
 
 
 def is_link(path: Path) -> bool:
+    """A symbolic link, or a regular file with another name too (a hard link)."""
     try:
-        return stat.S_ISLNK(os.lstat(path).st_mode)
+        info = os.lstat(path)
     except FileNotFoundError:
         return False
+    return stat.S_ISLNK(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_nlink > 1)
 
 
 def make_private_dir(path: Path) -> None:

@@ -178,12 +178,12 @@ def _refuse_links(root: Path) -> None:
     if not found:
         for name in FOLDERS:
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                found += [entry for entry in (root / name).iterdir() if entry.is_symlink()]
+                found += [entry for entry in (root / name).iterdir() if is_link(entry)]
     if found:
         log.error(
-            "refusing the workspace %s: %s is a symbolic link (remove it; the bot never follows "
-            "links in a workspace)",
+            "refusing the workspace %s: %s is a symbolic or hard link (remove it; the bot "
+            "never follows links in a workspace)",
             root,
             ", ".join(str(path) for path in found),
         )
-        raise UnsafeWorkspaceError(f"workspace folder {root.name} holds a symbolic link")
+        raise UnsafeWorkspaceError(f"workspace folder {root.name} holds a link")

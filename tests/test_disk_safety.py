@@ -186,6 +186,62 @@ def test_links_planted_after_opening_are_never_followed(
     assert os.path.islink(workspace.memory_path)  # the link was not replaced either
 
 
+# A hard link is another name of the same file: O_NOFOLLOW does not see it, its link count does.
+
+
+async def test_a_hard_linked_memory_file_is_refused_with_a_clear_answer(
+    fake_llm: FakeOpenAI, workspaces_dir: Path, bot_config: Path
+) -> None:
+    home = user_home(workspaces_dir, "42")
+    home.mkdir(parents=True)
+    os.link(bot_config, home / "MEMORY.md")
+    agent = make_agent(fake_llm, workspaces_dir)
+    turn = await ask(agent, dm("42", "what do you remember about me?"))
+    command = await ask(agent, dm("42", "/memory"))
+    await agent.aclose()
+    for reply in (turn, command):
+        assert "link" in reply.text and "not saved" in reply.text, reply.text
+        assert API_KEY not in reply.text
+    assert fake_llm.requests == []  # the config never reached the model's prompt
+
+
+@pytest.mark.parametrize("name", ["HISTORY.md", ".key", "sessions/telegram%3Adm%3A42.jsonl"])
+def test_a_workspace_holding_a_hard_link_is_refused(
+    workspaces_dir: Path, bot_config: Path, name: str
+) -> None:
+    home = user_home(workspaces_dir, "42")
+    (home / "sessions").mkdir(parents=True)
+    os.link(bot_config, home / name)
+    with pytest.raises(UnsafeWorkspaceError):
+        Workspaces(workspaces_dir).get("telegram-42")
+    with pytest.raises(UnsafeWorkspaceError):
+        Workspaces(workspaces_dir, writer=False).get("telegram-42")
+
+
+def test_hard_links_planted_after_opening_are_never_read_nor_written(
+    workspaces_dir: Path, tmp_path: Path, bot_config: Path
+) -> None:
+    """Every reader and appender of memory/safefs checks the open file's link count."""
+    workspace = Workspaces(workspaces_dir).get("telegram-42")
+    session = workspace.sessions.get("telegram:dm:42")
+    workspace.sessions.append(session, {"role": "user", "content": "hello"})
+    outside = tmp_path / "outside.txt"
+    outside.write_text("untouched\n")
+    os.link(bot_config, workspace.memory_path)
+    os.link(outside, workspace.history_path)
+    session.path.unlink()
+    os.link(outside, session.path)
+    with pytest.raises(LinkRefusedError, match="hard link"):
+        workspace.memory.read()
+    with pytest.raises(LinkRefusedError):
+        workspace.memory.append_history("an entry")
+    with pytest.raises(LinkRefusedError):
+        workspace.sessions.append(session, {"role": "user", "content": "hello again"})
+    with pytest.raises(LinkRefusedError):
+        SessionStore(workspace.sessions_dir).get("telegram:dm:42")  # a fresh load reads it
+    assert outside.read_text() == "untouched\n"
+
+
 def test_atomic_write_refuses_a_linked_file_or_folder(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()

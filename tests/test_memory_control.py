@@ -303,6 +303,30 @@ async def test_export_answers_with_the_archive(fake_llm: FakeOpenAI, workspaces_
     await agent.aclose()
 
 
+async def test_export_leaves_out_a_planted_hard_link(
+    fake_llm: FakeOpenAI, workspaces_dir: Path, tmp_path: Path
+) -> None:
+    """A hard link is the file it names (here the bot's config with its token) under a second
+    name; only the file type was checked, so /export sent the config."""
+    config = tmp_path / "config.toml"
+    config.write_text('[telegram]\ntoken = "123456:BOT-TOKEN-OF-THE-OPERATOR"\n')
+    agent = make_agent(fake_llm, workspaces_dir)
+    workspace = agent.workspaces.get("telegram-42")
+    fill(workspace)
+    os.link(config, workspace.root / "notes.txt")
+    os.link(config, workspace.root / "media" / "planted.txt")
+    reply = await ask(agent, dm("42", "/export"))
+    await agent.aclose()
+    [file] = reply.files
+    with zipfile.ZipFile(io.BytesIO(file.read())) as archive:
+        names = set(archive.namelist())
+        contents = b"".join(archive.read(name) for name in names)
+    assert b"BOT-TOKEN" not in contents
+    assert "telegram-42/notes.txt" not in names and "telegram-42/media/planted.txt" not in names
+    assert "telegram-42/MEMORY.md" in names and "telegram-42/media/tea.txt" in names
+    assert config.stat().st_nlink == 3  # nothing was removed or changed either
+
+
 # ---- /wipe ---------------------------------------------------------------------------------
 
 

@@ -3,7 +3,9 @@
 The archive holds every regular file of the workspace folder (MEMORY.md, HISTORY.md, the
 transcripts, the earlier MEMORY.md versions, media) under one folder named like the workspace,
 so unpacking it gives back the workspace's files. Temp files of an interrupted write are left
-out, and symbolic links are never followed (nothing outside the workspace can be pulled in).
+out, and links are never followed: neither a symbolic link nor a file with a second name (a hard
+link, which may be the bot's config.toml) is exported, checked on the open file (memory/safefs),
+so nothing outside the workspace can be pulled in, also by a link planted while it is listed.
 Reading needs no lock: every file is append-only or replaced atomically, so each one is read
 whole as it was at some instant (a line being appended at that instant may be cut short, which
 the transcript loader skips).
@@ -13,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
+import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from memory import clock
+from memory.safefs import LinkRefusedError, is_link, open_binary
 
 ARCHIVE_MIME = "application/zip"
 
@@ -39,7 +44,8 @@ def archive_name(folder_name: str, when: datetime | None = None) -> str:
 
 
 def workspace_files(root: Path) -> Iterator[tuple[Path, str]]:
-    """(path, name inside the archive) for every regular file, in a stable order."""
+    """(path, name inside the archive) for every regular file that is no link, in a stable
+    order."""
     for top, dirs, files in os.walk(root, followlinks=False):
         dirs.sort()
         for name in sorted(files):
@@ -47,7 +53,7 @@ def workspace_files(root: Path) -> Iterator[tuple[Path, str]]:
                 continue  # an interrupted atomic write
             path = Path(top) / name
             with contextlib.suppress(OSError):
-                if stat.S_ISREG(path.lstat().st_mode):
+                if stat.S_ISREG(path.lstat().st_mode) and not is_link(path):
                     yield path, f"{root.name}/{path.relative_to(root).as_posix()}"
 
 
@@ -57,9 +63,25 @@ def write_archive(root: Path, out: IO[bytes]) -> ArchiveInfo:
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as archive:
         for path, name in workspace_files(root):
             try:
-                archive.write(path, name)
-            except FileNotFoundError:  # replaced or removed since it was listed
+                _add(archive, path, name)
+            except (FileNotFoundError, LinkRefusedError):  # replaced since it was listed
                 continue
             count += 1
     out.flush()
     return ArchiveInfo(count, out.tell())
+
+
+def _add(archive: zipfile.ZipFile, path: Path, name: str) -> None:
+    """One file into the archive, read through the descriptor that the link checks were made
+    on (ZipFile.write would open the path again)."""
+    with open_binary(path) as source:
+        info = os.fstat(source.fileno())
+        entry = zipfile.ZipInfo(name, time.localtime(max(info.st_mtime, _ZIP_EPOCH))[:6])
+        entry.compress_type = zipfile.ZIP_DEFLATED
+        entry.external_attr = (info.st_mode & 0xFFFF) << 16
+        with archive.open(entry, "w", force_zip64=info.st_size > _ZIP32_MAX) as target:
+            shutil.copyfileobj(source, target, 1 << 20)
+
+
+_ZIP_EPOCH = 315_532_800 + 86_400  # 1980-01-02: zip has no earlier time
+_ZIP32_MAX = (1 << 31) - 1
