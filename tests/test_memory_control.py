@@ -266,6 +266,45 @@ async def test_a_confirmation_expires_and_belongs_to_its_user(
     await agent.aclose()
 
 
+def test_unanswered_questions_leave_memory_and_are_bounded() -> None:
+    """Every /forget question nobody answered stayed in RAM for good, with its words: 1,000
+    people asking once and never again kept 1,000 of them. Now one is dropped a TTL after it
+    expired, a person holds one per action, and everyone together at most max_open."""
+    now = [0.0]
+    confirmations = Confirmations(ttl_s=300, clock=lambda: now[0], max_open=100)
+    for n in range(100):
+        confirmations.ask(f"telegram-{n}", "forget", "my old address " * 30)
+    now[0] = 400.0  # expired, but within the next TTL: a late "confirm" is told so
+    assert confirmations.take("telegram-0", "forget").problem == "expired"
+    now[0] = 601.0
+    confirmations.ask("telegram-late", "forget", "green tea")
+    assert len(confirmations) == 1  # the rest left RAM
+    for _ in range(50):  # one person asking again and again holds one question
+        question = confirmations.ask("telegram-late", "forget", "green tea")
+    assert len(confirmations) == 1
+    for n in range(150):  # more people at once than max_open: the oldest questions go
+        confirmations.ask(f"telegram-{n}", "wipe")
+    assert len(confirmations) == 100
+    assert confirmations.take("telegram-late", "forget", question.token).problem == "none"
+    assert confirmations.take("telegram-149", "wipe").question is not None
+
+
+async def test_a_phrase_too_long_to_forget_is_refused_before_anything_is_asked(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Its question would keep the whole text in RAM until it expires."""
+    agent = make_agent(fake_llm, workspaces_dir)
+    workspace = agent.workspaces.get("telegram-42")
+    pasted = "I once lived on Elm Street. " * 40  # 1,120 characters, and it is in the files
+    workspace.sessions.append(
+        workspace.sessions.get("telegram:dm:42"), {"role": "user", "content": pasted}
+    )
+    reply = await ask(agent, dm("42", "/forget " + pasted))
+    assert "at most 500 characters" in reply.text and not reply.buttons
+    assert len(agent.confirmations) == 0
+    await agent.aclose()
+
+
 async def test_one_users_commands_never_touch_anothers_files(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:

@@ -38,6 +38,7 @@ from memory.store import ENTRY_STAMP
 from memory.workspace import Workspace
 
 MIN_PHRASE_CHARS = 3
+MAX_PHRASE_CHARS = 500  # a phrase, not a document (its question waits in RAM for a "yes")
 # A HISTORY.md entry starts at the top of the file or after a blank line, with its stamp.
 _ENTRY_START = re.compile(r"\n[ \t]*\n(?=" + ENTRY_STAMP + ")")
 
@@ -96,12 +97,17 @@ def _plural(count: int, word: str, plural: str | None = None) -> str:
 
 def phrase_pattern(words: str) -> re.Pattern[str]:
     """The phrase, any case, any whitespace between its words; refused when too short to be
-    anything but everywhere."""
+    anything but everywhere, or longer than a phrase."""
     parts = words.split()
     if len("".join(parts)) < MIN_PHRASE_CHARS:
         raise ForgetError(
             f"Tell me what to forget, at least {MIN_PHRASE_CHARS} characters, "
             "e.g. `/forget my old address`."
+        )
+    if len(words.strip()) > MAX_PHRASE_CHARS:
+        raise ForgetError(
+            f"That is longer than I can look for at once (at most {MAX_PHRASE_CHARS} "
+            "characters): forget it a phrase at a time, e.g. its most telling words."
         )
     return re.compile(r"\s+".join(re.escape(part) for part in parts), re.IGNORECASE)
 
