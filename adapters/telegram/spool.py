@@ -146,12 +146,14 @@ class Spool:
         self._size = _append(self.path, data, sync=sync)
 
     def _empty(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            try:
-                os.truncate(self.path, 0)
-                self._size = 0
-            except OSError as exc:
-                log.warning("telegram: could not empty the spool (%s)", exc)
+        try:
+            os.truncate(self.path, 0)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("telegram: could not empty the spool (%s)", exc)
+            return
+        self._size = 0
 
 
 class HandledIds:
