@@ -14,7 +14,7 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -240,6 +240,31 @@ def test_hard_links_planted_after_opening_are_never_read_nor_written(
     with pytest.raises(LinkRefusedError):
         SessionStore(workspace.sessions_dir).get("telegram:dm:42")  # a fresh load reads it
     assert outside.read_text() == "untouched\n"
+
+
+@pytest.mark.parametrize("link", [os.link, os.symlink], ids=["hard", "symbolic"])
+async def test_memory_control_never_shows_a_file_linked_in_after_opening(
+    fake_llm: FakeOpenAI, workspaces_dir: Path, bot_config: Path, link: Callable[..., None]
+) -> None:
+    """/memory undo restored (and showed the diff of) whatever a version's name led to, and
+    /forget listed its matching lines: they read with a plain open, past memory/safefs."""
+    agent = make_agent(fake_llm, workspaces_dir)
+    workspace = agent.workspaces.get("telegram-42")  # opened and checked: held from now on
+    workspace.memory.write("## User Information\n- Name: Ada\n")
+    workspace.memory.write("## User Information\n- Name: Ada\n- Likes tea\n")
+    newest = workspace.memory.versions()[-1]
+    stamp, ns = newest.name.split(".")[1:3]
+    planted = newest.with_name(f"MEMORY.{stamp}.{int(ns) + 1:020d}.md")  # the newest now
+    link(bot_config, planted)
+    assert workspace.memory.versions()[-1] == planted
+    undo = await ask(agent, dm("42", "/memory undo"))
+    assert API_KEY not in undo.text and API_KEY not in workspace.memory.read()
+    workspace.memory_path.unlink()
+    link(bot_config, workspace.memory_path)
+    forget = await ask(agent, dm("42", "/forget api_key"))
+    await agent.aclose()
+    assert API_KEY not in forget.text, forget.text
+    assert API_KEY in bot_config.read_text()  # the operator's file is untouched
 
 
 def test_atomic_write_refuses_a_linked_file_or_folder(tmp_path: Path) -> None:

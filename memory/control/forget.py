@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import stat
@@ -33,9 +34,12 @@ from typing import Any
 
 from memory.atomic import atomic_write_text, remove_stale_temp_files
 from memory.media import MEDIA_DIR, referenced_files
+from memory.safefs import LinkRefusedError, read_bytes
 from memory.session import METADATA_TYPE
 from memory.store import ENTRY_STAMP
 from memory.workspace import Workspace
+
+log = logging.getLogger(__name__)
 
 MIN_PHRASE_CHARS = 3
 MAX_PHRASE_CHARS = 500  # a phrase, not a document (its question waits in RAM for a "yes")
@@ -151,9 +155,13 @@ def _run(workspace: Workspace, words: str, *, apply: bool) -> Findings:
 
 
 def _read(path: Path) -> str | None:
+    """The file's text; None when it is absent or a link (never read, never rewritten)."""
     try:
-        return path.read_bytes().decode("utf-8", "replace")
+        return read_bytes(path).decode("utf-8", "replace")
     except FileNotFoundError:
+        return None
+    except LinkRefusedError as exc:
+        log.error("forget: %s %s; left alone", path, exc.strerror)
         return None
 
 
@@ -224,8 +232,11 @@ def _forget_messages(
     """Remove matching message lines from one transcript; the in-memory session follows."""
     session = workspace.sessions.get(key)
     try:
-        raw_lines = session.path.read_bytes().split(b"\n")
+        raw_lines = read_bytes(session.path).split(b"\n")
     except FileNotFoundError:
+        return 0
+    except LinkRefusedError as exc:
+        log.error("forget: %s %s; left alone", session.path, exc.strerror)
         return 0
     kept: list[bytes] = []
     removed = removed_before_cursor = index = kept_messages = 0
@@ -292,8 +303,8 @@ def _forget_media(
                     path.unlink()
             continue
         try:
-            text = path.read_bytes().decode("utf-8", "replace")
-        except OSError:
+            text = read_bytes(path).decode("utf-8", "replace")
+        except OSError:  # gone, or a link (memory/safefs)
             continue
         # In a file name, words are as often joined by "-" or "_" as by spaces.
         if pattern.search(re.sub(r"[-_.]+", " ", relative)) or pattern.search(text):

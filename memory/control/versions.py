@@ -14,13 +14,17 @@ are compared with each other, skipping held ones.
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from memory.consolidation.checks import kept_fact_lines
+from memory.safefs import is_link, read_bytes
 from memory.store import HELD_SUFFIX, MemoryStore
+
+log = logging.getLogger(__name__)
 
 _NS = re.compile(r"\.(\d{20})(?:\.held)?\.md$")
 
@@ -83,8 +87,19 @@ def short_diff(old: str, new: str, max_lines: int = 30) -> str:
     return "\n".join(lines)
 
 
+def _versions(store: MemoryStore) -> list[Path]:
+    """store.versions() less the links planted among them (never listed, read nor restored;
+    one planted after this look is refused by _read)."""
+    paths = store.versions()
+    planted = [path for path in paths if is_link(path)]
+    if planted:
+        log.error("memory versions %s are links; left out", ", ".join(map(str, planted)))
+    return [path for path in paths if path not in planted]
+
+
 def _read(path: Path) -> str:
-    return path.read_bytes().decode("utf-8", "replace")
+    """Never through a link (LinkRefusedError): a planted one would be shown and restored."""
+    return read_bytes(path).decode("utf-8", "replace")
 
 
 def _kept_at(path: Path) -> str:
@@ -101,7 +116,7 @@ def is_held(path: Path) -> bool:
 
 def list_versions(store: MemoryStore) -> list[Version]:
     """The earlier versions, newest first, each compared with the one before it."""
-    paths = store.versions()  # oldest first
+    paths = _versions(store)  # oldest first
     texts = [_read(path) for path in paths]
     held = [is_held(path) for path in paths]
     found = []
@@ -129,7 +144,7 @@ def list_versions(store: MemoryStore) -> list[Version]:
 
 def held_update(store: MemoryStore) -> HeldUpdate | None:
     """The update held back since the last write of MEMORY.md, if there is one."""
-    paths = store.versions()
+    paths = _versions(store)
     if not paths or not is_held(paths[-1]):
         return None
     kept, facts = kept_fact_lines(store.read(), _read(paths[-1]))
@@ -140,7 +155,7 @@ def restore(store: MemoryStore, number: int = 1) -> Restored:
     """Make version `number` (1 = newest) the current MEMORY.md; the current text is kept.
 
     The caller holds the workspace's memory lock, so no consolidation writes in between."""
-    paths = store.versions()
+    paths = _versions(store)
     if not paths:
         raise NoVersionError("There is no earlier version of your memory to go back to.")
     if not 1 <= number <= len(paths):
