@@ -264,7 +264,7 @@ async def test_memory_control_never_shows_a_file_linked_in_after_opening(
     forget = await ask(agent, dm("42", "/forget api_key"))
     await agent.aclose()
     assert API_KEY not in forget.text, forget.text
-    assert API_KEY in bot_config.read_text()  # the operator's file is untouched
+    assert API_KEY in bot_config.read_text()  # noqa: ASYNC240 - the operator's file, untouched
 
 
 def test_atomic_write_refuses_a_linked_file_or_folder(tmp_path: Path) -> None:
