@@ -77,8 +77,8 @@ PICTURES_REFUSED = (
     "captions. Your picture is saved.)"
 )
 UNSAFE_WORKSPACE_REPLY = (
-    "I can't open your memory safely: a file in it is a link (symbolic or hard), which I never follow. "
-    "Your message was not saved; the bot's operator can see the details in the log."
+    "I can't open your memory safely: a file in it is a link (symbolic or hard), which I never "
+    "follow. Your message was not saved; the bot's operator can see the details in the log."
 )
 
 NOT_SAVED = (
