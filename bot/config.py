@@ -208,6 +208,9 @@ class ClusterConfig(Section):
     replicas: int = setting(1, rule=Rule("an integer from 1 to 5", lambda v: 0 < v <= 5))
     ack_wait_s: float = setting(30.0, rule=Rule("a positive number of seconds", lambda v: v > 0))
     lease_ttl_s: float = setting(15.0, rule=Rule("at least 1 second", lambda v: v >= 1))
+    # A message or answer JetStream delivered this many times and still not done with is
+    # dropped, logged and counted (a message that cannot be handled must not come back forever).
+    max_deliveries: int = setting(20, rule=POSITIVE_INT)
 
 
 CORE_SECTIONS: dict[str, type[Section]] = {

@@ -86,6 +86,16 @@ def test_a_message_that_is_not_an_inbound_is_a_wire_error(body: bytes) -> None:
         wire.decode_inbound(body)
 
 
+def test_json_nested_deeper_than_the_stack_is_a_wire_error_not_a_crash() -> None:
+    nested = b"[" * 50_000 + b"]" * 50_000  # json.loads raises RecursionError on it
+    with pytest.raises(wire.WireError, match="nested too deep"):
+        wire.decode_inbound(nested)
+    with pytest.raises(wire.WireError):
+        wire.decode_calls(nested)
+    with pytest.raises(wire.WireError):
+        wire.parse_destination(nested.decode())
+
+
 async def test_the_calls_of_an_answer_replay_into_any_outbound(tmp_path: Path) -> None:
     on_disk = tmp_path / "export.zip"
     on_disk.write_bytes(b"PK\x03\x04 zip bytes")

@@ -35,7 +35,7 @@ from nats.js.kv import KeyValue
 
 from bot.cluster import wire
 from bot.cluster.connection import Names, expiring_keys
-from bot.cluster.resend import Resending
+from bot.cluster.resend import Resending, drop
 from bot.config import ClusterConfig
 
 log = logging.getLogger(__name__)
@@ -143,7 +143,12 @@ class Adopter:
                     return
                 for msg in msgs:
                     key = (msg.headers or {}).get(wire.KEY, "")
-                    self._resending.take(key, msg, ours=False)
+                    try:
+                        self._resending.take(key, msg, ours=False)
+                    except Exception:  # one bad answer must not hold up the others
+                        log.exception("ingress: dropping an answer of %s that could not be "
+                                      "taken", other)  # fmt: skip
+                        drop(msg, "failed")
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()

@@ -47,10 +47,10 @@ from bot.cluster.connection import Names, bodies, connect, ensure_streams
 from bot.cluster.lease import folder_id
 from bot.cluster.partition import partition_of
 from bot.cluster.publish import Publisher
-from bot.cluster.resend import Resending, ack_soon
+from bot.cluster.resend import Resending, ack_soon, drop
 from bot.config import ClusterConfig
 from bot.inbound import Inbound
-from bot.observe.metrics import CLUSTER_REDELIVERED, count_cluster, watch_cluster
+from bot.observe.metrics import CLUSTER_REDELIVERED, count_cluster, count_rejected, watch_cluster
 from bot.outbound import Outbound
 from bot.platform import Resender
 from bot.tasks import cancel_and_wait
@@ -91,7 +91,7 @@ class BrokerCore:
         self._adopter: Adopter | None = None
         self._adopting: asyncio.Task[None] | None = None
         self._delivering: set[str] = set()  # answered; the adapter is sending it
-        self.resending = Resending()
+        self.resending = Resending(settings.max_deliveries)
 
     @property
     def waiting(self) -> int:
@@ -226,7 +226,8 @@ class BrokerCore:
                 try:
                     self._take(msg)
                 except Exception:  # one bad answer must not stop every other
-                    log.exception("ingress: could not take an answer message")
+                    log.exception("ingress: dropping an answer message that could not be taken")
+                    drop(msg, "failed")
 
     def _take(self, msg: Msg) -> None:
         key = (msg.headers or {}).get(wire.KEY, "")
@@ -241,6 +242,7 @@ class BrokerCore:
             return
         try:
             answer.add(msg)
-        except (wire.WireError, UnicodeDecodeError) as exc:
+        except wire.WireError as exc:  # acknowledged with the answer, which fails
             log.error("ingress: an answer that is not ours (%s)", exc)
+            count_rejected("answer", "malformed")
             answer.fail(str(exc))

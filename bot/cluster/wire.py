@@ -158,6 +158,8 @@ def _loads(body: bytes) -> Any:
         return json.loads(body)
     except ValueError:  # also UnicodeDecodeError
         raise WireError("not JSON") from None
+    except RecursionError:  # nested deeper than the interpreter's stack: never ours
+        raise WireError("JSON nested too deep") from None
 
 
 def _dumps(plain: Any) -> bytes:

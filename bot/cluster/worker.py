@@ -37,7 +37,13 @@ from bot.cluster.partition import describe_ranges
 from bot.cluster.publish import Publisher
 from bot.config import ClusterConfig
 from bot.inbound import Inbound
-from bot.observe.metrics import CLUSTER_ACKED, CLUSTER_REDELIVERED, count_cluster, watch_cluster
+from bot.observe.metrics import (
+    CLUSTER_ACKED,
+    CLUSTER_REDELIVERED,
+    count_cluster,
+    count_rejected,
+    watch_cluster,
+)
 from bot.outbound import Button, Notice, OutFile
 from bot.tasks import cancel_and_wait
 
@@ -275,20 +281,34 @@ class Worker:
                 await asyncio.sleep(FETCH_WAIT_S)
                 continue
             for msg in msgs:
-                self._dispatch(msg, publisher, limit)
+                try:
+                    self._dispatch(msg, publisher, limit)
+                except Exception:  # one message must never end its partition's loop
+                    log.exception("worker: dropping a message of partition %s", partition)
+                    self._spawn(self._drop(msg, "failed"))
 
     def _dispatch(self, msg: Msg, publisher: Publisher, limit: int) -> None:
         seq = msg.metadata.sequence.stream
-        if msg.metadata.num_delivered > 1:
+        delivered = msg.metadata.num_delivered
+        if delivered > 1:
             count_cluster(CLUSTER_REDELIVERED, "message")
         if seq in self._in_flight:
             return  # delivered again while still running here (the ack wait passed)
         headers = msg.headers or {}
         stored = headers.get(wire.BODY)
+        out: PublishingOutbound | None = None  # the sender's answer, once we know where
         try:
             reply, key = headers[wire.REPLY], headers[wire.KEY]
             if not reply.startswith(self._names.out_subject("")) or "*" in reply or ">" in reply:
                 raise wire.WireError(f"answers go to {self._names.out_subject('<ingress>')}")
+            out = PublishingOutbound(publisher, reply, key, limit)
+            if delivered > self._settings.max_deliveries:
+                log.error(
+                    "worker: dropping message %s, delivered %d times ([cluster] max_deliveries)",
+                    seq, delivered,
+                )  # fmt: skip
+                self._spawn(self._drop(msg, "too_many_deliveries", out))
+                return
             inbound: Inbound | None = None  # a stored body is fetched in its turn
             if stored is None:
                 inbound = wire.decode_inbound(msg.data)
@@ -297,10 +317,9 @@ class Worker:
                 session = headers[wire.SESSION]
         except (wire.WireError, KeyError) as exc:
             log.error("worker: dropping message %s, not a LightGrep message (%s)", seq, exc)
-            self._spawn(msg.term())
+            self._spawn(self._drop(msg, "malformed", out))
             return
         self._in_flight.add(seq)
-        out = PublishingOutbound(publisher, reply, key, limit)
         previous = self._chains.get(session)
         task = self._spawn(self._process(msg, seq, inbound, stored, out, previous))
         self._chains[session] = task
@@ -343,14 +362,35 @@ class Worker:
             if stored is not None and inbound is not None:
                 with contextlib.suppress(Exception):  # a leftover only costs space
                     await self._stores.delete(stored)
+        except wire.WireError as exc:  # a stored body that is not an Inbound
+            log.error("worker: dropping message %s, not a LightGrep message (%s)", seq, exc)
+            await self._drop(msg, "malformed", out)
+            if stored is not None:
+                with contextlib.suppress(Exception):
+                    await self._stores.delete(stored)
+        except Exception:  # our own bug, on this message only: the others go on
+            log.exception("worker: dropping message %s, which could not be handled", seq)
+            await self._drop(msg, "failed", out)
         finally:
             keepalive.cancel()
             self._in_flight.discard(seq)
             self._room.set()
 
+    async def _drop(
+        self, msg: Msg, reason: str, out: PublishingOutbound | None = None
+    ) -> None:
+        """Done with a message that cannot be handled: its sender is told the turn failed (the
+        adapter apologises), JetStream never delivers it again, /metrics counts it."""
+        count_rejected("message", reason)
+        if out is not None:
+            with contextlib.suppress(Exception):
+                await out.error()
+        with contextlib.suppress(Exception):  # not terminated: delivered again, dropped again
+            await msg.term()
+
     async def _fetch(self, name: str, seq: int) -> Inbound | None:
         """A body kept in the object store; None if it is gone (this message was answered
-        before, and its body deleted) or not ours."""
+        before, and its body deleted); WireError if it is not an Inbound."""
         while True:
             try:
                 result = await self._stores.get(name)
@@ -358,9 +398,8 @@ class Worker:
             except NotFoundError:  # also ObjectNotFoundError
                 log.info("worker: message %s was answered before (its body is gone)", seq)
                 return None
-            except wire.WireError as exc:
-                log.error("worker: dropping message %s, not a LightGrep message (%s)", seq, exc)
-                return None
+            except wire.WireError:
+                raise
             except Exception as exc:  # NATS away: wait, as for every call
                 log.warning("worker: cannot fetch the body of message %s (%s)", seq, exc)
                 await asyncio.sleep(1.0)
