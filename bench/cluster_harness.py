@@ -27,10 +27,15 @@ PARTITIONS = 16
 WORKER_READY = "worker: serving partitions"
 
 
+SIGNING_KEY = "bench-signing-key-of-the-cluster-0123456789"
+
+
 def cluster_section(nats: NatsServer, ack_wait_s: float) -> str:
+    """The test's nats-server asks no credentials (a private network); every message is
+    signed, with the key from the environment (LIGHTGREP_CLUSTER_SIGNING_KEY)."""
     return (
         f"[cluster]\nnats_url = [{json.dumps(nats.url)}]\npartitions = {PARTITIONS}\n"
-        f"ack_wait_s = {ack_wait_s}\nlease_ttl_s = 5\n"
+        f"ack_wait_s = {ack_wait_s}\nlease_ttl_s = 5\nprivate_network = true\n"
     )
 
 
@@ -52,7 +57,7 @@ class ClusterRig:
         self.nats = nats
         self.telegram = telegram
         self.ranges = ranges
-        env = child_env(folder)
+        env = {**child_env(folder), "LIGHTGREP_CLUSTER_SIGNING_KEY": SIGNING_KEY}
         section = cluster_section(nats, ack_wait_s)
         self.ingress = BotProcess(
             self._config("ingress", llm, telegram, window_tokens, section),

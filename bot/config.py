@@ -198,6 +198,18 @@ class ClusterConfig(Section):
             lambda v: bool(re.fullmatch(r"[A-Za-z0-9_-]+", v)),
         ),
     )
+    # Without credentials (and a signing key), and with a NATS that lets anyone in, ingresses
+    # and workers refuse to start unless this says nothing but the cluster can reach NATS.
+    private_network: bool = False
+    # The key every ingress and worker signs and checks each message with (bot/cluster/signing.py).
+    signing_key: str | None = setting(
+        None,
+        secret=True,
+        rule=Rule(
+            "at least 32 characters (e.g. the output of `openssl rand -hex 32`)",
+            lambda v: len(v) >= 32,
+        ),
+    )
     # One way to authenticate (bot/cluster/connection.py says which NATS refused): a token, a
     # user and password, an nkey seed file, or a .creds file (a user JWT and its seed).
     token: str | None = setting(None, secret=True, env="NATS_TOKEN")
@@ -208,6 +220,9 @@ class ClusterConfig(Section):
     replicas: int = setting(1, rule=Rule("an integer from 1 to 5", lambda v: 0 < v <= 5))
     ack_wait_s: float = setting(30.0, rule=Rule("a positive number of seconds", lambda v: v > 0))
     lease_ttl_s: float = setting(15.0, rule=Rule("at least 1 second", lambda v: v >= 1))
+    # A message or answer JetStream delivered this many times and still not done with is
+    # dropped, logged and counted (a message that cannot be handled must not come back forever).
+    max_deliveries: int = setting(20, rule=POSITIVE_INT)
 
 
 CORE_SECTIONS: dict[str, type[Section]] = {

@@ -414,7 +414,9 @@ class Check:
             f'[telegram]\nenabled = true\nallow_from = ["*"]\napi_base = '
             f'"{self.telegram.api_base}"\npoll_timeout_s = 5\n'
         )
-        (self.folder / "lightgrep.env").write_text(f"TELEGRAM_BOT_TOKEN={TOKEN}\n")
+        (self.folder / "lightgrep.env").write_text(
+            f"TELEGRAM_BOT_TOKEN={TOKEN}\nLIGHTGREP_CLUSTER_SIGNING_KEY={secrets.token_hex(32)}\n"
+        )
         (self.folder / "nats.env").write_text(f"NATS_TOKEN={secrets.token_hex(16)}\n")
         for path in (config, self.folder / "lightgrep.env", self.folder / "nats.env"):
             path.chmod(0o644)  # read by the containers' own user (10001)

@@ -15,8 +15,15 @@ from tests.nats_server import NatsServer
 WAIT_S = 15.0
 
 
+SIGNING_KEY = "test-signing-key-of-the-cluster-0123456789"
+
+
 def settings(server: NatsServer, **changes: object) -> ClusterConfig:
-    config = ClusterConfig(nats_url=[server.url], partitions=4, ack_wait_s=2, lease_ttl_s=3)
+    """A test's nats-server asks no credentials: a private network, messages signed."""
+    config = ClusterConfig(
+        nats_url=[server.url], partitions=4, ack_wait_s=2, lease_ttl_s=3, private_network=True,
+        signing_key=SIGNING_KEY,
+    )  # fmt: skip
     for key, value in changes.items():
         setattr(config, key, value)
     return config

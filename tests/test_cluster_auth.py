@@ -5,18 +5,30 @@ one, none, or two at once is one clear line naming the setting, never the secret
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import shutil
 from pathlib import Path
 
+import nats
 import pytest
 
+from bot.cluster import wire
+from bot.cluster.adopt import subscribe_answers
 from bot.cluster.connection import ClusterError, Names, connect, ensure_streams
+from bot.cluster.ingress import BrokerCore
+from bot.cluster.signing import Signer
 from bot.config import ClusterConfig
-from tests.cluster_helpers import WAIT_S, settings
+from bot.inbound import Attachment, Inbound
+from bot.outbound import BufferedOutbound, Outbound, OutFile, Reply
+from tests.agent_helpers import dm
+from tests.cluster_helpers import WAIT_S, serving, settings
 from tests.nats_auth import creds_user, nkey_user
 from tests.nats_server import NatsServer
 
 pytestmark = pytest.mark.timeout(60)
+REPO = Path(__file__).resolve().parent.parent
 
 
 async def connect_once(cluster: ClusterConfig) -> None:
@@ -96,3 +108,148 @@ async def test_two_ways_at_once_or_an_unreadable_file_are_refused_before_connect
     assert said == f"[cluster] nkey_seed_file {tmp_path / 'nowhere.nk'}: cannot read it " + (
         "(No such file or directory)"
     )
+
+
+async def test_without_credentials_and_a_signing_key_nothing_starts_unless_told(
+    server: NatsServer,
+) -> None:
+    """The safe setup is the easy one: no credentials, no signing key, or a NATS that lets
+    anyone in are each one line naming what to set, and private_network."""
+    await server.start()  # asks no credentials
+    try:
+        bare = settings(server, private_network=False, signing_key=None)
+        said = await refusal(bare)
+        assert said.startswith("[cluster] sets no NATS credentials (token, user and password")
+        assert said.endswith("or private_network = true if nothing but this cluster's processes "
+                             "can reach NATS")  # fmt: skip
+        unsigned = settings(server, private_network=False, signing_key=None, token="t0ken")
+        said = await refusal(unsigned)
+        assert said.startswith("[cluster] signing_key is not set") and "private_network" in said
+        open_door = settings(server, private_network=False, token="t0ken")
+        said = await refusal(open_door)
+        assert said.startswith(f"NATS at 127.0.0.1:{server.port} lets anyone connect")
+        assert "[cluster] private_network = true" in said
+        await connect_once(settings(server, private_network=True, signing_key=None))
+    finally:
+        await server.stop()
+
+
+class Mirror:
+    """A worker's core that answers with a file as large as the message's attachment."""
+
+    async def handle(self, inbound: Inbound, out: Outbound) -> None:
+        await out.begin()
+        await out.add_text(f"got {inbound.text}")
+        if inbound.attachments:
+            size = len(inbound.attachments[0].data or b"")
+            await out.attach_file(OutFile("back.bin", "application/octet-stream", data=b"x" * size))
+        await out.finish()
+
+
+async def test_the_shipped_nats_users_do_their_jobs_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """deploy/nats-users.conf on a real nats-server: an ingress and a worker, each with its
+    user, answer a message and a 3 MB one (through the object store, the answer in parts)
+    without a permission refused; the ingress's user cannot publish answers or read the
+    messages, the worker's cannot publish messages."""
+    monkeypatch.setenv("LIGHTGREP_INGRESS_PASSWORD", "ingress-pa55-0123456789")
+    monkeypatch.setenv("LIGHTGREP_WORKER_PASSWORD", "worker-pa55-0123456789")
+    shutil.copy(REPO / "deploy" / "nats-users.conf", tmp_path / "nats-users.conf")
+    (tmp_path / "nats.conf").write_text('include "nats-users.conf"\n')
+    server = NatsServer(tmp_path / "nats", tmp_path / "nats.log")
+    server.extra = ["-c", str(tmp_path / "nats.conf")]
+    await server.start()
+    as_ingress = settings(server, private_network=False, user="lightgrep-ingress",
+                          password="ingress-pa55-0123456789")  # fmt: skip
+    as_worker = settings(server, private_network=False, user="lightgrep-worker",
+                         password="worker-pa55-0123456789")  # fmt: skip
+    caplog.set_level(logging.WARNING)
+    big = os.urandom(3 * 1024 * 1024)
+    audio = Attachment("audio", "audio/ogg", "v.ogg", len(big), big)
+    voice = Inbound("telegram", "telegram:dm:1", "telegram-1", "voice", attachments=(audio,))
+    try:
+        await dead_ingress_with_an_answer(as_ingress, as_worker)
+        async with serving(Mirror(), as_worker, tmp_path / "w"):
+            core = BrokerCore(as_ingress)
+            platform = Taking()
+            core.send_with("discord", platform)
+            assert await core.start(asyncio.Event())
+            try:
+                for message in (dm("1", "hi"), voice):
+                    out = BufferedOutbound()
+                    await asyncio.wait_for(core.handle(message, out), WAIT_S)
+                    assert out.reply.text == f"got {message.text}"
+                assert [len(f.read()) for f in out.reply.files] == [len(big)]
+                await asyncio.wait_for(platform.taken.wait(), WAIT_S)  # adopted, sent
+            finally:
+                await core.close()
+        assert "NATS refused" not in caplog.text and "Permissions" not in caplog.text
+        for who, subject, kind in [
+            (as_ingress, "lightgrep.out.someone", "publish"),
+            (as_ingress, "lightgrep.in.>", "subscription"),
+            (as_ingress, "_INBOX.lightgrep-worker.>", "subscription"),
+            (as_worker, "lightgrep.in.0", "publish"),
+            (as_worker, "_INBOX.lightgrep-ingress.>", "subscription"),
+            (as_worker, "$JS.API.STREAM.PURGE.lightgrep-in", "publish"),
+        ]:
+            said = await violation(who, subject, kind)
+            assert said == f'nats: permissions violation for {kind} to "{subject.lower()}"'
+
+    finally:
+        await server.stop()
+
+
+class Taking:
+    """The platform of an answer sent by its destination (bot.platform.Resender)."""
+
+    name = "discord"
+
+    def __init__(self) -> None:
+        self.taken = asyncio.Event()
+
+    async def send_to(self, destination: dict[str, str], reply: Reply | None) -> None:
+        self.taken.set()
+
+
+async def dead_ingress_with_an_answer(as_ingress: ClusterConfig, as_worker: ClusterConfig) -> None:
+    """An ingress that stopped for good, its answer consumer holding a Discord answer (which
+    a live ingress adopts and sends: adopt.py)."""
+    names = Names(as_worker.subject_prefix)
+    ingress = await connect(as_ingress, "dead ingress", asyncio.Event(), role="ingress")
+    worker = await connect(as_worker, "worker", asyncio.Event(), role="worker")
+    assert ingress is not None and worker is not None
+    try:
+        await ensure_streams(ingress.jetstream(), names, as_ingress)
+        sub = await subscribe_answers(ingress.jetstream(), names, as_ingress, "dead")
+        await sub.unsubscribe()
+        body = wire.encode_calls([wire.call("begin", False), wire.call("finish")])
+        subject = names.out_subject("dead")
+        where = json.dumps({"platform": "discord", "channel": "1"})
+        headers = {wire.KEY: "k", wire.ATTEMPT: "a", wire.SEQ: "0", wire.DESTINATION: where}
+        Signer(as_worker.signing_key).sign("answer", subject, headers, body)
+        await worker.jetstream().publish(subject, body, headers=headers)
+    finally:
+        await ingress.close()
+        await worker.close()
+
+
+async def violation(cluster: ClusterConfig, subject: str, kind: str) -> str:
+    """What NATS says when a client with these credentials publishes or subscribes there."""
+    said: asyncio.Queue[str] = asyncio.Queue()
+
+    async def error(exc: Exception) -> None:
+        said.put_nowait(str(exc).lower())
+
+    client = await nats.connect(
+        cluster.nats_url[0], user=cluster.user, password=cluster.password, error_cb=error,
+    )  # fmt: skip
+    try:
+        if kind == "publish":
+            await client.publish(subject, b"{}")
+        else:
+            await client.subscribe(subject)
+        await client.flush()
+        return await asyncio.wait_for(said.get(), WAIT_S)
+    finally:
+        await client.close()

@@ -275,6 +275,7 @@ def test_partitions_lists_the_users_a_worker_no_longer_serves(
 
 
 def test_cluster_settings_from_the_file_and_the_environment(tmp_path: Path) -> None:
+    from bot import logsafe
     from bot.config import ConfigError, load_config
 
     path = tmp_path / "config.toml"
@@ -289,11 +290,19 @@ def test_cluster_settings_from_the_file_and_the_environment(tmp_path: Path) -> N
     ).cluster
     assert from_env.nats_url == ["nats://x:1", "nats://y:2"]
     assert (from_env.user, from_env.password) == ("bot", "pw-s3") and "pw-s3" not in repr(from_env)
+    key = "a-signing-key-from-the-environment-0123"
+    signed = load_config(
+        path, {"LIGHTGREP_CLUSTER_SIGNING_KEY": key, "LIGHTGREP_CLUSTER_PRIVATE_NETWORK": "true"}
+    ).cluster
+    assert signed.signing_key == key and signed.private_network
+    assert key not in repr(signed) and logsafe.mask(f"key {key}") == "key ***"
     for bad, said in [
         ('nats_url = ["nats://me:pw@a:4222"]', "without credentials in them"),
         ('nats_url = ["http://a:4222"]', "nats://"),
         ('subject_prefix = "a.b"', "one NATS subject token"),
         ("partitions = 0", "from 1 to 1024"),
+        ('signing_key = "too-short"', "at least 32 characters"),
+        ("max_deliveries = 0", "a positive integer"),
     ]:
         path.write_text(f"[cluster]\n{bad}\n")
         with pytest.raises(ConfigError, match=said):
@@ -314,3 +323,9 @@ def test_ingress_and_worker_mistakes_are_one_line(
     assert main(["worker", "--config", str(config), "--partitions", "8-16"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("lightgrep: --partitions: '8-16' goes past the last partition, 15")
+    # No NATS credentials, no private_network: refused before anything is sent.
+    assert main(["worker", "--config", str(config), "--partitions", "0-3"]) == 1
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.startswith("lightgrep: [cluster] sets no NATS credentials")
+    assert said.endswith("or private_network = true if nothing but this cluster's processes "
+                         "can reach NATS")  # fmt: skip

@@ -14,7 +14,7 @@ import pytest
 from bench.harness import BotProcess, child_env
 from bot.cluster.connection import connect
 from tests.agent_helpers import make_agent
-from tests.cluster_helpers import WAIT_S, serving, settings
+from tests.cluster_helpers import SIGNING_KEY, WAIT_S, serving, settings
 from tests.fakes.discord_server import FakeDiscord, user_payload
 from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.nats_server import NatsServer
@@ -44,7 +44,7 @@ def ingress_process(
         f'[discord]\nenabled = true\ntoken = "{fake.token}"\nallow_from = ["*"]\n'
         f'api_base = "{fake.api_base}"\ngateway_url = "{fake.gateway_url}"\n'
         f"[cluster]\nnats_url = [{json.dumps(nats.url)}]\npartitions = 4\nack_wait_s = 2\n"
-        "lease_ttl_s = 2\n"
+        f'lease_ttl_s = 2\nprivate_network = true\nsigning_key = "{SIGNING_KEY}"\n'
     )
     return BotProcess(config, child_env(tmp_path), home / f"{name}.log", command=("ingress",),
                       ready=READY)  # fmt: skip

@@ -18,7 +18,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bench.cluster_harness import ClusterRig
+from bench.cluster_harness import SIGNING_KEY, ClusterRig
 from bench.crash_loop import Traffic
 from bench.harness import FIRST_USER_ID, BenchLLM, BenchTelegram, _user_of
 from tests.nats_server import NatsServer, free_port
@@ -92,6 +92,9 @@ async def test_an_ingress_and_two_workers_answer_many_users(rig: ClusterRig) -> 
     assert await rig.terminate() == [0, 0, 0]
     check_kept_once_in_order_by_their_worker(rig, dict.fromkeys(users, 3))
     assert all(len(rig.telegram.answers[n]) == 1 for n in names)  # no kill: each answered once
+    # Every message was signed with the key from the environment, which no log shows.
+    for proc in (rig.ingress, *rig.workers):
+        assert SIGNING_KEY not in proc.log_path.read_text()
 
 
 async def test_kills_of_a_worker_the_ingress_and_nats_lose_nothing(

@@ -86,6 +86,16 @@ def test_a_message_that_is_not_an_inbound_is_a_wire_error(body: bytes) -> None:
         wire.decode_inbound(body)
 
 
+def test_json_nested_deeper_than_the_stack_is_a_wire_error_not_a_crash() -> None:
+    nested = b"[" * 50_000 + b"]" * 50_000  # json.loads raises RecursionError on it
+    with pytest.raises(wire.WireError, match="nested too deep"):
+        wire.decode_inbound(nested)
+    with pytest.raises(wire.WireError):
+        wire.decode_calls(nested)
+    with pytest.raises(wire.WireError):
+        wire.parse_destination(nested.decode())
+
+
 async def test_the_calls_of_an_answer_replay_into_any_outbound(tmp_path: Path) -> None:
     on_disk = tmp_path / "export.zip"
     on_disk.write_bytes(b"PK\x03\x04 zip bytes")
@@ -222,3 +232,33 @@ async def test_a_second_attempt_after_the_first_finished_is_not_replayed() -> No
         ]
     )
     assert out.reply.text == "Hello world" and out.reply.private
+
+
+def test_a_signature_covers_kind_subject_headers_and_body() -> None:
+    from bot.cluster.signing import Signer
+
+    key = "k" * 40
+    ours = Signer(key)
+    body = wire.encode_inbound(Inbound("cli", "cli:dm:a", "cli-a", "hi"))
+    headers = {wire.REPLY: "lightgrep.out.i1", wire.KEY: "k1", wire.MSG_ID: "m1"}
+    ours.sign("message", "lightgrep.in.3", headers, body)
+    assert ours.refusal("message", "lightgrep.in.3", headers, body) is None
+    changed = [
+        ("answer", "lightgrep.in.3", headers, body),  # a message does not pass for an answer
+        ("message", "lightgrep.in.4", headers, body),  # another partition
+        ("message", "lightgrep.in.3", {**headers, wire.REPLY: "lightgrep.out.thief"}, body),
+        ("message", "lightgrep.in.3", {**headers, wire.DESTINATION: "{}"}, body),  # added
+        ("message", "lightgrep.in.3", headers, body.replace(b"hi", b"ho")),
+    ]
+    for kind, subject, said, sent in changed:
+        assert ours.refusal(kind, subject, said, sent) == (  # type: ignore[arg-type]
+            "signed with another key, or changed on the way"
+        )
+    assert Signer("x" * 40).refusal("message", "lightgrep.in.3", headers, body) is not None
+    unsigned = {k: v for k, v in headers.items() if k != wire.MAC}
+    assert ours.refusal("message", "lightgrep.in.3", unsigned, body) == "not signed"
+    # private_network = true: the unsigned are taken, another key's still not.
+    lenient = Signer(key, required=False)
+    assert lenient.refusal("message", "lightgrep.in.3", unsigned, body) is None
+    assert Signer("x" * 40, required=False).refusal("message", "lightgrep.in.3", headers, body)
+    assert Signer(None).refusal("message", "lightgrep.in.3", unsigned, body) is None

@@ -8,5 +8,6 @@ of the answer. What goes over the wire is in wire.py, the partition of a user in
 the connection and the streams in connection.py. `lightgrep run` uses none of this.
 """
 
-# What the CLI starts; the rest (wire, publish, assembly, adopt, resend) is the cluster's own.
+# What the CLI starts; the rest (wire, signing, publish, assembly, adopt, resend) is the
+# cluster's own.
 __all__ = ["connection", "ingress", "lease", "partition", "worker"]

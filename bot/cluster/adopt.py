@@ -35,7 +35,8 @@ from nats.js.kv import KeyValue
 
 from bot.cluster import wire
 from bot.cluster.connection import Names, expiring_keys
-from bot.cluster.resend import Resending
+from bot.cluster.resend import Resending, drop
+from bot.cluster.signing import Signer
 from bot.config import ClusterConfig
 
 log = logging.getLogger(__name__)
@@ -73,9 +74,10 @@ class Adopter:
 
     def __init__(
         self, js: JetStreamContext, names: Names, settings: ClusterConfig, me: str,
-        resending: Resending,
+        resending: Resending, signer: Signer,
     ) -> None:  # fmt: skip
         self._js = js
+        self._signer = signer
         self._names = names
         self._settings = settings
         self._me = me
@@ -142,8 +144,19 @@ class Adopter:
                 except (nats.errors.TimeoutError, TimeoutError):
                     return
                 for msg in msgs:
+                    refused = self._signer.refusal("answer", msg.subject, msg.headers, msg.data)
+                    if refused is not None:
+                        log.warning("ingress: dropping an answer for %s, %s: not from a worker "
+                                    "of this cluster", other, refused)  # fmt: skip
+                        drop(msg, "unauthenticated")
+                        continue
                     key = (msg.headers or {}).get(wire.KEY, "")
-                    self._resending.take(key, msg, ours=False)
+                    try:
+                        self._resending.take(key, msg, ours=False)
+                    except Exception:  # one bad answer must not hold up the others
+                        log.exception("ingress: dropping an answer of %s that could not be "
+                                      "taken", other)  # fmt: skip
+                        drop(msg, "failed")
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()

@@ -13,6 +13,13 @@ deleted once its message is answered.
 An outage is waited out, never an error: the client reconnects forever and the log says when the
 connection goes and comes back. Credentials never reach the log (they are in [cluster]'s secret
 keys, masked by bot.logsafe, not in the URLs).
+
+Whoever can publish to NATS could ask a worker for anyone's memory, so the safe setup is the
+only one that starts without a word from the operator: unless `[cluster] private_network =
+true`, a process refuses to connect without credentials, without a `signing_key`
+(signing.py), or to a NATS server that lets anyone in. Each role gets replies on its own inbox
+prefix (`_INBOX.<prefix>-ingress`, `-worker`), so NATS permissions can keep one role from
+reading another's replies (README, "Running on several machines").
 """
 
 from __future__ import annotations
@@ -90,11 +97,45 @@ class Names:
         return f"ingress-{ingress_id}"
 
 
-async def connect(settings: ClusterConfig, name: str, stop: asyncio.Event) -> Client | None:
+PRIVATE = (
+    "or private_network = true if nothing but this cluster's processes can reach NATS"
+)
+
+
+def inbox_prefix(settings: ClusterConfig, role: str) -> str:
+    """Where a process of `role` ("ingress", "worker") gets the replies to its requests."""
+    return f"_INBOX.{settings.subject_prefix}-{role}"
+
+
+def require_protection(settings: ClusterConfig) -> None:
+    """ClusterError unless NATS credentials and a signing key are set, or the operator said
+    that only the cluster reaches NATS (private_network)."""
+    if settings.private_network:
+        return
+    if credentials(settings, {}) is None:
+        raise ClusterError(
+            "[cluster] sets no NATS credentials (token, user and password, nkey_seed_file or "
+            "creds_file): anyone who reaches NATS could read and change people's memory. Set "
+            f'one (README, "Running on several machines"), {PRIVATE}'
+        )
+    if not settings.signing_key:
+        raise ClusterError(
+            "[cluster] signing_key is not set: every ingress and worker signs its messages with "
+            "it, so that one from anyone else is dropped. Set the same random value of 32 "
+            "characters or more in each (LIGHTGREP_CLUSTER_SIGNING_KEY, e.g. from `openssl rand "
+            f"-hex 32`), {PRIVATE}"
+        )
+
+
+async def connect(
+    settings: ClusterConfig, name: str, stop: asyncio.Event, *, role: str | None = None
+) -> Client | None:
     """A connection that reconnects forever; None if `stop` came before NATS answered.
 
     The first connection is retried too (NATS may start after us), saying so once; credentials
-    NATS refuses are a ClusterError, not a retry."""
+    NATS refuses are a ClusterError, not a retry, and so is a setup anyone could use
+    (require_protection, and a server that asks no credentials). `role` names the inbox."""
+    require_protection(settings)
     made: list[Client] = []
     refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     where = ", ".join(settings.nats_url)
@@ -106,6 +147,12 @@ async def connect(settings: ClusterConfig, name: str, stop: asyncio.Event) -> Cl
             if not refused.done():
                 refused.set_result(None)
             log.error("NATS at %s refused our credentials", where)
+        elif "permissions violation" in str(exc).lower():
+            log.error(
+                "NATS refused: %s (this process's NATS user may not do that: see its "
+                'permissions, README "Running on several machines")',
+                _reason(exc),
+            )
         elif not made and not said:
             said = True
             log.warning("NATS is not reachable at %s (%s); retrying", where, _reason(exc))
@@ -130,6 +177,8 @@ async def connect(settings: ClusterConfig, name: str, stop: asyncio.Event) -> Cl
         reconnected_cb=_on_reconnected,
     )
     used = credentials(settings, options)
+    if role is not None:
+        options["inbox_prefix"] = inbox_prefix(settings, role)
     attempt = asyncio.ensure_future(nats.connect(**options))
     stopping = asyncio.ensure_future(stop.wait())
     waits: set[asyncio.Future[Any]] = {attempt, stopping, refused}
@@ -156,8 +205,25 @@ async def connect(settings: ClusterConfig, name: str, stop: asyncio.Event) -> Cl
         ) from None
     made.append(client)
     url = client.connected_url
+    if not settings.private_network and not _asks_credentials(client):
+        await client.close()
+        raise ClusterError(
+            f"NATS at {url.netloc if url is not None else where} lets anyone connect without "
+            "credentials, who could then read and change people's memory: give it "
+            'authorization (README, "Running on several machines"), or set [cluster] '
+            "private_network = true if nothing but this cluster's processes can reach it"
+        )
     log.info("NATS: connected to %s", url.netloc if url is not None else where)
     return client
+
+
+def _asks_credentials(client: Client) -> bool:
+    """Whether the server said it needs credentials (the INFO it greeted us with; nats-py keeps
+    it only privately). True when that cannot be told: we refuse only what we know is open."""
+    info = getattr(client, "_server_info", None)
+    if not isinstance(info, dict) or not info:
+        return True
+    return bool(info.get("auth_required"))
 
 
 def credentials(settings: ClusterConfig, options: dict[str, Any]) -> str | None:

@@ -47,10 +47,11 @@ from bot.cluster.connection import Names, bodies, connect, ensure_streams
 from bot.cluster.lease import folder_id
 from bot.cluster.partition import partition_of
 from bot.cluster.publish import Publisher
-from bot.cluster.resend import Resending, ack_soon
+from bot.cluster.resend import Resending, ack_soon, drop
+from bot.cluster.signing import Signer, digest
 from bot.config import ClusterConfig
 from bot.inbound import Inbound
-from bot.observe.metrics import CLUSTER_REDELIVERED, count_cluster, watch_cluster
+from bot.observe.metrics import CLUSTER_REDELIVERED, count_cluster, count_rejected, watch_cluster
 from bot.outbound import Outbound
 from bot.platform import Resender
 from bot.tasks import cancel_and_wait
@@ -80,6 +81,7 @@ class BrokerCore:
     def __init__(self, settings: ClusterConfig, ingress_id: str | None = None) -> None:
         self._settings = settings
         self._names = Names(settings.subject_prefix)
+        self._signer = Signer(settings.signing_key, required=not settings.private_network)
         self.ingress_id = ingress_id or new_ingress_id()
         self._reply_subject = self._names.out_subject(self.ingress_id)
         self._answers: dict[str, Assembly] = {}
@@ -91,7 +93,7 @@ class BrokerCore:
         self._adopter: Adopter | None = None
         self._adopting: asyncio.Task[None] | None = None
         self._delivering: set[str] = set()  # answered; the adapter is sending it
-        self.resending = Resending()
+        self.resending = Resending(settings.max_deliveries)
 
     @property
     def waiting(self) -> int:
@@ -105,7 +107,9 @@ class BrokerCore:
 
     async def start(self, stop: asyncio.Event) -> bool:
         """Connect and listen for answers; False if `stop` came first."""
-        client = await connect(self._settings, f"lightgrep ingress {self.ingress_id}", stop)
+        client = await connect(
+            self._settings, f"lightgrep ingress {self.ingress_id}", stop, role="ingress"
+        )
         if client is None:
             return False
         self._client = client
@@ -116,7 +120,9 @@ class BrokerCore:
         self._limit = max(1024, client.max_payload - wire.HEADROOM)
         sub = await self._subscribe(js)
         self._listener = asyncio.create_task(self._listen(js, sub))
-        self._adopter = Adopter(js, self._names, self._settings, self.ingress_id, self.resending)
+        self._adopter = Adopter(
+            js, self._names, self._settings, self.ingress_id, self.resending, self._signer
+        )
         self._adopting = asyncio.create_task(self._adopter.run())
         watch_cluster(lambda: client.is_connected, lambda: self.waiting)
         log.info("ingress %s: answers come on %s", self.ingress_id, self._reply_subject)
@@ -176,12 +182,14 @@ class BrokerCore:
         headers = {wire.MSG_ID: msg_id, wire.REPLY: self._reply_subject, wire.KEY: key}
         if len(body) > self._limit:
             body = await self._put_body(key, body, headers, inbound.session_key)
+        self._signer.sign("message", subject, headers, body)
         ack, retried = await self._publisher.publish(subject, body, headers)
         if ack.duplicate and not retried:
             # Published before by an earlier run (the platform delivered it again after a
             # restart): that run was to get the answer. Ask again under a new id.
             log.info("message %s was published before; asking for its answer again", msg_id)
             headers[wire.MSG_ID] = f"{msg_id}#{key}"  # a large body: the one stored above
+            self._signer.sign("message", subject, headers, body)
             await self._publisher.publish(subject, body, headers)
 
     async def _put_body(
@@ -200,6 +208,7 @@ class BrokerCore:
                 backoff = min(5.0, backoff * 2)
         headers[wire.BODY] = name
         headers[wire.SESSION] = session_key
+        headers[wire.DIGEST] = await asyncio.to_thread(digest, body)  # ~50 ms for 25 MB
         return b""
 
     async def _subscribe(self, js: JetStreamContext) -> Any:
@@ -226,9 +235,18 @@ class BrokerCore:
                 try:
                     self._take(msg)
                 except Exception:  # one bad answer must not stop every other
-                    log.exception("ingress: could not take an answer message")
+                    log.exception("ingress: dropping an answer message that could not be taken")
+                    drop(msg, "failed")
 
     def _take(self, msg: Msg) -> None:
+        refused = self._signer.refusal("answer", msg.subject, msg.headers, msg.data)
+        if refused is not None:
+            log.warning(
+                "ingress: dropping an answer on %s, %s: not from a worker of this cluster (or "
+                "its [cluster] signing_key differs)", msg.subject, refused,
+            )  # fmt: skip
+            drop(msg, "unauthenticated")
+            return
         key = (msg.headers or {}).get(wire.KEY, "")
         if msg.metadata.num_delivered > 1:
             count_cluster(CLUSTER_REDELIVERED, "answer")
@@ -241,6 +259,7 @@ class BrokerCore:
             return
         try:
             answer.add(msg)
-        except (wire.WireError, UnicodeDecodeError) as exc:
+        except wire.WireError as exc:  # acknowledged with the answer, which fails
             log.error("ingress: an answer that is not ours (%s)", exc)
+            count_rejected("answer", "malformed")
             answer.fail(str(exc))

@@ -5,7 +5,9 @@ the platform took it (ingress.py). If the ingress dies before, the answer is del
 the ingress that restarts on the same folder (its id is the folder's), which has no handle()
 call waiting for it: if the answer names its destination (`Inbound.destination`, Discord's),
 it is sent here through the adapter's `send_to` (bot.platform.Resender), once complete, and
-acknowledged after; one the platform refuses is delivered again later. An answer without a
+acknowledged after; one the platform refuses is delivered again later (after 1 s, doubling to
+15 minutes), and given up after `[cluster] max_deliveries` tries (logged, counted in /metrics:
+a channel the bot was removed from must not be asked forever). An answer without a
 destination is dropped: its platform delivers the message again (Telegram), and that message's
 answer is the one sent.
 """
@@ -22,21 +24,24 @@ from nats.aio.msg import Msg
 
 from bot.cluster import wire
 from bot.cluster.assembly import Assembly
-from bot.observe.metrics import CLUSTER_ACKED, CLUSTER_RESENT, count_cluster
+from bot.observe.metrics import CLUSTER_ACKED, CLUSTER_RESENT, count_cluster, count_rejected
 from bot.outbound import BufferedOutbound, Reply
 from bot.platform import Resender
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER_S = 5.0  # an answer the platform refused comes back this much later
+RETRY_AFTER_S = 5.0  # an answer for a platform this ingress does not serve: for another
+FIRST_RETRY_S = 1.0  # an answer the platform refused comes back this much later, doubling
+MAX_RETRY_S = 900.0
 REMEMBERED = 10_000  # keys of answers sent here, so a late second attempt is not sent again
 
 
 class Resending:
     """Sends the answers whose handle() call is gone (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_deliveries: int) -> None:
         self.senders: dict[str, Resender] = {}  # platform → its adapter
+        self.max_deliveries = max_deliveries
         self.sent = 0  # answers sent here (for /metrics)
         self._pending: dict[str, Assembly] = {}  # key → the answer, until it is complete
         self._done: OrderedDict[str, None] = OrderedDict()
@@ -49,7 +54,19 @@ class Resending:
             ack_soon([msg])
             return
         answer = self._pending.setdefault(key, Assembly())
-        answer.add(msg)
+        if msg.metadata.num_delivered > self.max_deliveries:  # a part that never completes
+            log.error("ingress: an answer still incomplete after %d deliveries, dropped",
+                      msg.metadata.num_delivered)  # fmt: skip
+            del self._pending[key]
+            drop([*answer.msgs, msg], "too_many_deliveries")
+            return
+        try:
+            answer.add(msg)
+        except wire.WireError as exc:
+            log.error("ingress: an answer that is not ours, dropped (%s)", exc)
+            answer.msgs.remove(msg)  # its other messages may still make a whole answer
+            drop([msg], "malformed")
+            return
         calls = answer.whole()
         if calls is None:
             return
@@ -94,13 +111,20 @@ class Resending:
             reply = None
         try:
             await sender.send_to(destination, reply)
-        except Exception as exc:  # not taken: delivered again, tried again
+        except Exception as exc:  # not taken: delivered again, tried again, up to a bound
+            self._done.pop(key, None)
+            tries = max(msg.metadata.num_delivered for msg in answer.msgs)
+            if tries >= self.max_deliveries:
+                log.error("ingress: could not send an earlier answer on %s in %d tries (%s); "
+                          "given up", platform, tries, exc)  # fmt: skip
+                drop(answer.msgs, "too_many_deliveries")
+                return
             log.warning("ingress: could not send an earlier answer on %s (%s); retrying later",
                         platform, exc)  # fmt: skip
-            self._done.pop(key, None)
+            delay = min(MAX_RETRY_S, FIRST_RETRY_S * 2 ** (tries - 1))
             for msg in answer.msgs:
                 with contextlib.suppress(Exception):
-                    await msg.nak(delay=RETRY_AFTER_S)
+                    await msg.nak(delay=delay)
             return
         self.sent += 1
         count_cluster(CLUSTER_RESENT)
@@ -129,3 +153,19 @@ async def _quiet(ack: Awaitable[None]) -> None:
     with contextlib.suppress(Exception):
         await ack
         count_cluster(CLUSTER_ACKED, "answer")
+
+
+def drop(msgs: Msg | list[Msg], reason: str) -> None:
+    """Answer messages that cannot be sent, counted once by `reason` (CLUSTER_REJECTED) and
+    terminated without waiting: JetStream never delivers them again."""
+    msgs = msgs if isinstance(msgs, list) else [msgs]
+    count_rejected("answer", reason)
+    for msg in msgs:
+        task = asyncio.ensure_future(_terminate(msg))
+        _acking.add(task)
+        task.add_done_callback(_acking.discard)
+
+
+async def _terminate(msg: Msg) -> None:
+    with contextlib.suppress(Exception):  # not terminated: delivered again, dropped again
+        await msg.term()

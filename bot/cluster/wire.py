@@ -39,6 +39,8 @@ PART = "Lg-Part"  # "i/n" of a body split in n parts
 BODY = "Lg-Body"  # inbound: the object holding the body (too large for a message)
 SESSION = "Lg-Session"  # inbound with BODY: its session key
 DESTINATION = "Lg-Destination"  # answer: where it goes if the ingress that asked is gone
+DIGEST = "Lg-Digest"  # inbound with BODY: the SHA-256 of the stored body
+MAC = "Lg-Mac"  # both ways: the HMAC of what the message says (signing.py)
 HEADROOM = 8192  # bytes of a message kept for its headers: bodies are at most max_payload − this
 
 Op = Literal["begin", "add_text", "attach_file", "offer", "notice", "finish", "error"]
@@ -56,6 +58,14 @@ ENDS: frozenset[str] = frozenset({"finish", "error"})
 
 class WireError(ValueError):
     """A message that is not what this version sends (a bug, or a much newer peer)."""
+
+    reason = "malformed"  # for /metrics (lightgrep_cluster_rejected)
+
+
+class NotAuthentic(WireError):
+    """A message, or a body it names, that does not carry its sender's signature."""
+
+    reason = "unauthenticated"
 
 
 class RemoteTurnFailed(Exception):
@@ -158,6 +168,8 @@ def _loads(body: bytes) -> Any:
         return json.loads(body)
     except ValueError:  # also UnicodeDecodeError
         raise WireError("not JSON") from None
+    except RecursionError:  # nested deeper than the interpreter's stack: never ours
+        raise WireError("JSON nested too deep") from None
 
 
 def _dumps(plain: Any) -> bytes:

@@ -35,9 +35,16 @@ from bot.cluster.connection import Names, bodies, connect, ensure_streams
 from bot.cluster.lease import Holder, Leases
 from bot.cluster.partition import describe_ranges
 from bot.cluster.publish import Publisher
+from bot.cluster.signing import Signer, digest
 from bot.config import ClusterConfig
 from bot.inbound import Inbound
-from bot.observe.metrics import CLUSTER_ACKED, CLUSTER_REDELIVERED, count_cluster, watch_cluster
+from bot.observe.metrics import (
+    CLUSTER_ACKED,
+    CLUSTER_REDELIVERED,
+    count_cluster,
+    count_rejected,
+    watch_cluster,
+)
 from bot.outbound import Button, Notice, OutFile
 from bot.tasks import cancel_and_wait
 
@@ -64,8 +71,11 @@ class PublishingOutbound:
     of a second travels as one message, a long one as about two a second. `seq` numbers the
     messages of one attempt."""
 
-    def __init__(self, publisher: Publisher, subject: str, key: str, part_limit: int) -> None:
+    def __init__(
+        self, publisher: Publisher, subject: str, key: str, part_limit: int, signer: Signer
+    ) -> None:
         self._publisher = publisher
+        self._signer = signer
         self._subject = subject
         self._key = key
         self._attempt = uuid.uuid4().hex  # this run of this delivery
@@ -133,6 +143,7 @@ class PublishingOutbound:
                     headers[wire.DESTINATION] = self.destination
                 if len(parts) > 1:
                     headers[wire.PART] = f"{index}/{len(parts)}"
+                self._signer.sign("answer", self._subject, headers, part)
                 await self._publisher.publish(self._subject, part, headers)
             self._seq += 1
 
@@ -149,6 +160,7 @@ class Worker:
         self._core = core
         self._settings = settings
         self._names = Names(settings.subject_prefix)
+        self._signer = Signer(settings.signing_key, required=not settings.private_network)
         self._partitions = partitions
         self._me = me
         self._in_flight: set[int] = set()  # stream sequences fetched, not yet acknowledged
@@ -176,7 +188,9 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Connect, claim the partitions (LeaseHeld if another worker has one), serve until
         `stop`, then finish the running turns and give the claims up."""
-        client = await connect(self._settings, f"lightgrep worker {self._me.pid}", stop)
+        client = await connect(
+            self._settings, f"lightgrep worker {self._me.pid}", stop, role="worker"
+        )
         if client is None:
             return
         self._client = client
@@ -275,20 +289,42 @@ class Worker:
                 await asyncio.sleep(FETCH_WAIT_S)
                 continue
             for msg in msgs:
-                self._dispatch(msg, publisher, limit)
+                try:
+                    self._dispatch(msg, publisher, limit)
+                except Exception:  # one message must never end its partition's loop
+                    log.exception("worker: dropping a message of partition %s", partition)
+                    self._spawn(self._drop(msg, "failed"))
 
     def _dispatch(self, msg: Msg, publisher: Publisher, limit: int) -> None:
         seq = msg.metadata.sequence.stream
-        if msg.metadata.num_delivered > 1:
+        delivered = msg.metadata.num_delivered
+        if delivered > 1:
             count_cluster(CLUSTER_REDELIVERED, "message")
         if seq in self._in_flight:
             return  # delivered again while still running here (the ack wait passed)
         headers = msg.headers or {}
+        refused = self._signer.refusal("message", msg.subject, headers, msg.data)
+        if refused is not None:  # its reply subject is not to be trusted either: no answer
+            log.warning(
+                "worker: dropping message %s on %s, %s: not from an ingress of this cluster "
+                "(or its [cluster] signing_key differs)", seq, msg.subject, refused,
+            )  # fmt: skip
+            self._spawn(self._drop(msg, "unauthenticated"))
+            return
         stored = headers.get(wire.BODY)
+        out: PublishingOutbound | None = None  # the sender's answer, once we know where
         try:
             reply, key = headers[wire.REPLY], headers[wire.KEY]
             if not reply.startswith(self._names.out_subject("")) or "*" in reply or ">" in reply:
                 raise wire.WireError(f"answers go to {self._names.out_subject('<ingress>')}")
+            out = PublishingOutbound(publisher, reply, key, limit, self._signer)
+            if delivered > self._settings.max_deliveries:
+                log.error(
+                    "worker: dropping message %s, delivered %d times ([cluster] max_deliveries)",
+                    seq, delivered,
+                )  # fmt: skip
+                self._spawn(self._drop(msg, "too_many_deliveries", out))
+                return
             inbound: Inbound | None = None  # a stored body is fetched in its turn
             if stored is None:
                 inbound = wire.decode_inbound(msg.data)
@@ -297,10 +333,9 @@ class Worker:
                 session = headers[wire.SESSION]
         except (wire.WireError, KeyError) as exc:
             log.error("worker: dropping message %s, not a LightGrep message (%s)", seq, exc)
-            self._spawn(msg.term())
+            self._spawn(self._drop(msg, "malformed", out))
             return
         self._in_flight.add(seq)
-        out = PublishingOutbound(publisher, reply, key, limit)
         previous = self._chains.get(session)
         task = self._spawn(self._process(msg, seq, inbound, stored, out, previous))
         self._chains[session] = task
@@ -326,7 +361,7 @@ class Worker:
                 await asyncio.wait({previous})  # one session's messages in order
             if inbound is None:
                 assert stored is not None
-                inbound = await self._fetch(stored, seq)
+                inbound = await self._fetch(stored, seq, (msg.headers or {}).get(wire.DIGEST))
             if inbound is not None:
                 out.destination = wire.destination(inbound)
                 try:
@@ -343,24 +378,50 @@ class Worker:
             if stored is not None and inbound is not None:
                 with contextlib.suppress(Exception):  # a leftover only costs space
                     await self._stores.delete(stored)
+        except wire.WireError as exc:  # a stored body that is not an Inbound, or not the one sent
+            log.error("worker: dropping message %s, not a LightGrep message (%s)", seq, exc)
+            await self._drop(msg, exc.reason, out)
+            if stored is not None:
+                with contextlib.suppress(Exception):
+                    await self._stores.delete(stored)
+        except Exception:  # our own bug, on this message only: the others go on
+            log.exception("worker: dropping message %s, which could not be handled", seq)
+            await self._drop(msg, "failed", out)
         finally:
             keepalive.cancel()
             self._in_flight.discard(seq)
             self._room.set()
 
-    async def _fetch(self, name: str, seq: int) -> Inbound | None:
+    async def _drop(
+        self, msg: Msg, reason: str, out: PublishingOutbound | None = None
+    ) -> None:
+        """Done with a message that cannot be handled: its sender is told the turn failed (the
+        adapter apologises), JetStream never delivers it again, /metrics counts it."""
+        count_rejected("message", reason)
+        if out is not None:
+            with contextlib.suppress(Exception):
+                await out.error()
+        with contextlib.suppress(Exception):  # not terminated: delivered again, dropped again
+            await msg.term()
+
+    async def _fetch(self, name: str, seq: int, expected: str | None) -> Inbound | None:
         """A body kept in the object store; None if it is gone (this message was answered
-        before, and its body deleted) or not ours."""
+        before, and its body deleted); WireError if it is not an Inbound, NotAuthentic if it
+        is not the body the signed message names (`expected`: its digest)."""
         while True:
             try:
                 result = await self._stores.get(name)
-                return wire.decode_inbound(result.data or b"")
+                body = result.data or b""
+                checked = expected is not None or self._signer.on
+                # The digest of 25 MB takes ~50 ms: off the loop.
+                if checked and await asyncio.to_thread(digest, body) != expected:
+                    raise wire.NotAuthentic("a stored body that is not the one sent")
+                return wire.decode_inbound(body)
             except NotFoundError:  # also ObjectNotFoundError
                 log.info("worker: message %s was answered before (its body is gone)", seq)
                 return None
-            except wire.WireError as exc:
-                log.error("worker: dropping message %s, not a LightGrep message (%s)", seq, exc)
-                return None
+            except wire.WireError:
+                raise
             except Exception as exc:  # NATS away: wait, as for every call
                 log.warning("worker: cannot fetch the body of message %s (%s)", seq, exc)
                 await asyncio.sleep(1.0)

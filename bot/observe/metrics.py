@@ -105,6 +105,15 @@ CLUSTER_REDELIVERED = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+CLUSTER_REJECTED = Counter(
+    "lightgrep_cluster_rejected",
+    "Messages dropped (terminated in JetStream) instead of handled, by kind and reason: "
+    "malformed (cannot be decoded), unauthenticated (not signed with [cluster] signing_key), "
+    "too_many_deliveries (delivered more than [cluster] max_deliveries times), failed (our "
+    "own code raised on it).",
+    ["kind", "reason"],
+    registry=REGISTRY,
+)
 CLUSTER_RESENT = Counter(
     "lightgrep_cluster_resent",
     "Answers an ingress sent by their destination, their own ingress having stopped.",
@@ -148,6 +157,11 @@ def watch_in_flight(platform: str, count: Callable[[], int]) -> None:
 def count_cluster(counter: Counter, kind: str | None = None, n: int = 1) -> None:
     """One of the CLUSTER_ counters, by kind where it has one."""
     (counter.labels(kind) if kind is not None else counter).inc(n)
+
+
+def count_rejected(kind: str, reason: str) -> None:
+    """A cluster message dropped instead of handled (see CLUSTER_REJECTED)."""
+    CLUSTER_REJECTED.labels(kind, reason).inc()
 
 
 def watch_cluster(
