@@ -169,6 +169,67 @@ async def test_undo_restores_exactly_the_previous_file_and_can_itself_be_undone(
     await agent.aclose()
 
 
+class LongestPause:
+    """The longest time the event loop went without running a task of ours, measured by a
+    ticker that asks to run every 10 ms: what another person's message would wait at least."""
+
+    async def __aenter__(self) -> LongestPause:
+        self.longest = 0.0
+        self._last = asyncio.get_running_loop().time()
+        self._task = asyncio.create_task(self._tick())
+        await asyncio.sleep(0)
+        return self
+
+    def _note(self) -> None:
+        now = asyncio.get_running_loop().time()
+        self.longest = max(self.longest, now - self._last - 0.01)
+        self._last = now
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            self._note()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._note()  # a block that ended just now: the ticker has not run since
+        self._task.cancel()
+
+
+def line_counts(diff: str) -> tuple[int, int]:
+    """(+ lines, − lines) of a diff as the person reads it."""
+    lines = [line for line in diff.splitlines() if not line.startswith("@@")]
+    return sum(line.startswith("+") for line in lines), sum(line.startswith("-") for line in lines)
+
+
+async def test_history_and_undo_of_a_memory_of_many_equal_lines_hold_nobody_up(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Issue 22, 5: an edit wrote thousands of "- x" lines; /memory history took 13 s on the
+    event loop (another person waited 8.9 s) and /memory undo said "+1 −1" while it printed
+    every line as changed."""
+    agent = make_agent(fake_llm, workspaces_dir)
+    memory = agent.workspaces.get("telegram-42").memory
+    small = "## User Information\n\n- Name: Ana\n"
+    big = small + "".join("- x\n" for _ in range(4000))
+    lines = big.splitlines(keepends=True)
+    lines[2000] = "- likes tea\n"
+    for text in (small, big, big + "- likes coffee\n", "".join(lines)):
+        memory.write(text)
+
+    async with LongestPause() as pause:
+        listed = await ask(agent, dm("42", "/memory history"))
+        undone = await ask(agent, dm("42", "/memory undo"))
+    assert pause.longest < 1.0, f"the loop was held {pause.longest:.1f} s"
+    assert "4004 lines (+1 −0)" in listed.text, listed.text
+    assert "4003 lines (+4000 −0)" in listed.text
+    assert memory.read() == big + "- likes coffee\n"
+    assert "(+2 −1 lines)" in undone.text, undone.text
+    shown = undone.text.split("What changed:\n\n", 1)[1].split("\n\nThe text it replaced", 1)[0]
+    assert line_counts(shown) == (2, 1), shown  # the summary is what is printed
+    assert "-- likes tea" in shown and "+- likes coffee" in shown
+    await agent.aclose()
+
+
 async def test_undo_with_no_versions_says_so(fake_llm: FakeOpenAI, workspaces_dir: Path) -> None:
     agent = make_agent(fake_llm, workspaces_dir)
     assert "no earlier version" in (await ask(agent, dm("42", "/memory undo"))).text

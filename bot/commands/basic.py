@@ -13,7 +13,7 @@ async def cmd_memory(ctx: CommandContext, args: str) -> str:
     if action.lower() == "undo":
         return await memory_undo(ctx, rest.strip())
     if action.lower() == "history":
-        return memory_history(ctx)
+        return await memory_history(ctx)
     if action:
         return "Try /memory, /memory history or /memory undo."
     content = ctx.workspace.memory.read().strip()

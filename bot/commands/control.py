@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from functools import partial
 from typing import TYPE_CHECKING
 
 from bot.commands.confirm import CONFIRM_TTL_S, Answer
@@ -20,6 +21,7 @@ from memory.control.export import ARCHIVE_MIME, archive_name, write_archive
 from memory.control.forget import Findings, ForgetError, find, forget, phrase_pattern
 from memory.control.versions import HeldUpdate, NoVersionError, list_versions, restore
 from memory.control.wipe import contents
+from memory.threads import in_thread
 
 if TYPE_CHECKING:
     from memory.consolidation.consolidator import MemoryEvent
@@ -35,9 +37,10 @@ _MINUTES = f"{CONFIRM_TTL_S / 60:.0f} minutes"
 # ---- /memory history and /memory undo ---------------------------------------------------------
 
 
-def memory_history(ctx: CommandContext) -> str:
-    versions = list_versions(ctx.workspace.memory)
-    current = ctx.workspace.memory.read()
+async def memory_history(ctx: CommandContext) -> str:
+    """The versions kept, read and compared in a thread (whole files, a diff each)."""
+    store = ctx.workspace.memory
+    versions, current = await asyncio.to_thread(lambda: (list_versions(store), store.read()))
     if not versions:
         return "There are no earlier versions of your memory yet."
     lines = [
@@ -94,15 +97,16 @@ async def memory_undo(ctx: CommandContext, args: str) -> str:
         return "Try /memory undo, or /memory undo N with N from /memory history."
     number = int(args) if args else 1
     async with ctx.exclusive():
-        try:
-            restored = restore(ctx.workspace.memory, number)
+        try:  # the write and the diff in a thread, still inside exclusive()
+            restored = await in_thread(partial(restore, ctx.workspace.memory, number))
         except NoVersionError as exc:
             return str(exc)
     if not restored.diff:
         return f"Version {number} is the same as your memory now; nothing changed."
+    how = "" if restored.exact else " (too many changes to pair up: shown as replaced whole)"
     return (
         f"Brought back version {number} of your memory (+{restored.added} −{restored.removed} "
-        f"lines). What changed:\n\n{restored.diff}\n\n"
+        f"lines). What changed{how}:\n\n{restored.diff}\n\n"
         "The text it replaced is kept: /memory undo again puts it back."
     )
 

@@ -4,16 +4,18 @@ MemoryStore keeps the text each write replaces (in `.memory_versions/`, named by
 was replaced). Undo restores one of them through the same write, so the text it replaces is kept
 as a version in turn: an undo never destroys anything and can itself be undone.
 
-A held version (`.held.md`, see memory.consolidation.checks) is a consolidation's update that was
-not written
-because it would drop too many facts. It never was the memory, so it is compared with the memory
-it would have replaced (the next ordinary version, or MEMORY.md now), and the ordinary versions
-are compared with each other, skipping held ones.
+A held version (`.held.md`, see memory.consolidation.checks) is an update that was not written
+because it would drop too many facts (a consolidation's, or the edits of one turn of the model's).
+It never was the memory, so it is compared with the memory it would have replaced (the next
+ordinary version, or MEMORY.md now), and the ordinary versions are compared with each other,
+skipping held ones.
+
+These read whole files and diff them (memory.control.diff, whose work is bounded): callers run
+them in a thread, never on the event loop.
 """
 
 from __future__ import annotations
 
-import difflib
 import logging
 import re
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from memory.consolidation.checks import kept_fact_lines
+from memory.control.diff import LineDiff, diff_lines, unified
 from memory.safefs import is_link, read_bytes
 from memory.store import HELD_SUFFIX, MemoryStore
 
@@ -58,30 +61,25 @@ class HeldUpdate:
 class Restored:
     number: int
     diff: str  # what changed, as a short unified diff ("" when the text was the same)
-    added: int
+    added: int  # the + and − lines of that diff (of all of it, where it is cut short)
     removed: int
+    exact: bool = True  # False: too many changes to pair up, shown as replaced whole
+
+
+def changes(old: str, new: str) -> LineDiff:
+    """The line diff from `old` to `new` (memory.control.diff: bounded work)."""
+    return diff_lines(old.splitlines(), new.splitlines())
 
 
 def line_changes(old: str, new: str) -> tuple[int, int]:
     """(lines added, lines removed) going from `old` to `new`."""
-    added = removed = 0
-    matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag != "equal":
-            removed += i2 - i1
-            added += j2 - j1
-    return added, removed
+    diff = changes(old, new)
+    return diff.added, diff.removed
 
 
-def short_diff(old: str, new: str, max_lines: int = 30) -> str:
+def short_diff(diff: LineDiff, max_lines: int = 30) -> str:
     """The changed lines with one line of context, cut to `max_lines`."""
-    lines = [
-        line
-        for line in difflib.unified_diff(
-            old.splitlines(), new.splitlines(), "before", "after", n=1, lineterm=""
-        )
-        if not line.startswith(("---", "+++"))
-    ]
+    lines = unified(diff)
     if len(lines) > max_lines:
         lines = [*lines[:max_lines], f"… ({len(lines) - max_lines} more lines)"]
     return "\n".join(lines)
@@ -165,5 +163,5 @@ def restore(store: MemoryStore, number: int = 1) -> Restored:
     if content == current:
         return Restored(number, "", 0, 0)
     store.write(content)
-    added, removed = line_changes(current, content)
-    return Restored(number, short_diff(current, content), added, removed)
+    diff = changes(current, content)
+    return Restored(number, short_diff(diff), diff.added, diff.removed, diff.exact)
