@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.agent.agent import Agent
-from memory.consolidation.checks import check_memory_update, held_because
+from memory.consolidation.checks import check_memory_update, held_because, kept_fact_lines
 from memory.workspace import Workspaces
 from tests.agent_helpers import ask, dm, group, make_agent, session_records, user_home
 from tests.fakes.openai_server import (
@@ -228,6 +228,57 @@ async def test_an_update_dropping_over_a_quarter_of_the_facts_is_held(
     assert memory_file.read_text() == DROPS_THREE
     assert versions_of(workspaces_dir)[-1].read_bytes() == before
     assert "held" not in status
+
+
+NEGATED = (  # every fact still there, word for word, under one "it is false"
+    "## User Information\n- FALSE, forget: "
+    + "; ".join(fact for items in FACTS.values() for fact in items)
+    + "\n## Preferences\n## Project Context\n## Important Notes\n"
+)
+IN_A_COMMENT = (  # the name changed, every other fact only inside a comment nobody sees
+    "## User Information\n- Name: Mallory\n<!--\n"
+    + MEMORY.replace("- Name: Ada\n", "")
+    + "-->\n## Preferences\n## Project Context\n## Important Notes\n"
+)
+STRUCK = MEMORY.replace("- Lives in Lyon", "- ~~Lives in Lyon~~").replace(
+    "- Is a carpenter", "- Is a carpenter (no longer true)"
+)
+
+
+async def test_an_update_that_negates_or_hides_the_facts_is_not_written(
+    fake_llm: FakeOpenAI, workspaces_dir: Path, caplog
+) -> None:
+    """Issue 22, 11: the guard looked for each fact as a substring of the whole update, so an
+    update saying every fact is false, or keeping them only inside an HTML comment, passed
+    as keeping them all, and was written."""
+    seed(workspaces_dir, MEMORY)
+    memory_file = user_home(workspaces_dir, "42") / "MEMORY.md"
+    agent = make_agent(fake_llm, workspaces_dir)
+    with caplog.at_level(logging.WARNING, logger="memory.consolidation.consolidator"):
+        for update in (NEGATED, IN_A_COMMENT):
+            fake_llm.default = answers(update)
+            await file_a_conversation(agent)
+            assert memory_file.read_text() == MEMORY
+        fake_llm.default = answers(STRUCK)  # two facts struck out: refused as well
+        await file_a_conversation(agent)
+    await agent.aclose()
+
+    assert memory_file.read_text() == MEMORY
+    assert not (user_home(workspaces_dir, "42") / ".memory_versions").exists()  # nor held
+    assert "not written: it marks 8 existing facts as no longer true" in caplog.text
+    assert "not written: it keeps only 0 of the 8 existing lines" in caplog.text
+    assert "not written: it marks 2 existing facts as no longer true" in caplog.text
+
+
+def test_a_fact_kept_with_more_words_is_kept_and_one_word_inside_another_is_not() -> None:
+    longer = MEMORY.replace("- Lives in Lyon", "- Lives in Lyon, near the river")
+    assert check_memory_update(MEMORY, longer, [])[0] is None
+    assert held_because(MEMORY, longer) is None
+    # "Name: Ada" is not kept by "Name: Adam", nor "Is a carpenter" by "Is a carpenters' aide".
+    renamed = MEMORY.replace("Name: Ada", "Name: Adam").replace(
+        "Is a carpenter", "Is a carpenters' aide"
+    )
+    assert kept_fact_lines(MEMORY, renamed) == (6, 8)
 
 
 async def test_a_small_change_is_written(fake_llm: FakeOpenAI, workspaces_dir: Path) -> None:

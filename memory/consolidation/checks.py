@@ -20,14 +20,20 @@ What happens to a `memory_update`, in this order (the thresholds are the constan
    (keeping the sections; the condensed text must pass 1 against the update); if it is still
    over, it is written anyway and the person is told.
 
-A fact line is a non-empty line that is not a heading (a list item, mostly); it counts as kept
-when its text, without list markers, appears in the update.
+A fact line is a non-empty line that is not a heading (a list item, mostly), outside HTML
+comments (`<!-- … -->` shows nothing: a fact kept only there is gone). It counts as kept when a
+fact line of the update holds its text, without list markers, as whole words and without a
+negation around it ("FALSE, forget: …", "~~…~~", "no longer …": the fact is dropped, however
+much of its text is still there). An update that wraps several existing facts in such a
+negation is refused.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from memory.store import SECTIONS
 
@@ -38,11 +44,20 @@ _CONVERSATION_LINE = re.compile(
     r"^\[(?:\d{4}-\d{2}-\d{2}T\d{2}:\d{2}|\?)\] [A-Z]+(?: \[tools:|:)", re.M
 )
 _WORD = re.compile(r"[^\W\d_]{3,}")
+# An HTML comment, or one left open (the rest of the file is hidden then).
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+# Words around a fact that say it no longer holds (in a fact's own text they are its content).
+_NEGATION = re.compile(
+    r"~~|\b(?:false|untrue|not true|wrong|incorrect|forget|forgotten|disregard|ignore|"
+    r"obsolete|outdated|no longer|invalid|retracted|deleted|removed)\b",
+    re.I,
+)
 MIN_ECHO_CHARS = 30  # a shared phrase shorter than this may be coincidence
 MIN_LINES_TO_COMPARE = 3  # with fewer lines, "most of them" is one or two: a correction, maybe
 MIN_KEPT_SHARE = 0.5  # an update keeping fewer of the fact lines is refused
 HOLD_DROP_SHARE = 0.25  # an update dropping more of them is held, not written
 HOLD_MIN_DROPPED = 2  # one changed line is a correction, whatever the share
+MAX_PLACES = 64  # places of one fact in the update looked at (bounds the work per fact)
 
 
 def _norm(text: str) -> str:
@@ -76,11 +91,16 @@ def check_history_entry(entry: str, fragments: Iterable[str]) -> str | None:
     return _echo(entry, fragments)
 
 
+def _visible(text: str) -> str:
+    """`text` without its HTML comments (a comment over several lines leaves a line break)."""
+    return _COMMENT.sub(lambda m: "\n" if "\n" in m.group() else "", text)
+
+
 def _sections(text: str) -> dict[str, list[str]]:
-    """Heading → its non-empty lines; lines before any heading under ""."""
+    """Heading → its non-empty lines outside comments; lines before any heading under ""."""
     sections: dict[str, list[str]] = {"": []}
     current = ""
-    for line in text.splitlines():
+    for line in _visible(text).splitlines():
         match = _HEADING.match(line)
         if match:
             current = match.group(1).strip()
@@ -109,7 +129,10 @@ def check_memory_update(
     dropped = [h for h in headings if before.get(h) and h not in after]
     if dropped:
         return f"it drops the section ## {dropped[0]}", update
-    kept, total = kept_fact_lines(current, update)
+    facts = compare_facts(current, update)
+    if facts.negated >= HOLD_MIN_DROPPED:
+        return f"it marks {facts.negated} existing facts as no longer true", update
+    kept, total = facts.kept, facts.total
     if total >= MIN_LINES_TO_COMPARE and kept < total * MIN_KEPT_SHARE:
         return f"it keeps only {kept} of the {total} existing lines", update
     missing = [h for h in headings if h not in after]
@@ -124,11 +147,64 @@ def fact_lines(text: str) -> list[str]:
     return [line for line in lines if line]
 
 
+@dataclass(frozen=True)
+class FactCount:
+    kept: int  # fact lines of the current memory that the update still holds
+    total: int  # fact lines of the current memory
+    negated: int  # of the dropped ones, those the update keeps inside a negation
+
+
+def compare_facts(current: str, update: str) -> FactCount:
+    """Which fact lines of `current` a fact line of `update` still holds (module docstring)."""
+    old_lines = fact_lines(current)
+    new_lines = fact_lines(update)
+    exact = set(new_lines)
+    joined = "\n".join(new_lines)
+    starts = [0]  # where each line of `joined` begins
+    for line in new_lines:
+        starts.append(starts[-1] + len(line) + 1)
+    kept = negated = 0
+    for fact in old_lines:
+        if fact in exact:
+            kept += 1
+            continue
+        found = _holder(joined, starts, fact)
+        kept += found is True
+        negated += found is False
+    return FactCount(kept, len(old_lines), negated)
+
+
+def _holder(joined: str, starts: list[int], fact: str) -> bool | None:
+    """True: a line holds `fact` as whole words with no negation around it; False: only
+    negated ones do; None: no line holds it."""
+    result = None
+    at = joined.find(fact)
+    for _ in range(MAX_PLACES):
+        if at < 0:
+            return result
+        end = at + len(fact)
+        line = bisect_right(starts, at) - 1
+        first, last = starts[line], starts[line + 1] - 1
+        if _edge(joined, at - 1, fact[0]) and _edge(joined, end, fact[-1]):
+            rest = joined[first:at] + " " + joined[end:last]
+            if not _NEGATION.search(rest):
+                return True
+            result = False
+        at = joined.find(fact, at + 1)
+    return True if at >= 0 else result  # held in too many places to look at each: kept
+
+
+def _edge(text: str, index: int, inner: str) -> bool:
+    """Whether a match whose outer character is `inner` ends at a word boundary at `index`."""
+    if not inner.isalnum() or index < 0 or index >= len(text):
+        return True
+    return not text[index].isalnum()
+
+
 def kept_fact_lines(current: str, update: str) -> tuple[int, int]:
     """(fact lines of `current` that `update` still holds, fact lines of `current`)."""
-    old_lines = fact_lines(current)
-    normal = _norm(update)
-    return sum(1 for line in old_lines if line in normal), len(old_lines)
+    facts = compare_facts(current, update)
+    return facts.kept, facts.total
 
 
 def held_because(current: str, update: str) -> str | None:
