@@ -9,10 +9,15 @@ load, and a naive time is read as UTC.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 HISTORY_STAMP = "%Y-%m-%d %H:%M"  # how a HISTORY.md entry is dated: "[2026-12-01 09:30]"
+# How the model is told when a person wrote: "[Current time: 2026-12-01 09:30 UTC]\n" before
+# the message's text. Built from the message's own timestamp each time the prompt is built
+# (memory.session), never stored: files written before this kept it in the text.
+_TOLD = re.compile(r"\[Current time: \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC\]\n")
 
 
 def now() -> datetime:
@@ -45,3 +50,17 @@ def parse(value: Any) -> datetime | None:
         return as_utc(datetime.fromisoformat(value))
     except ValueError:
         return None
+
+
+def told(value: Any) -> str:
+    """What goes before a user message stored at `value` (its ISO timestamp) when the model
+    reads it; "" without a valid timestamp."""
+    moment = parse(value)
+    return "" if moment is None else f"[Current time: {moment.strftime(HISTORY_STAMP)} UTC]\n"
+
+
+def without_told(text: str) -> str:
+    """`text` without the time line that files written before the time was added when the
+    prompt is built began each user message with."""
+    match = _TOLD.match(text)
+    return text[match.end() :] if match else text

@@ -170,8 +170,61 @@ class Session:
 
 
 def _clean(message: dict[str, Any]) -> dict[str, Any]:
-    """Only the fields a chat completion takes."""
-    return {name: message[name] for name in LLM_FIELDS if name in message}
+    """Only the fields a chat completion takes; a user message told the time it was written.
+
+    WHY here: the time comes from the message's own timestamp, so every request carries the
+    same bytes for it and the provider's cached prefix holds, while the file keeps only what
+    the person wrote (memory.clock.told)."""
+    clean = {name: message[name] for name in LLM_FIELDS if name in message}
+    if message.get("role") == "user":
+        prefix = clock.told(message.get("timestamp"))
+        if prefix:
+            clean["content"] = _told(clean.get("content"), prefix)
+    return clean
+
+
+def _told(content: Any, prefix: str) -> Any:
+    if isinstance(content, str):
+        return prefix + content
+    if not isinstance(content, list):
+        return content
+    first = content[0] if content else None
+    text = first.get("text") if isinstance(first, dict) else None
+    if isinstance(first, dict) and first.get("type") == "text" and isinstance(text, str):
+        return [{**first, "text": prefix + text}, *content[1:]]
+    return [{"type": "text", "text": prefix}, *content]
+
+
+def as_written(record: dict[str, Any]) -> dict[str, Any]:
+    """A message read from a file as the person wrote it: a user message stored before the
+    time was added when the prompt is built loses the "[Current time: …]" line its text
+    began with (the prompt adds the same line back from its timestamp). Changed in place."""
+    if record.get("role") != "user":
+        return record
+    content = record.get("content")
+    if isinstance(content, str):
+        record["content"] = clock.without_told(content)
+    elif isinstance(content, list) and content and isinstance(content[0], dict):
+        text = content[0].get("text")
+        if content[0].get("type") == "text" and isinstance(text, str):
+            record["content"] = [{**content[0], "text": clock.without_told(text)}, *content[1:]]
+    return record
+
+
+def as_written_line(raw: bytes) -> bytes:
+    """One line of a session file, its user message as the person wrote it (as_written);
+    any other line as it is."""
+    if b"[Current time: " not in raw:
+        return raw
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return raw
+    if not isinstance(record, dict) or record.get("role") != "user":
+        return raw
+    before = record.get("content")
+    after = as_written(record).get("content")
+    return raw if after == before else _line(record).rstrip(b"\n")
 
 
 def _plain(message: dict[str, Any]) -> bool:
@@ -440,7 +493,7 @@ def _message_lines(
             if session is not None:
                 _apply_metadata(session, record, path)
         elif isinstance(record.get("role"), str):
-            yield at, record
+            yield at, as_written(record)
         else:
             log.warning("session %s: skipping a line at byte %d (not a message)", path.name, at)
 

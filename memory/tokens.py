@@ -19,6 +19,8 @@ from hashlib import sha1
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
+from memory import clock
+
 if TYPE_CHECKING:
     from memory.session import Session
 
@@ -159,6 +161,8 @@ class TokenEstimator:
         """Everything of one message the provider will see, plus the per-message overhead."""
         n = MESSAGE_OVERHEAD
         n += self._count_content(message.get("content"))
+        if message.get("role") == "user":  # the time it was written, added when it is sent
+            n += self.count_text(clock.told(message.get("timestamp")))
         tool_calls = message.get("tool_calls")
         if tool_calls:
             n += self.count_text(json.dumps(tool_calls, ensure_ascii=False, default=str))

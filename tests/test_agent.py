@@ -35,12 +35,14 @@ async def test_a_turn_is_answered_and_persisted(fake_llm: FakeOpenAI, workspaces
     assert lines[0]["_type"] == "metadata" and lines[0]["key"] == "telegram:dm:42"
     messages = [line for line in lines if line.get("_type") != "metadata"]
     assert [m["role"] for m in messages] == ["user", "assistant"]
-    assert messages[0]["content"].endswith("Hi, I'm Ada") and messages[0]["timestamp"]
+    # Stored as written; the model is told the time from the message's own timestamp.
+    assert messages[0]["content"] == "Hi, I'm Ada" and messages[0]["timestamp"]
     assert messages[1]["content"] == "Hello Ada, nice to meet you."
     # The provider saw the system prompt with the memory section, then the user message.
     sent = fake_llm.requests[0]["messages"]
     assert sent[0]["role"] == "system" and "# Memory\n## Long-term Memory" in sent[0]["content"]
-    assert sent[-1]["content"] == messages[0]["content"]
+    told = datetime.fromisoformat(messages[0]["timestamp"]).strftime("%Y-%m-%d %H:%M")
+    assert sent[-1]["content"] == f"[Current time: {told} UTC]\nHi, I'm Ada"
 
 
 async def test_requests_share_a_byte_identical_prefix(

@@ -236,7 +236,7 @@ def test_any_message_text_is_persisted_intact_and_reloads(tmp_path: Path) -> Non
     users = [m["content"] for m in session.messages if m["role"] == "user"]
     assert len(users) == len(sent)
     for content, text in zip(users, sent, strict=True):
-        assert content.split("\n", 1)[1] == text
+        assert content == text  # stored as written: the time line is added when it is sent
     assistants = [m["content"] for m in session.messages if m["role"] == "assistant"]
     assert assistants == [ANSWER] * len(sent)
 
@@ -305,7 +305,8 @@ def test_a_hand_edited_session_with_a_lone_surrogate_does_not_poison_it(tmp_path
         reply = runner.run(ask(agent, dm("1", "still there?")))
         sent = agent.fake.requests[-1]["messages"]  # type: ignore[attr-defined]
     assert reply.text == ANSWER
-    assert sent[1]["content"] == "caf\ufffd (edited by hand)"
+    # Sent after the time line the prompt adds from the message's timestamp.
+    assert sent[1]["content"].split("\n", 1)[1] == "caf\ufffd (edited by hand)"
 
 
 def test_a_huge_message_is_refused_clearly_and_nothing_is_saved(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ def costly(prompt: int, written: int) -> Any:
 
 def user_texts(workspaces: Path, user: str) -> list[str]:
     records = session_records(workspaces, user)
-    return [r["content"].split("\n", 1)[1] for r in records if r.get("role") == "user"]
+    return [r["content"] for r in records if r.get("role") == "user"]
 
 
 async def test_messages_per_minute_refuses_without_saving(

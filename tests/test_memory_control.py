@@ -286,6 +286,87 @@ async def test_forget_asks_first_then_removes_on_confirmation(
     await agent.aclose()
 
 
+OLD_TIME_LINE = "[Current time: 2026-01-05 09:30 UTC]\n"
+
+
+def write_old_session(workspace: Workspace, key: str, texts: list[str]) -> None:
+    """A transcript as files were written before issue 22: every user message began with the
+    time line the model was told."""
+    store = workspace.sessions
+    session = store.get(key)
+    for text in texts:
+        store.append(session, {"role": "user", "content": OLD_TIME_LINE + text,
+                               "timestamp": "2026-01-05T09:30:00+00:00"})  # fmt: skip
+        store.append(session, {"role": "assistant", "content": "Noted."})
+    store.evict(key)
+
+
+async def test_forget_matches_what_was_said_not_the_record_around_it(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Issue 22, 10: /forget time removed every message (it matched "timestamp" and the
+    "[Current time: …]" line each stored user message began with), /forget user each user
+    message ("role": "user"). Now a message goes only if its text says the words."""
+    agent = make_agent(fake_llm, workspaces_dir)
+    workspace = agent.workspaces.get("telegram-42")
+    write_old_session(workspace, "telegram:group:-100:42", ["an old hello", "what time is it"])
+    for text in ("hello there", "I have no time today", "see you"):
+        await ask(agent, dm("42", text))
+
+    asked = await ask(agent, dm("42", "/forget time"))
+    assert "2 messages in 2 conversations" in asked.text, asked.text
+    assert "nothing matching" in (await ask(agent, dm("42", "/forget user"))).text
+    assert "nothing matching" in (await ask(agent, dm("42", "/forget Current"))).text
+    assert "nothing matching" in (await ask(agent, dm("42", "/forget 2026"))).text
+    assert "nothing matching" in (await ask(agent, dm("42", "/forget assistant"))).text
+    await ask(agent, dm("42", "/forget time"))
+    done = await ask(agent, dm("42", "/forget confirm"))
+    assert "2 messages in 2 conversations" in done.text
+    left = [
+        m["content"]
+        for key in list(workspace.sessions.keys())  # a SessionStore, not a dict
+        for m in workspace.sessions.read_all(workspace.sessions.get(key))
+        if m["role"] == "user"
+    ]
+    assert sorted(left) == ["an old hello", "hello there", "see you"]  # shown clean, too
+    await agent.aclose()
+
+
+async def test_an_old_transcript_is_exported_and_filed_as_the_person_wrote_it(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Issue 22, 10: a file from before keeps its time lines on disk (nothing is rewritten),
+    but /export and consolidation carry only what the person wrote."""
+    agent = make_agent(fake_llm, workspaces_dir)
+    workspace = agent.workspaces.get("telegram-42")
+    write_old_session(workspace, "telegram:dm:42", ["my bike is red", "and blue"])
+    on_disk = workspace.sessions.path_for("telegram:dm:42").read_bytes()
+    assert on_disk.count(OLD_TIME_LINE.strip().encode()) == 2
+
+    [file] = (await ask(agent, dm("42", "/export"))).files
+    with zipfile.ZipFile(io.BytesIO(file.read())) as archive:
+        [name] = [n for n in archive.namelist() if "/sessions/" in n]
+        exported = archive.read(name)
+    records = [json.loads(line) for line in exported.splitlines()]
+    users = [r["content"] for r in records if r.get("role") == "user"]
+    assert users == ["my bike is red", "and blue"]
+    others = [line for line in on_disk.splitlines() if b'"role": "user"' not in line]
+    assert [line for line in exported.splitlines() if b'"role": "user"' not in line] == others
+
+    fake_llm.default = lambda request: (
+        save_memory_call("[2026-01-05 09:30] Bike colours.", "## User Information\n- Has a bike\n")
+        if is_consolidation(request)
+        else completion("ok")
+    )
+    await ask(agent, dm("42", "/new"))
+    await ask(agent, dm("42", "hi again"))  # waits for the filing
+    [request] = fake_llm.consolidation_requests
+    sent = request["messages"][1]["content"]
+    assert "USER: my bike is red" in sent and "Current time" not in sent
+    assert workspace.sessions.path_for("telegram:dm:42").read_bytes().startswith(on_disk)
+    await agent.aclose()
+
+
 async def test_forget_cancel_and_nothing_found(fake_llm: FakeOpenAI, workspaces_dir: Path) -> None:
     agent = make_agent(fake_llm, workspaces_dir)
     workspace = agent.workspaces.get("telegram-42")

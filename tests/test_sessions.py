@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from memory import clock
 from memory.session import FILED, Session, SessionStore
 
 KEY = "telegram:group:-1001:42"
@@ -214,6 +215,16 @@ def test_hostile_session_keys_stay_in_the_sessions_folder(sessions_dir: Path, ke
 # --- history() ------------------------------------------------------------------------------
 
 
+def said(history: list[dict]) -> list[str | None]:
+    """Each message's content without the time line history() puts before a user message (from
+    its timestamp: test_history_tells_each_user_message_its_own_time): these tests are about
+    which messages it keeps."""
+    return [
+        clock.without_told(m["content"]) if m["role"] == "user" else m.get("content")
+        for m in history
+    ]
+
+
 def call(call_id: str, name: str = "search_history") -> dict:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
 
@@ -238,7 +249,7 @@ def test_history_starts_at_a_user_message_and_drops_orphan_tool_results(
         store.append(session, message)
 
     full = session.history()
-    assert [m.get("content") for m in full] == [
+    assert said(full) == [
         "q1",
         None,
         "r1",
@@ -259,7 +270,7 @@ def test_history_starts_at_a_user_message_and_drops_orphan_tool_results(
 
     # A cursor that lands inside a tool exchange: the slice starts at the next user message.
     store.set_last_consolidated(session, 2)
-    assert [m.get("content") for m in session.history()] == ["q2", None, "r2", "answer 2"]
+    assert said(session.history()) == ["q2", None, "r2", "answer 2"]
     assert session.unconsolidated() == session.messages and session.offset == 2
 
 
@@ -273,7 +284,54 @@ def test_tool_result_before_its_call_in_the_slice_is_an_orphan(sessions_dir: Pat
         {"role": "assistant", "content": "ok"},
     ]:
         store.append(session, message)
-    assert [m["content"] for m in session.history()] == ["q", "ok"]
+    assert said(session.history()) == ["q", "ok"]
+
+
+def test_history_tells_each_user_message_its_own_time(sessions_dir: Path) -> None:
+    """Issue 22, 10: the file keeps what the person wrote; the model reads the time line
+    before it, built from the message's own timestamp: the same bytes in every request."""
+    store = fresh(sessions_dir)
+    session = store.get(KEY)
+    picture = {"type": "image_ref", "sha256": "a" * 64, "ext": "jpg", "mime": "image/jpeg",
+               "name": "cat.jpg"}  # fmt: skip
+    store.append(session, {"role": "user", "content": "hi",
+                           "timestamp": "2026-01-05T09:30:59+00:00"})  # fmt: skip
+    store.append(session, {"role": "assistant", "content": "hello"})
+    store.append(session, {"role": "user", "content": [{"type": "text", "text": "look"}, picture],
+                           "timestamp": "2026-01-05T10:01:00+00:00"})  # fmt: skip
+    assert [r.get("content") for r in file_lines(session)[1:3]] == ["hi", "hello"]
+    history = session.history()
+    assert history[0]["content"] == "[Current time: 2026-01-05 09:30 UTC]\nhi"
+    assert history[1]["content"] == "hello"
+    assert history[2]["content"] == [
+        {"type": "text", "text": "[Current time: 2026-01-05 10:01 UTC]\nlook"},
+        picture,
+    ]
+    assert fresh(sessions_dir).get(KEY).history() == history
+
+
+def test_a_file_written_with_the_time_in_the_text_loads_as_written(sessions_dir: Path) -> None:
+    """Files from before issue 22 began each user message with the time line: it is cut when
+    the file is read, and the prompt puts the same line back, so a provider's cached prefix
+    of such a conversation still holds."""
+    sessions_dir.mkdir(parents=True)
+    path = SessionStore(sessions_dir).path_for(KEY)
+    told = "[Current time: 2026-01-05 09:30 UTC]\n"
+    records = [
+        {"_type": "metadata", "key": KEY, "created_at": "2026-01-05T09:30:00+00:00",
+         "updated_at": "2026-01-05T09:30:00+00:00", "last_consolidated": 0, "metadata": {}},
+        {"role": "user", "content": told + "my [Current time: x] text",
+         "timestamp": "2026-01-05T09:30:12+00:00"},
+        {"role": "assistant", "content": "ok", "timestamp": "2026-01-05T09:30:14+00:00"},
+        {"role": "user", "content": [{"type": "text", "text": told + "a picture"}],
+         "timestamp": "2026-01-05T09:30:40+00:00"},
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    session = fresh(sessions_dir).get(KEY)
+    assert contents(session)[:2] == ["my [Current time: x] text", "ok"]
+    assert session.messages[2]["content"] == [{"type": "text", "text": "a picture"}]
+    sent_before = [{"role": r["role"], "content": r["content"]} for r in records[1:]]
+    assert session.history() == sent_before
 
 
 def test_history_without_a_user_message_is_empty(sessions_dir: Path) -> None:
@@ -297,7 +355,7 @@ def test_a_turn_cut_short_leaves_no_unanswered_tool_call(sessions_dir: Path) -> 
     ]:
         store.append(session, message)
     history = session.history()
-    assert [m.get("content") for m in history] == ["q1", "q2", "thinking", "rx", "done"]
+    assert said(history) == ["q1", "q2", "thinking", "rx", "done"]
     assert history[2]["tool_calls"] == [call("x")]
     answered = {m["tool_call_id"] for m in history if m["role"] == "tool"}
     called = {c["id"] for m in history for c in m.get("tool_calls", [])}
@@ -327,7 +385,7 @@ def test_history_asked_at_every_step_is_what_a_fresh_load_builds(sessions_dir: P
         else:
             store.append(session, step)
         assert session.history() == fresh(sessions_dir).get(KEY).history()
-    assert [m["content"] for m in session.history()] == ["q2", "a2", "q3", "a3"]
+    assert said(session.history()) == ["q2", "a2", "q3", "a3"]
     assert all("message_id" not in m and "timestamp" not in m for m in session.history())
 
 
@@ -351,7 +409,7 @@ def test_consolidated_messages_leave_ram_though_history_was_built_from_them(
     finally:
         tracemalloc.stop()
     assert held - left > 0.9 * 98 * 20_000
-    assert [m["content"][:3] for m in session.history()] == ["98 ", "99 "]
+    assert [text[:3] for text in said(session.history())] == ["98 ", "99 "]
 
 
 # ---- only the unconsolidated tail in RAM ------------------------------------------------------

@@ -280,7 +280,6 @@ class Agent:
             too_long = self._too_long(user_message, workspace, inbound)
             if too_long:
                 return Reply(too_long)
-            user_message["timestamp"] = clock.iso(now)  # the instant the model is told
             if inbound.message_id is not None:
                 user_message["message_id"] = inbound.message_id
             try:

@@ -1,8 +1,10 @@
 """Builds what the LLM sees: a stable system prompt, then the unconsolidated messages.
 
 Prefix caching: between two consolidations every request must begin with the previous request's
-messages byte for byte. So the system prompt holds nothing volatile (no clock), and the current
-time rides on the newest user message, persisted exactly as sent.
+messages byte for byte. So the system prompt holds nothing volatile (no clock), and the time
+rides on each user message: the session's history (memory.session) puts "[Current time: …]"
+before it from its own stored timestamp, the same bytes in every request, while the file
+keeps only what the person wrote.
 """
 
 from __future__ import annotations
@@ -65,13 +67,15 @@ class ContextBuilder:
         now: datetime | None = None,
         parts: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """The newest user message, carrying the volatile context (the current time); with
-        media references (memory/media.py), its content is a list: the text, then them."""
-        moment = clock.as_utc(now or clock.now()).strftime("%Y-%m-%d %H:%M UTC")
-        text = f"[Current time: {moment}]\n{text}"
+        """The newest user message as it is stored: what the person wrote and when (the model
+        is told that time from `timestamp`); with media references (memory/media.py), its
+        content is a list: the text, then them."""
+        when = clock.iso(now)
         if parts:
-            return {"role": "user", "content": [{"type": "text", "text": text}, *parts]}
-        return {"role": "user", "content": text}
+            content: Any = [{"type": "text", "text": text}, *parts]
+        else:
+            content = text
+        return {"role": "user", "content": content, "timestamp": when}
 
     @staticmethod
     def messages(system_prompt: str, history: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -2,10 +2,12 @@
 
 The archive holds every regular file of the workspace folder (MEMORY.md, HISTORY.md, the
 transcripts, the earlier MEMORY.md versions, media) under one folder named like the workspace,
-so unpacking it gives back the workspace's files. Temp files of an interrupted write are left
-out, and links are never followed: neither a symbolic link nor a file with a second name (a hard
-link, which may be the bot's config.toml) is exported, checked on the open file (memory/safefs),
-so nothing outside the workspace can be pulled in, also by a link planted while it is listed.
+so unpacking it gives back the workspace's files (a transcript's user messages as the person
+wrote them: older files held a time line the bot now adds only when it asks the model). Temp
+files of an interrupted write are left out, and links are never followed: neither a symbolic
+link nor a file with a second name (a hard link, which may be the bot's config.toml) is
+exported, checked on the open file (memory/safefs), so nothing outside the workspace can be
+pulled in, also by a link planted while it is listed.
 Reading needs no lock: every file is append-only or replaced atomically, so each one is read
 whole as it was at some instant (a line being appended at that instant may be cut short, which
 the transcript loader skips).
@@ -27,6 +29,8 @@ from typing import IO
 
 from memory import clock
 from memory.safefs import LinkRefusedError, is_link, open_binary
+from memory.session import as_written_line
+from memory.workspace import SESSIONS_DIR
 
 ARCHIVE_MIME = "application/zip"
 
@@ -63,7 +67,7 @@ def write_archive(root: Path, out: IO[bytes]) -> ArchiveInfo:
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as archive:
         for path, name in workspace_files(root):
             try:
-                _add(archive, path, name)
+                _add(archive, path, name, path.parent == root / SESSIONS_DIR)
             except (FileNotFoundError, LinkRefusedError):  # replaced since it was listed
                 continue
             count += 1
@@ -71,16 +75,22 @@ def write_archive(root: Path, out: IO[bytes]) -> ArchiveInfo:
     return ArchiveInfo(count, out.tell())
 
 
-def _add(archive: zipfile.ZipFile, path: Path, name: str) -> None:
+def _add(archive: zipfile.ZipFile, path: Path, name: str, in_sessions: bool) -> None:
     """One file into the archive, read through the descriptor that the link checks were made
-    on (ZipFile.write would open the path again)."""
+    on (ZipFile.write would open the path again). A transcript goes line by line, each user
+    message as the person wrote it (files from before began each with "[Current time: …]")."""
     with open_binary(path) as source:
         info = os.fstat(source.fileno())
         entry = zipfile.ZipInfo(name, time.localtime(max(info.st_mtime, _ZIP_EPOCH))[:6])
         entry.compress_type = zipfile.ZIP_DEFLATED
         entry.external_attr = (info.st_mode & 0xFFFF) << 16
         with archive.open(entry, "w", force_zip64=info.st_size > _ZIP32_MAX) as target:
-            shutil.copyfileobj(source, target, 1 << 20)
+            if not (in_sessions and path.suffix == ".jsonl"):
+                shutil.copyfileobj(source, target, 1 << 20)
+                return
+            for line in source:
+                end = b"\n" if line.endswith(b"\n") else b""
+                target.write(as_written_line(line.rstrip(b"\n")) + end)
 
 
 _ZIP_EPOCH = 315_532_800 + 86_400  # 1980-01-02: zip has no earlier time

@@ -4,9 +4,10 @@ What matches, case-insensitively and with any whitespace between its words:
 - MEMORY.md: each line holding the phrase is removed (no version of the old text is kept);
 - earlier MEMORY.md versions (`.memory_versions/`): the same lines are removed from each;
 - HISTORY.md: each entry holding it is removed whole;
-- transcripts (`sessions/*.jsonl`): each message holding it (in its text, its tool calls or its
-  tool result), consolidated or not, is removed whole. Unconsolidated ones too: a message left in
-  the prompt would be seen by the model and learnt again by the next consolidation. The
+- transcripts (`sessions/*.jsonl`): each message that says it (in its text, its media's
+  captions and names, its tool calls' arguments or its tool result; never its role, time or
+  ids, see `said`), consolidated or not, is removed whole. Unconsolidated ones too: a message
+  left in the prompt would be seen by the model and learnt again by the next consolidation. The
   `last_consolidated` cursor is moved back by the consolidated messages removed;
 - stored media (`media/`): each file whose name (words may be joined by "-", "_" or ".") or
   text holds it is deleted, and so is each picture, voice message or file that only removed
@@ -33,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from memory.atomic import atomic_write_text, remove_stale_temp_files
-from memory.media import MEDIA_DIR, referenced_files
+from memory.media import MEDIA_DIR, is_ref, referenced_files
 from memory.safefs import LinkRefusedError, read_bytes
-from memory.session import METADATA_TYPE
+from memory.session import METADATA_TYPE, as_written
 from memory.store import ENTRY_STAMP
 from memory.workspace import Workspace
 
@@ -208,8 +209,12 @@ class _Refs:
 
 
 
+# What a media reference holds that the person gave it (the rest names the stored file).
+_SAID_IN_REFS = ("name", "caption")
+
+
 def _strings(value: Any) -> Iterator[str]:
-    """Every string inside a record (content parts, tool-call arguments, names…)."""
+    """Every string value inside a value (tool-call arguments), never a key."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
@@ -220,10 +225,36 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
+def said(record: dict[str, Any]) -> Iterator[str]:
+    """What a message says: its text (a user message as written, without the time line older
+    files began it with), the captions and names of its media, its tool calls' arguments and
+    its tool result. Not its role, timestamp, ids or tool names: `/forget user` or `/forget
+    time` must match what was said, not the record around it."""
+    content = as_written(dict(record)).get("content")
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, str):
+                yield part
+            elif is_ref(part):
+                yield from (str(part[k]) for k in _SAID_IN_REFS if isinstance(part.get(k), str))
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                yield part["text"]
+    for call in record.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError):  # else said as it is
+                arguments = json.loads(arguments, strict=False)
+        yield from _strings(arguments)
+
+
 def _matches(raw: bytes, record: Any, pattern: re.Pattern[str]) -> bool:
-    if pattern.search(raw.decode("utf-8", "replace")):
-        return True
-    return any(pattern.search(text) for text in _strings(record))
+    if not isinstance(record, dict) or not isinstance(record.get("role"), str):
+        # A line that is no message (torn, hand-edited): only its bytes can be matched.
+        return bool(pattern.search(raw.decode("utf-8", "replace")))
+    return any(pattern.search(text) for text in said(record))
 
 
 def _forget_messages(
