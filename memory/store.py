@@ -114,12 +114,46 @@ class MemoryStore:
         atomic_write_text(path, content)
         return path
 
+    def replace_held(self, path: Path, content: str) -> None:
+        """Replace the text of the held version at `path` (the edits of one turn of the model
+        after one of them was held go into it, not into MEMORY.md)."""
+        if path.parent != self.versions_dir or not path.name.endswith(HELD_SUFFIX):
+            raise ValueError(f"not a held version: {path.name}")
+        atomic_write_text(path, content)
+
     def _prune_versions(self, keep: int | None = None) -> None:
+        """Keep the newest `keep` versions, and of the older ones as few as hold every fact
+        line that neither MEMORY.md nor a version kept holds (at most `keep` more, those that
+        hold the most, the newer first): edits that each drop a little, then a run of adds,
+        cannot push the last copy of a fact out (issue 22). Held versions are proposals,
+        never spared for their facts."""
         existing = self._numbered_versions()
         keep = self.keep_versions if keep is None else keep
-        for _, path in existing[: max(0, len(existing) - keep)]:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+        cut = max(0, len(existing) - keep)
+        if not cut:
+            return
+        covered = _fact_set(self.read())
+        for _, path in existing[cut:]:
+            covered |= _fact_set(_read_version(path))
+        older = [
+            (path, _fact_set(_read_version(path)))
+            for _, path in existing[:cut]
+            if not path.name.endswith(HELD_SUFFIX)
+        ]
+        lost = set().union(*(facts for _, facts in older)) - covered
+        spared: set[Path] = set()
+        while lost and len(spared) < keep:
+            _, (path, facts) = max(
+                enumerate(older), key=lambda item: (len(item[1][1] & lost), item[0])
+            )
+            if not facts & lost:
+                break
+            spared.add(path)
+            lost -= facts
+        for _, path in existing[:cut]:
+            if path not in spared:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
 
     # --- HISTORY.md ------------------------------------------------------------------------
 
@@ -147,68 +181,107 @@ class MemoryStore:
     # --- edits for the agent's edit_memory tool ----------------------------------------------
 
     def add_to_section(self, section: str, line: str) -> str:
-        """Add list items at the end of "## {section}", creating the section if it is missing.
-
-        Each non-empty line of `line` becomes one "- " item (so no text can open a new heading);
-        items already in the section are not added twice.
-        """
-        title = _section_title(section)
-        items = _list_items(line)
-        current = self.read()
-        lines = (current if current.strip() else MEMORY_TEMPLATE).split("\n")
-        start, end = _find_section(lines, title)
-        if start is None:
-            while lines and not lines[-1].strip():
-                lines.pop()
-            lines += [*([""] if lines else []), f"## {title}", *items, ""]
-            added = items
-        else:
-            heading = _HEADING.match(lines[start])
-            title = heading.group(2) if heading else title
-            present = {text.strip() for text in lines[start + 1 : end]}
-            added = [item for item in dict.fromkeys(items) if item not in present]
-            if not added:
-                return f"Already in {title}: " + "; ".join(items)
-            insert_at = end
-            while insert_at > start + 1 and not lines[insert_at - 1].strip():
-                insert_at -= 1
-            lines[insert_at:insert_at] = added
-        self.write("\n".join(lines))
-        return f"Added to {title}: " + "; ".join(added)
+        """Add list items at the end of "## {section}" (see `added_to_section`) and write."""
+        return self._apply(added_to_section(self.read(), section, line))
 
     def replace_passage(self, old: str, new: str) -> str:
-        """Replace the one occurrence of `old` with `new`."""
-        current = self.read()
-        start = self._find_unique(current, old, "replace")
-        self.write(current[:start] + new + current[start + len(old) :])
-        return "Replaced the passage." if new else "Replaced the passage with nothing."
+        """Replace the one occurrence of `old` with `new` and write."""
+        return self._apply(passage_replaced(self.read(), old, new))
 
     def remove_passage(self, passage: str) -> str:
-        """Remove the one occurrence of `passage`, and its line break when it was whole lines."""
-        current = self.read()
-        start = self._find_unique(current, passage, "remove")
-        end = start + len(passage)
-        at_line_start = start == 0 or current[start - 1] == "\n"
-        if at_line_start and not passage.endswith("\n") and current[end : end + 1] == "\n":
-            end += 1
-        self.write(current[:start] + current[end:])
-        return "Removed the passage."
+        """Remove the one occurrence of `passage` and write."""
+        return self._apply(passage_removed(self.read(), passage))
 
-    def _find_unique(self, text: str, passage: str, action: str) -> int:
-        if not passage or not passage.strip():
-            raise MemoryEditError(f"Nothing to {action}: the passage is empty.")
-        count = text.count(passage)
-        if count == 0:
-            raise MemoryEditError(
-                f"Cannot {action}: the passage was not found in MEMORY.md. "
-                "Quote it exactly as it appears there."
-            )
-        if count > 1:
-            raise MemoryEditError(
-                f"Cannot {action}: the passage occurs {count} times in MEMORY.md. "
-                "Include more of the surrounding text so that it occurs once."
-            )
-        return text.index(passage)
+    def _apply(self, edited: tuple[str | None, str]) -> str:
+        text, message = edited
+        if text is not None:
+            self.write(text)
+        return message
+
+
+# An edit of MEMORY.md's text: (the new text, or None when nothing changes; what to tell the
+# model). The agent's edit_memory checks the text before it is written (bot/agent/tools.py).
+
+
+def added_to_section(current: str, section: str, line: str) -> tuple[str | None, str]:
+    """List items added at the end of "## {section}", the section created if it is missing.
+
+    Each non-empty line of `line` becomes one "- " item (so no text can open a new heading);
+    items already in the section are not added twice.
+    """
+    title = _section_title(section)
+    items = _list_items(line)
+    lines = (current if current.strip() else MEMORY_TEMPLATE).split("\n")
+    start, end = _find_section(lines, title)
+    if start is None:
+        while lines and not lines[-1].strip():
+            lines.pop()
+        lines += [*([""] if lines else []), f"## {title}", *items, ""]
+        added = items
+    else:
+        heading = _HEADING.match(lines[start])
+        title = heading.group(2) if heading else title
+        present = {text.strip() for text in lines[start + 1 : end]}
+        added = [item for item in dict.fromkeys(items) if item not in present]
+        if not added:
+            return None, f"Already in {title}: " + "; ".join(items)
+        insert_at = end
+        while insert_at > start + 1 and not lines[insert_at - 1].strip():
+            insert_at -= 1
+        lines[insert_at:insert_at] = added
+    return "\n".join(lines), f"Added to {title}: " + "; ".join(added)
+
+
+def passage_replaced(current: str, old: str, new: str) -> tuple[str | None, str]:
+    """The one occurrence of `old` replaced with `new`."""
+    start = _find_unique(current, old, "replace")
+    text = current[:start] + new + current[start + len(old) :]
+    return text, "Replaced the passage." if new else "Replaced the passage with nothing."
+
+
+def passage_removed(current: str, passage: str) -> tuple[str | None, str]:
+    """The one occurrence of `passage` removed, and its line break when it was whole lines."""
+    start = _find_unique(current, passage, "remove")
+    end = start + len(passage)
+    at_line_start = start == 0 or current[start - 1] == "\n"
+    if at_line_start and not passage.endswith("\n") and current[end : end + 1] == "\n":
+        end += 1
+    return current[:start] + current[end:], "Removed the passage."
+
+
+def _find_unique(text: str, passage: str, action: str) -> int:
+    if not passage or not passage.strip():
+        raise MemoryEditError(f"Nothing to {action}: the passage is empty.")
+    count = text.count(passage)
+    if count == 0:
+        raise MemoryEditError(
+            f"Cannot {action}: the passage was not found in MEMORY.md. "
+            "Quote it exactly as it appears there."
+        )
+    if count > 1:
+        raise MemoryEditError(
+            f"Cannot {action}: the passage occurs {count} times in MEMORY.md. "
+            "Include more of the surrounding text so that it occurs once."
+        )
+    return text.index(passage)
+
+
+def _read_version(path: Path) -> str:
+    try:
+        return read_bytes(path).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _fact_set(text: str) -> set[str]:
+    """The fact lines of a MEMORY.md text (not headings, not blank), list markers, case and
+    spacing aside: what pruning compares (memory.consolidation.checks judges updates)."""
+    facts = set()
+    for line in text.splitlines():
+        fact = " ".join(line.strip().lstrip("-*+ ").split()).casefold()
+        if fact and not line.lstrip().startswith("#"):
+            facts.add(fact)
+    return facts
 
 
 def _tail(fd: int, size: int) -> bytes:

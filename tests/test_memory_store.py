@@ -49,10 +49,34 @@ def test_unchanged_content_writes_nothing(store: MemoryStore) -> None:
 
 def test_previous_content_is_kept_and_bounded(store: MemoryStore) -> None:
     for n in range(1, 7):
-        store.write(f"version {n}")
+        store.write(f"## Version {n}\n- tea\n")  # the same facts: only the newest 3 are kept
     kept = store.versions()
-    assert [p.read_text() for p in kept] == ["version 3", "version 4", "version 5"]
-    assert store.read() == "version 6"
+    assert [p.read_text()[:12] for p in kept] == ["## Version 3", "## Version 4", "## Version 5"]
+    assert store.read() == "## Version 6\n- tea\n"
+
+
+def test_a_version_holding_a_fact_nothing_else_holds_is_spared_within_a_bound(
+    store: MemoryStore,
+) -> None:
+    """Issue 22, 7: each "version n" is a fact only that version holds, so the newest of the
+    older ones are spared too, up to as many as are kept (before: only versions 7-9 stayed)."""
+    for n in range(1, 11):
+        store.write(f"version {n}")
+    kept = [p.read_text() for p in store.versions()]
+    assert kept == [f"version {n}" for n in range(4, 10)]
+
+
+def test_drops_then_adds_never_push_the_last_copy_of_a_fact_out(store: MemoryStore) -> None:
+    """Issue 22, 7: a memory emptied, then written to many times, as an injected instruction
+    made the model do: a version still holds the facts, for /memory undo."""
+    facts = "## User Information\n- Name: Ana\n- Lives in Oslo\n- Has a cat\n"
+    store.write(facts)
+    store.write("## User Information\n")  # every fact gone
+    for n in range(12):
+        store.add_to_section("Important Notes", f"note {n}")
+    texts = [p.read_text() for p in store.versions()]
+    assert facts in texts
+    assert len(texts) <= 2 * store.keep_versions
 
 
 def test_versions_can_be_switched_off(tmp_path: Path) -> None:

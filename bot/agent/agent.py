@@ -44,10 +44,17 @@ from bot.observe.metrics import count_limit_refusal
 from bot.outbound import CONSOLIDATING, Outbound, Reply
 from bot.usage import ChargedLLM, UsageBook, charged_to
 from memory import clock
-from memory.consolidation.consolidator import MemoryConsolidator
+from memory.consolidation.consolidator import MemoryConsolidator, MemoryEvent
 from memory.control.versions import held_update
 from memory.control.wipe import delete, hide, sweep_wiped
-from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMContextOverflow, LLMError
+from memory.llm import (
+    ChatLLM,
+    ChatResult,
+    LLMBadRequest,
+    LLMContextOverflow,
+    LLMError,
+    ToolCall,
+)
 from memory.preferences import MEMORY_IN_GROUPS
 from memory.safefs import LinkRefusedError
 from memory.session import Session
@@ -341,10 +348,29 @@ class Agent:
             await out.notice(CONSOLIDATING)
             await self._consolidate_first(workspace, session, inbound)
             system = self._system_prompt(workspace, session, inbound)
+        tools = AgentTools(workspace, public=not self._memory_shown(workspace, inbound))
+        try:
+            return await self._respond_with(workspace, session, inbound, out, system, tools)
+        finally:
+            if tools.held is not None:  # told under this answer, or the next private one
+                self.consolidator.note_event(
+                    inbound.user_key,
+                    MemoryEvent("held", dropped=tools.held.dropped, facts=tools.held.facts),
+                )
+
+    async def _respond_with(
+        self,
+        workspace: Workspace,
+        session: Session,
+        inbound: Inbound,
+        out: Outbound,
+        system: str,
+        tools: AgentTools,
+    ) -> Reply:
+        """_respond's model calls, with the turn's tools (one set: their bounds are the turn's)."""
         try:
             try:
-                public = not self._memory_shown(workspace, inbound)
-                text = await self._run_model(workspace, session, system, public=public, out=out)
+                text = await self._run_model(workspace, session, system, tools, out=out)
             except LLMContextOverflow as exc:
                 log.warning("the provider found the prompt too long for %s", inbound.session_key)
                 self._learn_from_overflow(exc, system, session)
@@ -355,12 +381,12 @@ class Agent:
                 if not rounds:
                     raise
                 system = self._system_prompt(workspace, session, inbound)
-                text = await self._run_model(workspace, session, system, public=public, out=out)
+                text = await self._run_model(workspace, session, system, tools, out=out)
             except LLMImagesRefused as exc:
                 if not self._pictures_sent(workspace, session):
                     raise
                 self._stop_sending_pictures(exc)
-                text = await self._run_model(workspace, session, system, public=public, out=out)
+                text = await self._run_model(workspace, session, system, tools, out=out)
                 text = f"{text}\n\n{PICTURES_REFUSED}"
         except _NotSaved as failure:
             log.error("could not save the answer of %s: %s", inbound.session_key, failure.error)
@@ -441,29 +467,32 @@ class Agent:
         workspace: Workspace,
         session: Session,
         system: str,
+        tools: AgentTools,
         *,
-        public: bool = False,
         out: Outbound | None = None,
     ) -> str:
-        """The tool loop, bounded; every assistant and tool message is persisted as sent.
-        `public`: a group turn without the person's memory gets the tools that cannot read it."""
-        tools = AgentTools(workspace, public=public)
+        """The tool loop, bounded in rounds and in calls (tools.room()); every assistant and
+        tool message is persisted as sent. A group turn without the person's memory has the
+        tools that cannot read it (AgentTools public)."""
         for round_ in range(self.config.agent.max_tool_iterations):
             raw = self.estimator.raw_prompt_tokens(system + self._tools_text, session)
             messages = self.context.messages(system, self._with_media(workspace, session))
-            if round_ and not self.budget.fits(self._estimate(system, session)):
+            full = not self.budget.fits(self._estimate(system, session))
+            if round_ and (full or not tools.room()):
                 # This turn's tool results filled the window (a weak model calling tools
-                # round after round): it answers from them without tools, whose schemas then
-                # leave the prompt and whose results can grow it no further.
+                # round after round), or it made all the calls a turn may: it answers from
+                # them without tools, whose schemas then leave the prompt and whose results
+                # can grow it no further.
                 result = await self._ask(messages, [], out)
             else:
                 result = await self._ask_with_tools(raw, messages, tools.schemas, out)
-            if not result.tool_calls:
+            calls = result.tool_calls[: tools.room()]  # the calls past the bound are not made
+            if not calls:
                 text = (result.content or "").strip() or EMPTY_REPLY
                 _append(workspace, session, {"role": "assistant", "content": text}, answer=text)
                 return text
-            _append(workspace, session, _assistant_with_calls(result))
-            for call in result.tool_calls:
+            _append(workspace, session, _assistant_with_calls(result, calls))
+            for call in calls:
                 output = await tools.execute(call.name, call.arguments)
                 _append(
                     workspace,
@@ -781,7 +810,7 @@ def _an_answer(content: str | None, schemas: list[dict[str, Any]]) -> bool:
     return bool(text) and not (marker and marker.group(1) in names)
 
 
-def _assistant_with_calls(result: ChatResult) -> dict[str, Any]:
+def _assistant_with_calls(result: ChatResult, made: list[ToolCall]) -> dict[str, Any]:
     calls = [
         {
             "id": call.id,
@@ -793,7 +822,7 @@ def _assistant_with_calls(result: ChatResult) -> dict[str, Any]:
                 else json.dumps(call.arguments),
             },
         }
-        for call in result.tool_calls
+        for call in made
     ]
     # "" rather than null: llama-cpp-python's server refuses (HTTP 500) an assistant message
     # whose content is null, and the session would fail on every later turn.

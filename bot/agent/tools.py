@@ -2,6 +2,12 @@
 
 No parameter can name a file, a path or another user: the workspace is fixed when the tools are
 built for a turn, so nothing the model writes can reach anybody else's memory.
+
+A turn's edits of MEMORY.md pass the guard a consolidation passes (memory.consolidation.checks):
+once they would drop more than a quarter of the facts MEMORY.md held when the turn began (text
+in an uploaded file can tell a model to wipe its memory), that edit and the rest of the turn's
+are not written but kept as a held version, which the person is told about and may apply with
+/memory undo. A turn makes at most MAX_CALLS_PER_TURN tool calls.
 """
 
 from __future__ import annotations
@@ -10,12 +16,22 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
+from memory.consolidation.checks import held_because, kept_fact_lines
 from memory.safefs import LinkRefusedError
 from memory.search.engine import SearchError, search_history
-from memory.store import DEFAULT_SECTION, SECTIONS, MemoryEditError
+from memory.store import (
+    DEFAULT_SECTION,
+    SECTIONS,
+    MemoryEditError,
+    added_to_section,
+    passage_removed,
+    passage_replaced,
+)
 from memory.text import valid_text
 from memory.threads import in_thread
 from memory.workspace import Workspace
@@ -24,6 +40,20 @@ log = logging.getLogger(__name__)
 
 MAX_SEARCH_RESULTS = 5
 MAX_RESULT_CHARS = 4000
+MAX_CALLS_PER_TURN = 16  # tool calls of one turn, all rounds together
+HELD_EDIT = (
+    "Not applied: {why} MEMORY.md held when this turn began. The edit is kept aside for the "
+    "person, who is told and may apply it; MEMORY.md is unchanged. Do not try it again."
+)
+HELD_WITH = "Kept aside with the held edit of this turn, not applied: {message}"
+
+
+@dataclass(frozen=True)
+class HeldEdit:
+    """The turn's edits were held: they would drop `dropped` of the `facts` fact lines."""
+
+    dropped: int
+    facts: int
 
 TOOL_SCHEMAS: list[dict[str, Any]] = [
     {
@@ -101,9 +131,18 @@ class AgentTools:
         self._workspace = workspace
         self._public = public
         self.schemas = PUBLIC_TOOL_SCHEMAS if public else TOOL_SCHEMAS
+        self._calls = 0
+        self._before: str | None = None  # MEMORY.md at the turn's first edit
+        self._held: tuple[Path, str] | None = None  # the held version and its text
+        self.held: HeldEdit | None = None
+
+    def room(self) -> int:
+        """Tool calls this turn may still make."""
+        return max(0, MAX_CALLS_PER_TURN - self._calls)
 
     async def execute(self, name: str, raw_arguments: Any) -> str:
         """The tool's result as text for the model; errors are results too, never exceptions."""
+        self._calls += 1
         try:
             args = _parse_arguments(raw_arguments)
         except ValueError as exc:
@@ -127,25 +166,55 @@ class AgentTools:
         action, text = args.get("action"), args.get("text")
         if not isinstance(text, str) or not text.strip():
             return "Error: `text` must be a non-empty string."
-        store = self._workspace.memory
-        edit: Callable[[], str]
+        edit: Callable[[str], tuple[str | None, str]]
         if action == "add":
             section = str(args.get("section") or DEFAULT_SECTION)
-            edit = partial(store.add_to_section, section, text)
+            edit = partial(added_to_section, section=section, line=text)
         elif action == "replace":
             new_text = args.get("new_text")
             if not isinstance(new_text, str):
                 return "Error: 'replace' needs `new_text`."
-            edit = partial(store.replace_passage, text, new_text)
+            edit = partial(passage_replaced, old=text, new=new_text)
         elif action == "remove":
-            edit = partial(store.remove_passage, text)
+            edit = partial(passage_removed, passage=text)
         else:
             return "Error: `action` must be add, replace or remove."
         async with self._workspace.memory_lock:
             try:
-                return await in_thread(edit)
+                return await in_thread(partial(self._guarded, edit))
             except MemoryEditError as exc:
                 return f"Error: {exc}"
+
+    def _guarded(self, edit: Callable[[str], tuple[str | None, str]]) -> str:
+        """Apply `edit` to MEMORY.md, or to the turn's held text once an edit was held (in a
+        thread, under the memory lock)."""
+        store = self._workspace.memory
+        current = store.read()
+        if self._before is None:
+            self._before = current
+        if self._held is not None:
+            path, held_text = self._held
+            text, message = edit(held_text)
+            if text is not None and text != held_text:
+                store.replace_held(path, text)
+                self._held = (path, text)
+                self._count_held(text)
+            return HELD_WITH.format(message=message)
+        text, message = edit(current)
+        if text is None or text == current:
+            return message
+        why = held_because(self._before, text)
+        if why is None:
+            store.write(text)
+            return message
+        self._held = (store.keep_held(text), text)
+        self._count_held(text)
+        log.warning("memory edit of %s held: %s", self._workspace.user_key, why)
+        return HELD_EDIT.format(why=why)
+
+    def _count_held(self, text: str) -> None:
+        kept, facts = kept_fact_lines(self._before or "", text)
+        self.held = HeldEdit(facts - kept, facts)
 
     async def _public_call(self, name: str, args: dict[str, Any]) -> str:
         if name != "edit_memory":

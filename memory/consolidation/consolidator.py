@@ -262,6 +262,11 @@ class MemoryConsolidator:
         """About how many tokens `memory` takes in a prompt."""
         return math.ceil(self.estimator.count_text(memory) * self.estimator.factor)
 
+    def note_event(self, user_key: str, event: MemoryEvent) -> None:
+        """An event of the person's memory from elsewhere (the agent's held edits), told as
+        consolidation's are."""
+        self._events[user_key] = event
+
     def take_event(self, user_key: str) -> MemoryEvent | None:
         """The memory event this user has not been told about yet; told once."""
         return self._events.pop(user_key, None)
