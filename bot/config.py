@@ -137,9 +137,12 @@ class AgentConfig(Section):
 
 @dataclass(repr=False)
 class LimitsConfig(Section):
-    """What one person may cost a public bot (0: no limit). Off by default."""
+    """What one person may cost a public bot (0: no limit). Off by default, but for the heavy
+    commands (/export, /forget, /wipe, /memory history and undo: files read, rewritten or
+    zipped whole), which have a small budget of their own."""
 
     messages_per_minute: int = setting(0, rule=NON_NEGATIVE_INT)
+    heavy_commands_per_hour: int = setting(10, rule=NON_NEGATIVE_INT)
     tokens_per_day: int = setting(0, rule=NON_NEGATIVE_INT)
     global_tokens_per_day: int = setting(0, rule=NON_NEGATIVE_INT)
     # User keys ("telegram-42", "discord-8123", "cli-alice"): one key names one person on one

@@ -1,10 +1,13 @@
-"""Per-user limits of a public bot: messages a minute, tokens a day, and the bot's daily budget.
+"""Per-user limits of a public bot: messages a minute, heavy commands an hour, tokens a day, and
+the bot's daily budget.
 
 Checked when a message arrives and, for tokens, again when its turn starts (it may have waited
-for earlier turns of the session), never inside a turn: a turn that has begun finishes, so a
-token limit may be passed by one turn's worth. A refused message is not saved (the answer says
-so, and when to send it again), so a flood costs neither model calls nor disk. Admins are exempt
-from all of it. Days are UTC days, like every time the bot stores or shows.
+for earlier turns of the session) and before each tool round of it (`mid_turn`): a turn that
+spends the last tokens stops there, so a token limit is passed by at most one round's worth.
+A command counts towards the messages of the minute; a heavy one (a whole workspace read,
+rewritten or zipped) also towards a small budget of its own. A refused message is not saved (the
+answer says so, and when to send it again), so a flood costs neither model calls nor disk.
+Admins are exempt from all of it. Days are UTC days, like every time the bot stores or shows.
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ from memory import clock
 from memory.usage import Totals
 
 MINUTE_S = 60.0
+HOUR_S = 3600.0
 
 
 @dataclass(frozen=True)
 class Refusal:
     """Why a message is not answered; `kind` names the limit (for logs and metrics)."""
 
-    kind: str  # "messages_per_minute", "tokens_per_day" or "global_tokens_per_day"
+    # "messages_per_minute", "heavy_commands_per_hour", "tokens_per_day" or
+    # "global_tokens_per_day"
+    kind: str
     text: str
 
 
@@ -41,6 +47,7 @@ class UsageReport:
     month: Totals
     admin: bool
     messages_per_minute: int
+    heavy_commands_per_hour: int
     tokens_per_day: int
     resets_in: str  # until the next UTC midnight, e.g. "5 h 12 min"
 
@@ -56,9 +63,11 @@ class Limits:
         self.book = book
         self._admins = {key.strip() for key in config.admins if key.strip()}
         self._monotonic = monotonic
-        # user key → monotonic times of their messages in the last minute. Someone who never
-        # writes again would stay in it forever: once a minute, those idle for a minute go.
+        # user key → monotonic times of their messages in the last minute, and of their heavy
+        # commands in the last hour. Someone who never writes again would stay in them
+        # forever: once a minute, those idle for the table's window go.
         self._recent: dict[str, deque[float]] = {}
+        self._heavy: dict[str, deque[float]] = {}
         self._swept = monotonic()
 
     def is_admin(self, user_key: str) -> bool:
@@ -69,12 +78,50 @@ class Limits:
         if self.is_admin(user_key):
             return None
         refusal = self._per_minute(user_key) or self._per_day(user_key) or self._budget()
-        if refusal is None and self.config.messages_per_minute:
-            now = self._monotonic()
-            self._recent.setdefault(user_key, deque()).append(now)
-            if now - self._swept >= MINUTE_S:
-                self._sweep(now)
+        if refusal is None:
+            self._count(user_key, heavy=False)
         return refusal
+
+    def check_command(self, user_key: str, *, heavy: bool) -> Refusal | None:
+        """Refuse this command, or count it and let it through. Commands spend no tokens (the
+        filing of /new waits for them itself), so only the messages of the minute and, for a
+        heavy one, the heavy commands of the hour apply."""
+        if self.is_admin(user_key):
+            return None
+        refusal = self._per_minute(user_key) or (self._per_hour(user_key) if heavy else None)
+        if refusal is None:
+            self._count(user_key, heavy=heavy)
+        return refusal
+
+    def mid_turn(self, user_key: str) -> Refusal | None:
+        """The token limits inside a turn, before its next tool round: why it stops there."""
+        if self.is_admin(user_key):
+            return None
+        now = clock.now()
+        until = f"after midnight UTC (in {_duration(_next_midnight(now) - now)})"
+        if self._per_day(user_key) is not None:
+            return Refusal(
+                "tokens_per_day",
+                f"I had to stop before finishing: this used up your "
+                f"{self.config.tokens_per_day:,} tokens for today. Ask me again {until}; "
+                "/usage shows your usage.",
+            )
+        if self._budget() is not None:
+            return Refusal(
+                "global_tokens_per_day",
+                "I had to stop before finishing: I've used all the tokens my operator allows "
+                f"me for today, for everyone. Ask me again {until}.",
+            )
+        return None
+
+    def _count(self, user_key: str, *, heavy: bool) -> None:
+        now = self._monotonic()
+        if self.config.messages_per_minute:
+            self._recent.setdefault(user_key, deque()).append(now)
+        if heavy and self.config.heavy_commands_per_hour:
+            self._heavy.setdefault(user_key, deque()).append(now)
+        if now - self._swept >= MINUTE_S:
+            self._sweep(now)
 
     def check_tokens(self, user_key: str) -> Refusal | None:
         """The token limits again, when a message's turn starts: messages that waited for the
@@ -93,6 +140,7 @@ class Limits:
             month=usage.month(now.year, now.month),
             admin=self.is_admin(user_key),
             messages_per_minute=self.config.messages_per_minute,
+            heavy_commands_per_hour=self.config.heavy_commands_per_hour,
             tokens_per_day=self.config.tokens_per_day,
             resets_in=_duration(_next_midnight(now) - now),
         )
@@ -101,18 +149,9 @@ class Limits:
 
     def _per_minute(self, user_key: str) -> Refusal | None:
         limit = self.config.messages_per_minute
-        recent = self._recent.get(user_key)
-        if not limit or recent is None:
+        wait = _wait(self._recent, user_key, limit, MINUTE_S, self._monotonic())
+        if wait is None:
             return None
-        now = self._monotonic()
-        while recent and recent[0] <= now - MINUTE_S:
-            recent.popleft()
-        if not recent:
-            del self._recent[user_key]  # the table holds only people active this minute
-            return None
-        if len(recent) < limit:
-            return None
-        wait = max(1, round(recent[0] + MINUTE_S - now))
         at = clock.now() + timedelta(seconds=wait)
         return Refusal(
             "messages_per_minute",
@@ -121,18 +160,35 @@ class Limits:
             f"(after {at:%H:%M:%S} UTC).",
         )
 
+    def _per_hour(self, user_key: str) -> Refusal | None:
+        limit = self.config.heavy_commands_per_hour
+        wait = _wait(self._heavy, user_key, limit, HOUR_S, self._monotonic())
+        if wait is None:
+            return None
+        at = clock.now() + timedelta(seconds=wait)
+        return Refusal(
+            "heavy_commands_per_hour",
+            f"That is one of the commands that work through all your files (/export, /forget, "
+            f"/wipe, /memory history and undo), and I take at most {limit} of them an hour. "
+            f"Please ask again in {_duration(timedelta(seconds=wait))} "
+            f"(after {at:%H:%M} UTC).",
+        )
+
     def forget_user(self, user_key: str) -> None:
-        """After /wipe (or when they leave RAM): their messages of the last minute are no longer
-        counted. What they spent today is counted from their usage, which /wipe erases with
-        the rest; the bot's daily budget ([limits] global_tokens_per_day) still counts it."""
+        """After /wipe (or when they leave RAM): their messages of the last minute and heavy
+        commands of the last hour are no longer counted. What they spent today is counted from
+        their usage, which /wipe erases with the rest; the bot's daily budget ([limits]
+        global_tokens_per_day) still counts it."""
         self._recent.pop(user_key, None)
+        self._heavy.pop(user_key, None)
 
     def _sweep(self, now: float) -> None:
-        """Forget everyone whose last message is a minute old: the table holds the people of
-        the last two minutes at most, however many ever wrote."""
+        """Forget everyone whose last message is a minute old (heavy command: an hour): the
+        tables hold the people of the last two windows at most, however many ever wrote."""
         self._recent = {
             key: times for key, times in self._recent.items() if times[-1] > now - MINUTE_S
         }
+        self._heavy = {key: times for key, times in self._heavy.items() if times[-1] > now - HOUR_S}
         self._swept = now
 
     def _per_day(self, user_key: str) -> Refusal | None:
@@ -172,3 +228,21 @@ def _duration(delta: timedelta) -> str:
     minutes = max(1, int(delta.total_seconds() + 59) // 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes} min" if hours else f"{minutes} min"
+
+
+def _wait(
+    table: dict[str, deque[float]], user_key: str, limit: int, window: float, now: float
+) -> int | None:
+    """Seconds until `user_key` may again, if their `limit` of the last `window` is used up;
+    their times older than the window leave the table (and they with them)."""
+    times = table.get(user_key)
+    if not limit or times is None:
+        return None
+    while times and times[0] <= now - window:
+        times.popleft()
+    if not times:
+        del table[user_key]  # the table holds only people active in the window
+        return None
+    if len(times) < limit:
+        return None
+    return max(1, round(times[0] + window - now))

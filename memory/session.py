@@ -345,6 +345,10 @@ class SessionStore:
             session.filed_ids = saved
         session._drop_before(index)
 
+    def save_metadata(self, session: Session) -> None:
+        """Append the session's metadata record as it is now (the cursor unchanged)."""
+        self._append_line(session, None)
+
     def keys(self) -> list[str]:
         """Session keys with a file in this workspace, sorted."""
         try:

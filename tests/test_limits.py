@@ -30,6 +30,7 @@ from tests.fakes.openai_server import (
     is_consolidation,
     pieces_of,
     save_memory_call,
+    tool_call,
 )
 
 
@@ -138,12 +139,19 @@ async def test_the_global_budget_stops_everyone_but_admins(
 async def test_usage_with_no_limits_and_no_calls(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
-    agent = make_agent(fake_llm, workspaces_dir)
+    # The heavy commands have a budget by default (issue 22); 0 turns it off like the others.
+    agent = make_agent(fake_llm, workspaces_dir, limits=LimitsConfig(heavy_commands_per_hour=0))
     usage = await ask(agent, dm("42", "/usage"))
     await agent.aclose()
     assert usage.private
     assert "Today (" in usage.text and "0 tokens" in usage.text
     assert "No limits are set." in usage.text
+    agent = make_agent(fake_llm, workspaces_dir)
+    usage = await ask(agent, dm("42", "/usage"))
+    await agent.aclose()
+    assert "Your limits: 10 of /export, /forget, /wipe and /memory history or undo an hour." in (
+        usage.text
+    )
 
 
 # ---- the usage file ---------------------------------------------------------------------------
@@ -265,3 +273,131 @@ async def test_wipe_erases_the_usage_the_running_bot_keeps(
     again = await ask(agent, dm("42", "/usage"))
     await agent.aclose()
     assert "1,000 tokens (600 read, 400 written) in 1 model calls" in again.text
+
+
+# ---- commands and the limits (issue 22, 8) -----------------------------------------------------
+
+
+async def test_commands_count_towards_the_minute(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Before: with messages_per_minute = 3, 90 commands in 2.4 s were all answered, 30 of them
+    /export."""
+    agent = make_agent(fake_llm, workspaces_dir, limits=LimitsConfig(messages_per_minute=3))
+    await ask(agent, dm("42", "hello"))  # something to export
+    flood = ["/export", "/help", "/memory", "/status", "/export", "/usage"] * 5
+    replies = await asyncio.gather(*(ask(agent, dm("42", text)) for text in flood))
+    other = await ask(agent, dm("7", "/help"))
+    await agent.aclose()
+    answered = [r for r in replies if "faster than I take them" not in r.text]
+    assert len(answered) == 2  # "hello" was the first of the minute's three
+    assert sum(len(r.files) for r in replies) <= 2
+    refused = [(text, r) for text, r in zip(flood, replies, strict=True) if r not in answered]
+    assert all(r.private == (text in ("/export", "/memory", "/usage")) for text, r in refused)
+    assert "I'm" in other.text  # another person's commands are theirs alone
+
+
+async def test_heavy_commands_have_a_small_budget_of_their_own(
+    fake_llm: FakeOpenAI, workspaces_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No other limit set: the default budget of heavy commands (10 an hour) still holds."""
+    agent = make_agent(fake_llm, workspaces_dir, limits=LimitsConfig(admins=["telegram-9"]))
+    await ask(agent, dm("42", "hello"))
+    await ask(agent, dm("9", "hello"))
+    with caplog.at_level(logging.INFO):
+        exports = [await ask(agent, dm("42", "/export")) for _ in range(12)]
+    light = await ask(agent, dm("42", "/help"))
+    cancel = await ask(agent, dm("42", "/forget cancel"))
+    admin = [await ask(agent, dm("9", "/export")) for _ in range(12)]
+    await agent.aclose()
+    assert [len(r.files) for r in exports] == [1] * 10 + [0] * 2
+    refused = exports[-1]
+    assert refused.private and "at most 10 of them an hour" in refused.text
+    assert "ask again in" in refused.text and "UTC" in refused.text
+    assert "I'm" in light.text and "nothing to cancel" in cancel.text  # not heavy
+    assert all(len(r.files) == 1 for r in admin)
+    assert "limit heavy_commands_per_hour refused a message of telegram-42" in caplog.text
+
+
+async def test_a_turn_stops_its_tool_rounds_when_the_budget_is_spent(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Before: one message spent 24,080 tokens in 8 tool rounds, tokens_per_day 5,000."""
+    fake_llm.default = lambda request: completion(
+        None, [tool_call("search_history", {"query": "x"})], prompt_tokens=2800,
+        completion_tokens=200,
+    )  # fmt: skip
+    agent = make_agent(fake_llm, workspaces_dir, limits=LimitsConfig(tokens_per_day=5000))
+    reply = await ask(agent, dm("42", "look everything up"))
+    usage = await ask(agent, dm("42", "/usage"))
+    await agent.aclose()
+    assert len(fake_llm.requests) == 2  # 3,000 then 6,000: the third round is not asked
+    assert "I had to stop before finishing" in reply.text and "5,000 tokens" in reply.text
+    assert "6,000 tokens" in usage.text
+    records = [r for r in session_records(workspaces_dir, "42") if "role" in r]
+    assert records[-1] == {**records[-1], "role": "assistant", "content": reply.text}
+
+
+async def test_new_past_the_limit_waits_to_file_the_conversation(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Before: /new past the limit ran the consolidation at once. Now it waits, across a
+    restart, for the first turn the person may have again (here: the operator raised the
+    limit), which files the old conversation before it answers."""
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
+        if is_consolidation(request):
+            update = "## User Information\n- Has a cat named Miso\n"
+            return save_memory_call("[2026-11-29 10:00] Ada talked about Miso.", update)
+        return completion("Here you are.", prompt_tokens=900, completion_tokens=200)
+
+    fake_llm.default = answer
+    agent = make_agent(fake_llm, workspaces_dir, limits=LimitsConfig(tokens_per_day=1000))
+    await ask(agent, dm("42", "my cat is called Miso"))  # 1,100 tokens: the day's are spent
+    new = await ask(agent, dm("42", "/new"))
+    await agent.aclose()
+    assert "fresh conversation" in new.text and "I'll file it" in new.text
+    assert fake_llm.consolidation_requests == []
+
+    restarted = make_agent(fake_llm, workspaces_dir, limits=LimitsConfig(tokens_per_day=10_000))
+    reply = await ask(restarted, dm("42", "hello again"))
+    await restarted.aclose()
+    assert reply.text == "Here you are."
+    assert len(fake_llm.consolidation_requests) == 1
+    assert "Miso" in (user_home(workspaces_dir, "42") / "HISTORY.md").read_text()
+    sent = fake_llm.chat_requests[-1]["messages"]
+    assert "Miso" not in json.dumps(sent[1:])  # the new conversation holds only the new message
+
+
+async def test_consolidation_past_the_limit_waits_for_the_next_turn_allowed(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Before: the turn that spent the day's tokens started a consolidation (more model calls)
+    at once. Now the first turn allowed again makes room before it answers."""
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
+        if is_consolidation(request):
+            update = "## User Information\n- Has a cat named Miso\n"
+            return save_memory_call("[2026-11-29 10:00] Miso did many things.", update)
+        long = len(fake_llm.chat_requests) == 2  # the second answer fills the window
+        return completion("Tell me more! " + "blah " * (900 if long else 20))  # 15 tokens
+
+    fake_llm.default = answer
+    agent = make_agent(fake_llm, workspaces_dir, window=2000,
+                       limits=LimitsConfig(tokens_per_day=20))  # fmt: skip
+    await ask(agent, dm("42", "My cat Miso did a thing. " + "meow " * 300))
+    second = await ask(agent, dm("42", "And then. " + "purr " * 50))  # 30 tokens: spent
+    status = (await ask(agent, dm("42", "/status"))).text
+    await agent.aclose()
+    assert second.text.startswith("Tell me more!")
+    assert "of 2,000 tokens (1" in status  # over 100 % of the window: consolidation is due…
+    assert fake_llm.consolidation_requests == []  # …and waits
+
+    restarted = make_agent(fake_llm, workspaces_dir, window=2000,
+                           limits=LimitsConfig(tokens_per_day=100_000))  # fmt: skip
+    later = await ask(restarted, dm("42", "and now?"))
+    await restarted.aclose()
+    assert later.text.startswith("Tell me more!")
+    kinds = [is_consolidation(r) for r in fake_llm.requests]
+    assert kinds[:2] == [False, False] and kinds[-1] is False  # made room first, then answered
+    assert kinds[2:-1] and all(kinds[2:-1])

@@ -30,9 +30,16 @@ from bot.agent.streaming import AnswerStream
 from bot.agent.tools import AgentTools
 from bot.agent.window import TOOLS_TEXT, llm_budget
 from bot.commands.confirm import Confirmations
-from bot.commands.context import CommandContext, SessionStatus
+from bot.commands.context import CommandContext, NewSession, SessionStatus
 from bot.commands.control import memory_notice
-from bot.commands.registry import ParsedCommand, is_command, parse_command, run_command
+from bot.commands.registry import (
+    ParsedCommand,
+    is_command,
+    is_heavy,
+    parse_command,
+    refuse_command,
+    run_command,
+)
 from bot.config import Config
 from bot.inbound import Inbound
 from bot.limits import Limits, Refusal
@@ -98,6 +105,7 @@ STOPPED_NOT_SAVED = (
     "({reason}). Please ask again once that is fixed."
 )
 CONVERSATION_START = "conversation_start"  # session metadata: where /new began the conversation
+FILING_WAITS = "filing_waits"  # session metadata: a /new whose filing waits for the token limit
 _DISK_REASONS = {
     errno.ENOSPC: "the disk is full",
     errno.EDQUOT: "the disk quota is used up",
@@ -203,10 +211,16 @@ class Agent:
 
     async def _handle(self, inbound: Inbound, out: Outbound) -> None:
         command = parse_command(inbound.text)
-        with charged_to(inbound.user_key):  # also the consolidation this message starts
+        user = inbound.user_key
+        with charged_to(user):  # also the consolidation this message starts
             if await self._refused_unsafe(inbound, command, out):
                 return
             if command is not None:
+                heavy = is_heavy(command)
+                refusal = self._refused(inbound, self.limits.check_command(user, heavy=heavy))
+                if refusal is not None:
+                    await refuse_command(command, refusal.text, out)
+                    return
                 await run_command(command, lambda: self._command_context(inbound), out)
                 return
             await out.begin(private=False)
@@ -277,6 +291,7 @@ class Agent:
             refusal = self._refused(inbound, self.limits.check_tokens(inbound.user_key))
             if refusal is not None:  # spent by the turns this message waited for
                 return Reply(refusal.text)
+            await self._file_waiting(workspace, session, out)
             now = clock.now()
             prepared = await self._prepare(workspace, inbound)
             if isinstance(prepared, Reply):
@@ -411,13 +426,19 @@ class Agent:
     ) -> None:
         """After a turn (answered or not): consolidate in the background if the next prompt
         would not fit, so the next turn does not fail the same way."""
-        if not self.budget.fits(self._estimate(system, session)):
-            self.background.start(
-                self.consolidator.maybe_consolidate(
-                    workspace, session, self._cost_of_prompt(workspace, inbound)
-                ),
-                inbound.user_key,
-            )
+        if self.budget.fits(self._estimate(system, session)):
+            return
+        if self.limits.check_tokens(inbound.user_key) is not None:
+            # Past the person's limit (or the bot's): it waits, and the first turn they may
+            # have again makes room before it answers.
+            log.info("consolidation of %s waits for the token limit", inbound.session_key)
+            return
+        self.background.start(
+            self.consolidator.maybe_consolidate(
+                workspace, session, self._cost_of_prompt(workspace, inbound)
+            ),
+            inbound.user_key,
+        )
 
     def _learn_from_overflow(self, exc: LLMContextOverflow, system: str, session: Session) -> None:
         """A rejection that says how long the provider found the prompt is a usage report."""
@@ -471,10 +492,18 @@ class Agent:
         *,
         out: Outbound | None = None,
     ) -> str:
-        """The tool loop, bounded in rounds and in calls (tools.room()); every assistant and
-        tool message is persisted as sent. A group turn without the person's memory has the
-        tools that cannot read it (AgentTools public)."""
+        """The tool loop, bounded in rounds, in calls (tools.room()) and by the person's token
+        limits (checked before each round after the first: a turn that spent the day's tokens
+        stops there); every assistant and tool message is persisted as sent. A group turn
+        without the person's memory has the tools that cannot read it (AgentTools public)."""
         for round_ in range(self.config.agent.max_tool_iterations):
+            spent = self.limits.mid_turn(workspace.user_key) if round_ else None
+            if spent is not None:
+                count_limit_refusal(spent.kind)
+                log.info("limit %s stopped a turn of %s", spent.kind, workspace.user_key)
+                stop = {"role": "assistant", "content": spent.text}
+                _append(workspace, session, stop, spent.text)
+                return spent.text
             raw = self.estimator.raw_prompt_tokens(system + self._tools_text, session)
             messages = self.context.messages(system, self._with_media(workspace, session))
             full = not self.budget.fits(self._estimate(system, session))
@@ -641,20 +670,29 @@ class Agent:
             erase=lambda: self.erase_user(inbound.user_key),
         )
 
-    async def start_new_session(self, inbound: Inbound) -> bool:
+    async def start_new_session(self, inbound: Inbound) -> NewSession:
         """/new: the next message starts fresh; the old messages are filed in the background.
 
         The session lock is taken now and handed to the filing task, so a message sent right
-        after /new waits for the old conversation to be filed instead of mixing with it."""
+        after /new waits for the old conversation to be filed instead of mixing with it.
+        Past the person's token limit the filing (model calls) waits: where the conversation
+        begins is saved, and the first turn they may have again files the old one first."""
         lock = self.sessions.lock(inbound.session_key)
         await lock.acquire()
         workspace = self.workspaces.get(inbound.user_key)  # under the lock, like a turn
         session = workspace.sessions.get(inbound.session_key)
         if not session.unconsolidated():
             lock.release()
-            return False
+            return "fresh"
         # Where the new conversation begins, for /status; saved with the cursor once filed.
         session.metadata[CONVERSATION_START] = session.total
+        if self.limits.check_tokens(inbound.user_key) is not None:
+            session.metadata[FILING_WAITS] = True
+            try:
+                workspace.sessions.save_metadata(session)
+            finally:
+                lock.release()
+            return "waits"
 
         async def file_old_messages() -> None:
             try:
@@ -663,7 +701,22 @@ class Agent:
                 lock.release()
 
         self.background.start(file_old_messages(), inbound.user_key)
-        return True
+        return "started"
+
+    async def _file_waiting(self, workspace: Workspace, session: Session, out: Outbound) -> None:
+        """A /new whose filing waited for the token limit: the old conversation is filed
+        before the next message joins the new one (the caller holds the session lock, as the
+        filing task of /new does; the cursor's records save the metadata without the mark)."""
+        if not session.metadata.pop(FILING_WAITS, False):
+            return
+        await out.notice(CONSOLIDATING)
+        try:
+            await self.consolidator.archive_all(workspace, session)
+        except LinkRefusedError:
+            raise
+        except OSError as exc:
+            session.metadata[FILING_WAITS] = True  # the next turn tries again
+            log.error("could not file the conversation of %s: %s", session.key, exc)
 
     def session_status(self, inbound: Inbound) -> SessionStatus:
         workspace = self.workspaces.get(inbound.user_key)

@@ -23,8 +23,15 @@ async def cmd_memory(ctx: CommandContext, args: str) -> str:
 
 
 async def cmd_new(ctx: CommandContext, args: str) -> str:
-    if not await ctx.start_new():
+    outcome = await ctx.start_new()
+    if outcome == "fresh":
         return "This conversation is already fresh."
+    if outcome == "waits":
+        return (
+            "Started a fresh conversation. Filing the previous one into your history needs my "
+            "language model, and your tokens for today are used up: I'll file it before I "
+            "answer your next message once you have tokens again. Nothing is lost."
+        )
     return "Started a fresh conversation. I'm filing the previous one into your history."
 
 
@@ -79,7 +86,12 @@ async def cmd_usage(ctx: CommandContext, args: str) -> str:
                 f"midnight UTC, in {report.resets_in})"
             )
         if report.messages_per_minute:
-            limits.append(f"{report.messages_per_minute} messages a minute")
+            limits.append(f"{report.messages_per_minute} messages a minute, commands included")
+        if report.heavy_commands_per_hour:
+            limits.append(
+                f"{report.heavy_commands_per_hour} of /export, /forget, /wipe and /memory "
+                "history or undo an hour"
+            )
         lines.append("Your limits: " + "; ".join(limits) + "." if limits else "No limits are set.")
     return "\n".join(lines)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import Literal
 
 from bot.commands.confirm import Confirmations
 from bot.inbound import Inbound
@@ -17,6 +18,10 @@ from bot.outbound import Reply
 from memory.control.versions import HeldUpdate
 from memory.session import Session
 from memory.workspace import Workspace
+
+# What /new did: "started" (the old conversation is being filed), "fresh" (there was nothing to
+# file), "waits" (the filing waits until the person's token limit lets the model be asked).
+NewSession = Literal["started", "fresh", "waits"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,7 @@ class CommandContext:
     session: Session
     bot_name: str
     status: Callable[[], SessionStatus]  # /status figures of this session
-    start_new: Callable[[], Awaitable[bool]]  # /new: False when there was nothing to file
+    start_new: Callable[[], Awaitable[NewSession]]  # /new
     confirmations: Confirmations  # the questions /forget and /wipe wait on
     # Inside it no turn, consolidation or memory write of this user runs (pending ones are
     # waited for); what the core derived from the user's files is rebuilt afterwards.

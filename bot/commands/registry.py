@@ -54,6 +54,9 @@ class Command:
     private: bool = False
     argument: Argument | None = None
     details: str = ""  # shown under it by /help (menus get only the short description)
+    # Whether the command, with these arguments, works through the person's files whole (a
+    # small budget of its own in [limits]: heavy_commands_per_hour).
+    heavy: Callable[[str], bool] = lambda args: False
 
 
 async def cmd_help(ctx: CommandContext, args: str) -> str:
@@ -74,6 +77,7 @@ COMMANDS: tuple[Command, ...] = (
         cmd_memory,
         private=True,
         argument=Argument("action", "history, undo, or undo N", required=False),
+        heavy=lambda args: _first(args) in ("history", "undo"),
     ),
     Command(
         "recall",
@@ -89,9 +93,14 @@ COMMANDS: tuple[Command, ...] = (
         cmd_forget,
         private=True,
         argument=Argument("words", "The words or phrase to forget"),
+        heavy=lambda args: _first(args) != "cancel",
     ),
     Command(
-        "export", "Send you everything I keep about you, as a zip file", cmd_export, private=True
+        "export",
+        "Send you everything I keep about you, as a zip file",
+        cmd_export,
+        private=True,
+        heavy=lambda args: True,
     ),
     Command(
         "wipe",
@@ -99,6 +108,7 @@ COMMANDS: tuple[Command, ...] = (
         cmd_wipe,
         private=True,
         argument=Argument("action", "confirm or cancel", required=False),
+        heavy=lambda args: _first(args) != "cancel",
     ),
     Command("new", "Start a fresh conversation (the old one is filed)", cmd_new),
     Command("help", "What I can do", cmd_help),
@@ -120,6 +130,24 @@ _BY_NAME = {command.name: command for command in COMMANDS}
 def is_command(name: str) -> bool:
     """Whether /name is a command of the registry."""
     return name in _BY_NAME
+
+
+def is_heavy(parsed: ParsedCommand) -> bool:
+    """Whether this command works through the person's files whole ([limits])."""
+    command = _BY_NAME.get(parsed.name)
+    return command is not None and command.heavy(parsed.args)
+
+
+def _first(args: str) -> str:
+    return args.split(" ", 1)[0].lower()
+
+
+async def refuse_command(parsed: ParsedCommand, text: str, out: Outbound) -> None:
+    """Answer a command a limit refused, with the command's privacy."""
+    command = _BY_NAME.get(parsed.name)
+    await out.begin(private=command is not None and command.private)
+    await out.add_text(text)
+    await out.finish()
 
 
 async def run_command(
