@@ -284,6 +284,45 @@ def _fact_set(text: str) -> set[str]:
     return facts
 
 
+def merged_memory(ours: str, theirs: str) -> tuple[str, int]:
+    """`ours` with every item of `theirs` that it lacks, each under its own section's heading
+    (a section we lack is added at the end; text before any heading counts as DEFAULT_SECTION).
+    Returns the text and how many items were added; merging again adds nothing."""
+    lines = (ours if ours.strip() else MEMORY_TEMPLATE).split("\n")
+    added = 0
+    for title, items in _sections(theirs):
+        start, end = _find_section(lines, title)
+        if start is None:
+            while lines and not lines[-1].strip():
+                lines.pop()
+            lines += [*([""] if lines else []), f"## {title}", ""]
+            start, end = _find_section(lines, title)
+            assert start is not None
+        present = {text.strip() for text in lines[start + 1 : end]}
+        new = [item for item in dict.fromkeys(items) if item.strip() not in present]
+        insert_at = end
+        while insert_at > start + 1 and not lines[insert_at - 1].strip():
+            insert_at -= 1
+        lines[insert_at:insert_at] = new
+        added += len(new)
+    text = "\n".join(lines)
+    return (text if text.endswith("\n") else text + "\n"), added
+
+
+def _sections(text: str) -> list[tuple[str, list[str]]]:
+    """(title, its non-blank lines) of each "## title" of `text`, in order."""
+    found: dict[str, list[str]] = {}
+    title = DEFAULT_SECTION
+    for raw in text.split("\n"):
+        heading = _HEADING.match(raw)
+        if heading:
+            title = heading.group(2) or DEFAULT_SECTION
+            found.setdefault(title, [])
+        elif raw.strip():
+            found.setdefault(title, []).append(raw.rstrip())
+    return [(name, items) for name, items in found.items() if items]
+
+
 def _tail(fd: int, size: int) -> bytes:
     length = os.fstat(fd).st_size
     return os.pread(fd, size, max(0, length - size)) if length else b""

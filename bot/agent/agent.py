@@ -32,6 +32,7 @@ from bot.agent.window import TOOLS_TEXT, llm_budget
 from bot.commands.confirm import Confirmations
 from bot.commands.context import CommandContext, NewSession, SessionStatus
 from bot.commands.control import memory_notice
+from bot.commands.linking import LinkCodes, LinkPort, Notices
 from bot.commands.registry import (
     ParsedCommand,
     is_command,
@@ -48,12 +49,14 @@ from bot.media.attachments import AttachmentReader, Prepared
 from bot.media.rules import MediaRules
 from bot.media.transcribe import Transcriber
 from bot.observe.metrics import count_limit_refusal
-from bot.outbound import CONSOLIDATING, Outbound, Reply
+from bot.outbound import CONSOLIDATING, Button, Notice, Outbound, OutFile, Reply
 from bot.usage import ChargedLLM, UsageBook, charged_to
 from memory import clock
 from memory.consolidation.consolidator import MemoryConsolidator, MemoryEvent
+from memory.control.link import Merged, finish_pending, merge, split
 from memory.control.versions import held_update
 from memory.control.wipe import delete, hide, sweep_wiped
+from memory.links import LinkTable
 from memory.llm import (
     ChatLLM,
     ChatResult,
@@ -186,8 +189,14 @@ class Agent:
             self.consolidator,
             self.prompts,
         )
+        # Which keys are one person (/link): the one place a platform's key becomes the key
+        # of the workspace it reads and writes (`handle`); everything after works with that.
+        self.links = LinkTable(self.workspaces.base_dir)
+        self.link_codes = LinkCodes()
+        self.notices = Notices()
         if writer:
             sweep_wiped(self.workspaces.base_dir)  # what a crash mid-/wipe left behind
+            finish_pending(self.workspaces, self.links)  # what a crash mid-/link left undone
         self._tools_text = TOOLS_TEXT
 
     def _estimated_usage(
@@ -205,11 +214,19 @@ class Agent:
     async def handle(self, inbound: Inbound, out: Outbound) -> None:
         """Answer one message through `out`: a command without the LLM, anything else as an LLM
         turn (see bot.outbound for the order of the calls)."""
-        inbound = replace(inbound, text=valid_text(inbound.text))  # lone surrogates → U+FFFD
+        own = inbound.user_key
+        # The person's key (memory.links): workspace, limits, usage, /privacy, confirmations
+        # all follow it; the session key stays the platform chat's.
+        inbound = replace(
+            inbound, text=valid_text(inbound.text), user_key=self.links.resolve(own)
+        )  # lone surrogates → U+FFFD
+        told = self.notices.take(own) if inbound.is_private else []
+        if told:
+            out = _WithNotices(out, told)
         with self.sessions.handling(inbound.user_key, inbound.session_key):
-            await self._handle(inbound, out)
+            await self._handle(inbound, out, own)
 
-    async def _handle(self, inbound: Inbound, out: Outbound) -> None:
+    async def _handle(self, inbound: Inbound, out: Outbound, own: str) -> None:
         command = parse_command(inbound.text)
         user = inbound.user_key
         with charged_to(user):  # also the consolidation this message starts
@@ -221,7 +238,7 @@ class Agent:
                 if refusal is not None:
                     await refuse_command(command, refusal.text, out)
                     return
-                await run_command(command, lambda: self._command_context(inbound), out)
+                await run_command(command, lambda: self._command_context(inbound, own), out)
                 return
             await out.begin(private=False)
             stream = AnswerStream(out) if self.config.agent.stream else None
@@ -652,7 +669,7 @@ class Agent:
 
     # ---- commands' helpers --------------------------------------------------------------
 
-    def _command_context(self, inbound: Inbound) -> CommandContext:
+    def _command_context(self, inbound: Inbound, own: str) -> CommandContext:
         """What a command handler may touch: this user's workspace and session, no more."""
         self.sessions.note(inbound.user_key, inbound.session_key)
         workspace = self.workspaces.get(inbound.user_key)
@@ -668,7 +685,41 @@ class Agent:
             confirmations=self.confirmations,
             exclusive=lambda: self.user_exclusive(inbound.user_key),
             erase=lambda: self.erase_user(inbound.user_key),
+            links=LinkPort(
+                own_key=own,
+                members=lambda: self.links.members(own),
+                resolve=self.links.resolve,
+                codes=self.link_codes,
+                join=lambda into: self.join_person(own, into),
+                leave=lambda: self.leave_person(own),
+                tell=self.notices.add,
+            ),
         )
+
+    # ---- /link and /unlink (memory/links.py, memory/control/link.py) ------------------------
+
+    async def join_person(self, member: str, into: str) -> Merged:
+        """Join `member` (linked to nobody) to the person of `into`: its files are merged into
+        that workspace with no turn of either running, then every holder of state in RAM
+        forgets both, to read the merged files again."""
+        home = self.links.resolve(into)
+        first, second = sorted((member, home))
+        async with self.user_exclusive(first), self.user_exclusive(second):
+            merged = await asyncio.to_thread(merge, self.workspaces, self.links, member, home)
+            forget_everywhere((*self._per_user, self.sessions), member)
+            forget_everywhere(self._per_user, home)
+        log.info("linked %s to the workspace of %s", member, home)
+        return merged
+
+    async def leave_person(self, member: str) -> list[str]:
+        """Take `member` out of its person (it starts empty); the keys left sharing it."""
+        home = self.links.resolve(member)
+        others = [key for key in self.links.members(member) if key != member]
+        async with self.user_exclusive(home):
+            await asyncio.to_thread(split, self.workspaces, self.links, member)
+            forget_everywhere((*self._per_user, self.sessions), home)
+        log.info("unlinked %s from the workspace of %s", member, home)
+        return others
 
     async def start_new_session(self, inbound: Inbound) -> NewSession:
         """/new: the next message starts fresh; the old messages are filed in the background.
@@ -782,6 +833,7 @@ class Agent:
         async with self.user_exclusive(user_key, cancel=True):
             hidden = hide(self.workspaces.root_of(user_key))  # from here on they have nothing
             forget_everywhere((*self._per_user, self.sessions), user_key)
+            self.links.drop_person(user_key)  # a shared workspace: every linked key is free
         if hidden is not None:
             await asyncio.to_thread(delete, hidden)
         return hidden is not None
@@ -880,3 +932,31 @@ def _assistant_with_calls(result: ChatResult, made: list[ToolCall]) -> dict[str,
     # "" rather than null: llama-cpp-python's server refuses (HTTP 500) an assistant message
     # whose content is null, and the session would fail on every later turn.
     return {"role": "assistant", "content": result.content or "", "tool_calls": calls}
+
+
+class _WithNotices:
+    """An Outbound that says, under the answer, what happened elsewhere (a link made or
+    removed by another platform's account of the person)."""
+
+    def __init__(self, out: Outbound, notices: list[str]) -> None:
+        self._out = out
+        self._notices = notices
+
+    async def begin(self, *, private: bool = False) -> None:
+        await self._out.begin(private=private)
+
+    async def add_text(self, text: str) -> None:
+        await self._out.add_text(text)
+
+    async def attach_file(self, file: OutFile) -> None:
+        await self._out.attach_file(file)
+
+    async def offer(self, buttons: tuple[Button, ...]) -> None:
+        await self._out.offer(buttons)
+
+    async def notice(self, what: Notice) -> None:
+        await self._out.notice(what)
+
+    async def finish(self) -> None:
+        await self._out.add_text("\n\n" + "\n".join(self._notices))
+        await self._out.finish()

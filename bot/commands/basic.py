@@ -116,7 +116,15 @@ async def cmd_status(ctx: CommandContext, args: str) -> str:
     )
     if not ctx.inbound.is_private:  # the memory is the person's own business
         return text + "Memory: shown by /status in a private chat"
-    return text + _memory_status(status)
+    return text + _memory_status(status) + _linked(ctx)
+
+
+def _linked(ctx: CommandContext) -> str:
+    """The accounts sharing this memory (/link), private chats only."""
+    members = ctx.links.members() if ctx.links is not None else []
+    if len(members) < 2:
+        return "\nLinked accounts: none (/link shares this memory with another platform)"
+    return "\nLinked accounts (one memory): " + ", ".join(members)
 
 
 def _memory_status(status: SessionStatus) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bot.commands.confirm import Confirmations
+from bot.commands.linking import LinkPort
 from bot.inbound import Inbound
 from bot.limits import UsageReport
 from bot.outbound import Reply
@@ -57,6 +58,7 @@ class CommandContext:
     erase: Callable[[], Awaitable[bool]]  # /wipe: everything of this user; False if nothing
     memory_in_groups: bool = False  # the operator's default for /privacy ([agent])
     usage: Callable[[], UsageReport] | None = None  # /usage figures of this user
+    links: LinkPort | None = None  # /link, /unlink, the linked keys /status and /wipe name
 
 
 # A handler answers with text, or with a Reply carrying files or buttons too. The privacy is

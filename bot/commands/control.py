@@ -21,6 +21,7 @@ from memory.control.export import ARCHIVE_MIME, archive_name, write_archive
 from memory.control.forget import Findings, ForgetError, find, forget, phrase_pattern
 from memory.control.versions import HeldUpdate, NoVersionError, list_versions, restore
 from memory.control.wipe import contents
+from memory.links import LINKS_EXPORT, links_json
 from memory.threads import in_thread
 
 if TYPE_CHECKING:
@@ -205,7 +206,9 @@ def _removed_text(removed: Findings) -> str:
 def _archive(ctx: CommandContext) -> tuple[bytes | None, int, int]:
     """(the zip's bytes, or None when it is too big to send; its size; its file count)."""
     with tempfile.TemporaryFile() as spool:  # unnamed: nothing is left behind on a crash
-        info = write_archive(ctx.workspace.root, spool)
+        members = ctx.links.members() if ctx.links is not None else []
+        extra = {LINKS_EXPORT: links_json(members)} if len(members) > 1 else None
+        info = write_archive(ctx.workspace.root, spool, extra)
         if info.size > MAX_EXPORT_BYTES:
             return None, info.size, info.files
         spool.seek(0)
@@ -256,9 +259,17 @@ async def cmd_wipe(ctx: CommandContext, args: str) -> str | Reply:
     if held.empty and not held.media:
         return "I don't keep anything about you, so there is nothing to erase."
     question = ctx.confirmations.ask(user, "wipe")
+    members = ctx.links.members() if ctx.links is not None else []
+    shared = (
+        f"This memory is shared by {', '.join(members)} (/link): it is erased for all of "
+        "them, and the links are dropped. "
+        if len(members) > 1
+        else ""
+    )
     text = (
         "This erases everything I keep about you, in every conversation including groups: "
-        f"{held.describe()}. It cannot be undone (/export first if you want a copy).\n\n"
+        f"{held.describe()}. {shared}It cannot be undone (/export first if you want a copy)."
+        "\n\n"
         f"Press “Erase everything” or type /wipe confirm within {_MINUTES}; "
         "/wipe cancel keeps everything."
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from bot.commands.basic import cmd_memory, cmd_new, cmd_privacy, cmd_status, cmd_usage
 from bot.commands.context import CommandContext, Handler
 from bot.commands.control import cmd_export, cmd_forget, cmd_wipe
+from bot.commands.link import cmd_link, cmd_unlink
 from bot.commands.recall import cmd_recall
 from bot.outbound import Outbound, Reply
 
@@ -109,6 +110,21 @@ COMMANDS: tuple[Command, ...] = (
         private=True,
         argument=Argument("action", "confirm or cancel", required=False),
         heavy=lambda args: _first(args) != "cancel",
+    ),
+    Command(
+        "link",
+        "One memory on every platform: /link gives a code for the other one",
+        cmd_link,
+        private=True,
+        argument=Argument("code", "The code from /link on your other platform", required=False),
+        details="/link CODE on the other platform, then /link confirm",
+    ),
+    Command(
+        "unlink",
+        "Separate this platform's account from a shared memory (asks first)",
+        cmd_unlink,
+        private=True,
+        argument=Argument("action", "confirm or cancel", required=False),
     ),
     Command("new", "Start a fresh conversation (the old one is filed)", cmd_new),
     Command("help", "What I can do", cmd_help),

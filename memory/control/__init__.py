@@ -1,7 +1,8 @@
-"""The person's control over their memory: the file work of /forget, /wipe, /export and
-/memory history|undo. Each changes files atomically, so a crash leaves every file loadable.
+"""The person's control over their memory: the file work of /forget, /wipe, /export,
+/memory history|undo and /link. Each changes files atomically, so a crash leaves every file
+loadable.
 
-Public: `forget`, `wipe`, `export`, `versions`.
+Public: `forget`, `wipe`, `export`, `versions`, `link` (the merge and split of /link, /unlink).
 """
 
-__all__ = ["export", "forget", "versions", "wipe"]
+__all__ = ["export", "forget", "link", "versions", "wipe"]

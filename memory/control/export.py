@@ -61,10 +61,16 @@ def workspace_files(root: Path) -> Iterator[tuple[Path, str]]:
                     yield path, f"{root.name}/{path.relative_to(root).as_posix()}"
 
 
-def write_archive(root: Path, out: IO[bytes]) -> ArchiveInfo:
-    """Write the zip of the workspace at `root` to `out` (a file opened for binary writing)."""
+def write_archive(
+    root: Path, out: IO[bytes], extra: dict[str, bytes] | None = None
+) -> ArchiveInfo:
+    """Write the zip of the workspace at `root` to `out` (a file opened for binary writing);
+    `extra` names files kept outside the workspace that are the person's too (their links)."""
     count = 0
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as archive:
+        for name, data in (extra or {}).items():
+            archive.writestr(f"{root.name}/{name}", data)
+            count += 1
         for path, name in workspace_files(root):
             try:
                 _add(archive, path, name, path.parent == root / SESSIONS_DIR)

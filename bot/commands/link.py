@@ -1,0 +1,174 @@
+"""/link and /unlink: one memory for a person's Telegram, Discord and terminal.
+
+`/link` (private) answers with a one-time code; `/link CODE`, sent privately from another
+platform's account, asks before it joins that account to the code's memory, and `/link confirm`
+joins them (bot.commands.linking: codes, throttle; memory.control.link: the merge). `/unlink`
+asks, then separates this platform's account again. Every answer says what happens to the memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.commands.confirm import CONFIRM_TTL_S
+from bot.commands.context import CommandContext
+from bot.commands.linking import CODE_TTL_S, LinkPort
+from bot.outbound import Button, Reply
+from memory.control.wipe import contents
+
+_MINUTES = f"{CONFIRM_TTL_S / 60:.0f} minutes"
+PRIVATE_ONLY = (
+    "Links are made in a private chat only (a code seen in a group could join a stranger to "
+    "your memory): send /link to me privately."
+)
+INVALID = (
+    "That code is not valid: mistyped, expired (codes last {minutes} minutes) or used already. "
+    "Nothing was linked. Send /link on the other platform for a new code."
+)
+
+
+def keys_text(keys: list[str]) -> str:
+    return ", ".join(keys)
+
+
+async def cmd_link(ctx: CommandContext, args: str) -> str | Reply:
+    port = ctx.links
+    if port is None:
+        return "Linking is not available here."
+    if not ctx.inbound.is_private:
+        return PRIVATE_ONLY
+    first, _, rest = args.partition(" ")
+    if first.lower() == "confirm":
+        return await _confirm(ctx, port, rest.strip())
+    if first.lower() == "cancel":
+        if ctx.confirmations.cancel(port.own_key, "link"):
+            return "Cancelled; nothing was linked."
+        return "There was nothing to cancel."
+    if first:
+        return await _ask(ctx, port, args)
+    code = port.codes.issue(port.own_key)
+    return (
+        f"Your link code: {code}\n\n"
+        "It joins another platform's account of yours to the memory you have here, so that "
+        "what you tell me on one, I know on the other (each chat keeps its own conversation). "
+        f"In a private chat with me there, send /link {code} within {CODE_TTL_S / 60:.0f} "
+        "minutes; it works once. Keep it to yourself: whoever sends it joins that memory."
+    )
+
+
+async def _ask(ctx: CommandContext, port: LinkPort, code: str) -> str | Reply:
+    redeemed = port.codes.redeem(code, port.own_key)
+    if redeemed.problem == "throttled":
+        minutes = max(1, round(redeemed.retry_after_s / 60))
+        return f"Too many wrong codes from you; try again in about {minutes} minutes."
+    if redeemed.owner is None:
+        return INVALID.format(minutes=f"{CODE_TTL_S / 60:.0f}")
+    home = port.resolve(redeemed.owner)
+    if home == port.resolve(port.own_key):
+        return (
+            "That code was made by this account (or one linked to it): send it from your "
+            "account on another platform."
+        )
+    members = port.members()
+    if len(members) > 1:
+        return (
+            f"This account shares its memory already ({keys_text(members)}). An account belongs "
+            "to one person only: send /unlink here first, then link again."
+        )
+    held = await asyncio.to_thread(contents, ctx.workspace)
+    if held.empty and not held.media:
+        here = "You have no memory with me here yet, so nothing needs merging."
+    else:
+        here = (
+            f"What I keep about you here ({held.describe()}) is merged into that memory: "
+            "nothing is lost, and /memory undo takes the memory merge back."
+        )
+    question = ctx.confirmations.ask(port.own_key, "link", home)
+    text = (
+        f"This joins this account ({port.own_key}) to the memory of {home}: from then on both "
+        f"read and write one memory. {here}\n\n"
+        f"Press “Link” or type /link confirm within {_MINUTES}; /link cancel keeps them apart."
+    )
+    buttons = (
+        Button("Link", f"/link confirm {question.token}"),
+        Button("Keep apart", "/link cancel"),
+    )
+    return Reply(text, buttons=buttons)
+
+
+async def _confirm(ctx: CommandContext, port: LinkPort, token: str) -> str:
+    answer = ctx.confirmations.take(port.own_key, "link", token)
+    if answer.question is None:
+        if answer.problem == "expired":
+            return f"That confirmation has expired (after {_MINUTES}); nothing was linked."
+        if answer.problem == "other":
+            return "That button belongs to an older question; nothing was linked."
+        return "There is nothing waiting for your confirmation. Start with /link."
+    if len(port.members()) > 1:
+        return "This account shares its memory already: /unlink first. Nothing was linked."
+    merged = await port.join(answer.question.payload)
+    members = port.members()
+    for key in members:
+        if key != port.own_key:
+            port.tell(
+                key,
+                f"(Your memory is now shared with {port.own_key}: {keys_text(members)} read and "
+                "write one memory. /unlink on any of them separates it again.)",
+            )
+    moved = (
+        f" Merged in: {merged.facts} facts, {merged.entries} history entries, {merged.files} "
+        "files (conversations, media, earlier memory versions)."
+        if merged.facts or merged.entries or merged.files
+        else ""
+    )
+    return (
+        f"Linked: {keys_text(members)} now share one memory.{moved} The other side is told "
+        "with its next answer. /status lists the linked accounts; /unlink separates this one."
+    )
+
+
+async def cmd_unlink(ctx: CommandContext, args: str) -> str | Reply:
+    port = ctx.links
+    if port is None:
+        return "Linking is not available here."
+    members = port.members()
+    first, _, rest = args.partition(" ")
+    if first.lower() == "cancel":
+        if ctx.confirmations.cancel(port.own_key, "unlink"):
+            return "Cancelled; the accounts stay linked."
+        return "There was nothing to cancel."
+    if len(members) < 2:
+        ctx.confirmations.cancel(port.own_key, "unlink")
+        return "This account is not linked to another; there is nothing to unlink."
+    others = [key for key in members if key != port.own_key]
+    if first.lower() == "confirm":
+        answer = ctx.confirmations.take(port.own_key, "unlink", rest.strip())
+        if answer.question is None:
+            if answer.problem == "expired":
+                return f"That confirmation has expired (after {_MINUTES}); nothing changed."
+            return "There is nothing waiting for your confirmation. Start with /unlink."
+        left = await port.leave()
+        for key in left:
+            port.tell(
+                key,
+                f"({port.own_key} no longer shares your memory; it stays with "
+                f"{keys_text(left)}.)",
+            )
+        return (
+            f"Unlinked: {port.own_key} is on its own again and starts with an empty memory. "
+            f"Everything remembered so far stays with {keys_text(others)}."
+        )
+    if first:
+        return "Try /unlink, then /unlink confirm."
+    question = ctx.confirmations.ask(port.own_key, "unlink")
+    text = (
+        f"This separates this account ({port.own_key}) from the memory it shares with "
+        f"{keys_text(others)}. The memory stays with them; here I start empty, as with a "
+        f"stranger.\n\nPress “Unlink” or type /unlink confirm within {_MINUTES}; "
+        "/unlink cancel keeps them linked."
+    )
+    buttons = (
+        Button("Unlink", f"/unlink confirm {question.token}"),
+        Button("Keep linked", "/unlink cancel"),
+    )
+    return Reply(text, buttons=buttons)

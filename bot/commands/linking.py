@@ -1,0 +1,110 @@
+"""The one-time codes of /link, their throttle, and what a person is told on their next message.
+
+A code is 8 characters from an alphabet without look-alikes (no 0/O, 1/I/L), ~2^39 of them,
+valid 10 minutes and once: taking it, right or not, ends it. A wrong code says nothing about
+whose it could be, and each key may give only WRONG_PER_HOUR wrong ones an hour, so guessing a
+code (10,000 live at most) would take longer than any code lives. Kept in RAM only: a restart
+forgets every code, which only means asking for a new one.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from memory.control.link import Merged
+
+ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
+CODE_LENGTH = 8
+CODE_TTL_S = 600.0
+WRONG_PER_HOUR = 5
+MAX_CODES = 10_000  # live codes for everyone together; the oldest go first
+MAX_TRACKED = 10_000  # keys whose wrong codes are remembered
+
+
+@dataclass(frozen=True)
+class Redeemed:
+    """A code's owner (the key that asked for it), or why there is none."""
+
+    owner: str | None
+    problem: str = ""  # "throttled" or "invalid"
+    retry_after_s: float = 0.0
+
+
+class LinkCodes:
+    """Codes by value, and the wrong codes each key gave in the last hour."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._codes: OrderedDict[str, tuple[str, float]] = OrderedDict()  # code → owner, expiry
+        self._wrong: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def issue(self, owner: str) -> str:
+        """A new code for `owner`, replacing the one it had."""
+        now = self._clock()
+        for code in [c for c, (who, _) in self._codes.items() if who == owner]:
+            del self._codes[code]
+        code = "".join(secrets.choice(ALPHABET) for _ in range(CODE_LENGTH))
+        self._codes[code] = (owner, now + CODE_TTL_S)
+        while len(self._codes) > MAX_CODES:
+            self._codes.popitem(last=False)
+        return code
+
+    def redeem(self, code: str, by: str) -> Redeemed:
+        """The owner of `code`, which is used up; a wrong, expired or used code counts against
+        `by`, who is refused without looking once it gave WRONG_PER_HOUR in the last hour."""
+        now = self._clock()
+        wrong = self._wrong.get(by, deque())
+        while wrong and wrong[0] <= now - 3600:
+            wrong.popleft()
+        if len(wrong) >= WRONG_PER_HOUR:
+            return Redeemed(None, "throttled", wrong[0] + 3600 - now)
+        found = self._codes.pop(normalise(code), None)
+        if found is not None and now <= found[1]:
+            return Redeemed(found[0])
+        wrong.append(now)
+        self._wrong[by] = wrong
+        self._wrong.move_to_end(by)
+        while len(self._wrong) > MAX_TRACKED:
+            self._wrong.popitem(last=False)
+        return Redeemed(None, "invalid")
+
+
+def normalise(code: str) -> str:
+    """As typed: any case, spaces or a dash in the middle allowed."""
+    return "".join(code.split()).replace("-", "").upper()
+
+
+class Notices:
+    """Sentences for a key that nobody asked for (a link made or removed elsewhere), said under
+    its next answer in a private chat. In RAM: a restart forgets them."""
+
+    def __init__(self, max_keys: int = 10_000) -> None:
+        self._pending: OrderedDict[str, list[str]] = OrderedDict()
+        self._max = max_keys
+
+    def add(self, key: str, text: str) -> None:
+        self._pending.setdefault(key, []).append(text)
+        self._pending.move_to_end(key)
+        while len(self._pending) > self._max:
+            self._pending.popitem(last=False)
+
+    def take(self, key: str) -> list[str]:
+        return self._pending.pop(key, [])
+
+
+@dataclass(frozen=True)
+class LinkPort:
+    """What the link commands may do, given by the core: this platform's own key, the keys of
+    its person, the codes, and the two changes (made with every file of both people still)."""
+
+    own_key: str
+    members: Callable[[], list[str]]
+    resolve: Callable[[str], str]
+    codes: LinkCodes
+    join: Callable[[str], Awaitable[Merged]]  # own key → the person of this key
+    leave: Callable[[], Awaitable[list[str]]]  # own key out; the keys it leaves behind
+    tell: Callable[[str, str], None]  # a sentence for a key's next private answer

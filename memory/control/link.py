@@ -1,0 +1,234 @@
+"""The file work of /link and /unlink: one person's workspaces merged into one, or split again.
+
+Merging `member` into `into`'s workspace moves everything of the member over without losing
+anything: MEMORY.md facts join the surviving MEMORY.md's sections (the version before is kept,
+so /memory undo takes the merge back), HISTORY.md entries are merged by time, sessions, media
+and earlier memory versions move, usage lines join, preferences the survivor has not chosen are
+taken. Each file is written atomically (or moved by one rename) before the member's copy goes,
+and every step can run again without doing anything twice, so a journal file beside the
+workspaces (`.link-journal.json`, written first, removed last) is all a crash needs: the next
+writer to open the folder (`finish_pending`) runs the step it names again to its end.
+
+Splitting takes a key out of its person: a member simply leaves the table (it starts empty);
+the key whose folder holds the workspace hands the folder to the next member (one rename).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from memory.atomic import atomic_write_text, fsync_dir
+from memory.control.forget import history_entries
+from memory.control.wipe import delete, hide
+from memory.links import LinkTable
+from memory.media import MEDIA_DIR
+from memory.safefs import make_private_dir, read_bytes
+from memory.store import VERSIONS_DIR, merged_memory
+from memory.usage import USAGE_FILE
+from memory.workspace import KEY_FILE, SESSIONS_DIR, Workspace, Workspaces
+
+log = logging.getLogger(__name__)
+
+JOURNAL_FILE = ".link-journal.json"
+_MOVED_FOLDERS = (SESSIONS_DIR, MEDIA_DIR, VERSIONS_DIR)
+
+
+@dataclass(frozen=True)
+class Merged:
+    """What a merge moved, for the answer."""
+
+    facts: int = 0  # MEMORY.md items added to the survivor
+    entries: int = 0  # HISTORY.md entries added
+    files: int = 0  # sessions, media and versions moved
+
+
+def merge(workspaces: Workspaces, table: LinkTable, member: str, into: str) -> Merged:
+    """Join `member` to the person of `into`: its files into that workspace, then the table.
+    The caller holds both people's files still (no turn of either runs)."""
+    home = table.resolve(into)
+    _write_journal(workspaces.base_dir, {"action": "merge", "member": member, "into": home})
+    merged = Merged()
+    if workspaces.exists(member):
+        source = workspaces.get(member)
+        merged = _merge_files(source, workspaces.get(home))
+    if table.resolve(member) != home:
+        table.link(member, home)
+    workspaces.forget_user(member)
+    hidden = hide(workspaces.root_of(member))
+    if hidden is not None:
+        delete(hidden)
+    _remove_journal(workspaces.base_dir)
+    return merged
+
+
+def split(workspaces: Workspaces, table: LinkTable, member: str) -> None:
+    """Take `member` out of its person: it starts empty, the memory stays with the others."""
+    home = table.resolve(member)
+    others = [key for key in table.members(member) if key != home]
+    if member != home:
+        table.unlink(member)
+        return
+    if not others:
+        return
+    heir = others[0]
+    _write_journal(workspaces.base_dir, {"action": "split", "member": member, "heir": heir})
+    _hand_over(workspaces, member, heir)
+    table.unlink(member, heir)
+    _remove_journal(workspaces.base_dir)
+
+
+def finish_pending(workspaces: Workspaces, table: LinkTable) -> str | None:
+    """Run to its end a merge or split that a crash interrupted; what it was, or None."""
+    journal = _read_journal(workspaces.base_dir)
+    if journal is None:
+        return None
+    action, member = journal.get("action"), journal.get("member")
+    if action == "merge" and isinstance(member, str) and isinstance(journal.get("into"), str):
+        merge(workspaces, table, member, journal["into"])
+    elif action == "split" and isinstance(member, str) and isinstance(journal.get("heir"), str):
+        heir = journal["heir"]
+        _hand_over(workspaces, member, heir)
+        if table.resolve(heir) != heir:
+            table.unlink(member, heir)
+        _remove_journal(workspaces.base_dir)
+    else:
+        log.error("%s names no merge or split; left alone", workspaces.base_dir / JOURNAL_FILE)
+        return None
+    log.info("finished the interrupted %s of %s", action, member)
+    return f"{action} of {member}"
+
+
+# ---- merging, file by file -----------------------------------------------------------------
+
+
+def _merge_files(source: Workspace, target: Workspace) -> Merged:
+    facts = _merge_memory(source, target)
+    entries = _merge_history(source, target)
+    files = sum(_move_folder(source.root / name, target.root / name) for name in _MOVED_FOLDERS)
+    _merge_usage(source.root / USAGE_FILE, target.root / USAGE_FILE)
+    _merge_preferences(source, target)
+    return Merged(facts, entries, files)
+
+
+def _merge_memory(source: Workspace, target: Workspace) -> int:
+    theirs = source.memory.read()
+    if theirs.strip():
+        merged, added = merged_memory(target.memory.read(), theirs)
+        target.memory.write(merged)  # keeps the version before: /memory undo
+    else:
+        added = 0
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(source.memory_path)
+    return added
+
+
+def _merge_history(source: Workspace, target: Workspace) -> int:
+    theirs = _text(source.history_path)
+    if not theirs.strip():
+        return 0
+    ours = [entry.strip("\n") for entry in history_entries(_text(target.history_path))]
+    present = {entry.strip() for entry in ours}
+    new = [e.strip("\n") for e in history_entries(theirs) if e.strip() not in present]
+    if new:
+        # By time: every entry starts with its "[YYYY-MM-DD HH:MM]" stamp (UTC), which sorts
+        # as text; sorted() is stable, so entries of one minute keep their own order.
+        entries = sorted([*ours, *dict.fromkeys(new)], key=_stamp)
+        atomic_write_text(target.history_path, "\n\n".join(entries) + "\n")
+    os.unlink(source.history_path)
+    return len(new)
+
+
+def _stamp(entry: str) -> str:
+    return entry[:18] if entry.startswith("[") else ""
+
+
+def _move_folder(source: Path, target: Path) -> int:
+    """Move every file of `source` into `target` by rename; a name the target holds already
+    is the same content (media by hash) or an older copy, and the source's is dropped."""
+    try:
+        names = sorted(os.listdir(source))
+    except FileNotFoundError:
+        return 0
+    make_private_dir(target)
+    moved = 0
+    for name in names:
+        if name.startswith(".") and name.endswith(".tmp"):
+            continue
+        if (target / name).exists():
+            log.warning("merge: %s exists in both workspaces; kept the surviving one", name)
+            continue
+        os.rename(source / name, target / name)
+        moved += 1
+    fsync_dir(target)
+    return moved
+
+
+def _merge_usage(source: Path, target: Path) -> None:
+    theirs = _text(source)
+    if theirs:
+        ours = _text(target)
+        present = set(ours.splitlines())
+        lines = [line for line in theirs.splitlines() if line.strip() and line not in present]
+        if lines:
+            body = ours if not ours or ours.endswith("\n") else ours + "\n"
+            atomic_write_text(target, body + "\n".join(lines) + "\n")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(source)
+
+
+def _merge_preferences(source: Workspace, target: Workspace) -> None:
+    for name in ("memory_in_groups",):
+        theirs = source.preferences.get(name)
+        if theirs is not None and target.preferences.get(name) is None:
+            target.preferences.set(name, theirs)
+
+
+# ---- splitting -----------------------------------------------------------------------------
+
+
+def _hand_over(workspaces: Workspaces, member: str, heir: str) -> None:
+    """The workspace folder of `member` becomes `heir`'s (one rename; again: a no-op)."""
+    old, new = workspaces.root_of(member), workspaces.root_of(heir)
+    workspaces.forget_user(member)
+    workspaces.forget_user(heir)
+    if old.is_dir() and not new.exists():
+        os.rename(old, new)
+        fsync_dir(new.parent)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(new / KEY_FILE)  # a shortened folder name's key is written again by get()
+    workspaces.get(heir)
+
+
+# ---- the journal ---------------------------------------------------------------------------
+
+
+def _text(path: Path) -> str:
+    try:
+        return read_bytes(path).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _write_journal(base_dir: Path, step: dict[str, str]) -> None:
+    atomic_write_text(base_dir / JOURNAL_FILE, json.dumps(step, ensure_ascii=False) + "\n")
+
+
+def _read_journal(base_dir: Path) -> dict[str, str] | None:
+    try:
+        value = json.loads(read_bytes(base_dir / JOURNAL_FILE))
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return None  # written atomically: only a hand edit gets here
+    return value if isinstance(value, dict) else None
+
+
+def _remove_journal(base_dir: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(base_dir / JOURNAL_FILE)
+    fsync_dir(base_dir)

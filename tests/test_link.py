@@ -1,0 +1,322 @@
+"""/link and /unlink (issue 25) as a person uses them: `lightgrep run` as a process serving the
+fake Telegram and the fake Discord, python-telegram-bot and discord.py talking to them over real
+sockets. One memory for both accounts, merges that lose nothing, a SIGKILL mid-merge, codes that
+cannot be guessed. The codes' clock (expiry) is driven in-process, through the real Agent."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.agent.agent import Agent
+from bot.commands.linking import ALPHABET, CODE_TTL_S, LinkCodes
+from bot.config import Config, LLMConfig, MemoryConfig
+from bot.outbound import BufferedOutbound
+from memory.links import LINKS_FILE
+from memory.workspace import Workspaces
+from tests.cli_helpers import STEP_TIMEOUT, write_config
+from tests.fakes.discord_server import FakeDiscord, user_payload
+from tests.fakes.openai_server import FakeOpenAI, completion, is_consolidation, save_memory_call
+from tests.fakes.telegram_server import (
+    TOKEN,
+    FakeTelegram,
+)
+from tests.test_cli import read_until, start_run
+
+TG, DC, DM_CHANNEL, GROUP = 42, 77, 555, -1001234
+BEA = user_payload(DC, "bea")
+CODE = re.compile(rf"\b[{ALPHABET}]{{8}}\b")
+
+
+class Person:
+    """One person with a Telegram and a Discord account, talking to one `lightgrep run`."""
+
+    def __init__(self, tg: FakeTelegram, dc: FakeDiscord) -> None:
+        self.tg, self.dc = tg, dc
+        tg.started_users.add(TG)  # has a private chat with the bot, for answers asked in groups
+
+    async def telegram(self, text: str, expect: str) -> str:
+        before = len(self.tg.sent_to(TG))
+        self.tg.dm(TG, text)
+        return await self._tg_wait(before, expect)
+
+    async def telegram_group(self, text: str, expect: str) -> str:
+        before = len(self.tg.sent_to(TG))
+        self.tg.group(GROUP, TG, text)
+        return await self._tg_wait(before, expect)
+
+    async def _tg_wait(self, before: int, expect: str) -> str:
+        def said() -> str:
+            return "\n".join(m.text for m in self.tg.sent_to(TG)[before:])
+
+        await self.tg.wait_until(lambda: expect in said(), wait_s=STEP_TIMEOUT)
+        return said()
+
+    async def discord(self, text: str, expect: str) -> str:
+        before = len(self.dc.seen_in(DM_CHANNEL))
+        await self.dc.dispatch("MESSAGE_CREATE", self.dc.message(BEA, text, channel_id=DM_CHANNEL))
+
+        def said() -> str:
+            return "\n".join(self.dc.seen_in(DM_CHANNEL)[before:])
+
+        await self.dc.wait_until(lambda: expect in said(), within=STEP_TIMEOUT)
+        return said()
+
+    async def link_telegram_to_discord(self) -> str:
+        """/link on Telegram, the code on Discord: the question, before any confirmation."""
+        offer = await self.telegram("/link", "Your link code")
+        [code] = set(CODE.findall(offer))
+        return await self.discord(f"/link {code}", "/link confirm")
+
+
+def llm_that_files(fake_llm: FakeOpenAI, entry: str, memory: str) -> None:
+    """Answers "Noted."; a consolidation files `entry` and writes `memory`."""
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
+        if is_consolidation(request):
+            return save_memory_call(entry, memory)
+        return completion("Noted.")
+
+    fake_llm.default = answer
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, env: dict[str, str]
+) -> AsyncIterator[tuple[Person, asyncio.subprocess.Process]]:
+    dc = await FakeDiscord().start()
+    config = write_config(
+        tmp_path,
+        fake_llm,
+        f'[telegram]\nenabled = true\ntoken = "{TOKEN}"\nallow_from = ["*"]\n'
+        f'api_base = "{tg.api_base}"\npoll_timeout_s = 1\n'
+        f'[discord]\nenabled = true\ntoken = "{dc.token}"\nallow_from = ["*"]\n'
+        f'api_base = "{dc.api_base}"\ngateway_url = "{dc.gateway_url}"\n',
+    )
+    proc = await start_run(config, env)
+    try:
+        assert proc.stderr is not None
+        seen = ""
+        while not ("telegram is ready" in seen and "discord is ready" in seen):
+            seen += await read_until(proc.stderr, "is ready")
+        yield Person(tg, dc), proc
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), STEP_TIMEOUT)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        await dc.stop()
+
+
+def links_of(workspaces: Path) -> dict[str, str]:
+    return json.loads((workspaces / LINKS_FILE).read_text())["links"]
+
+
+# ---- one memory on both platforms ------------------------------------------------------------
+
+
+async def test_a_fact_said_on_telegram_is_remembered_on_discord_until_unlinked(
+    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    llm_that_files(
+        fake_llm,
+        "[2025-03-01 10:00] Bea said she keeps bees in Lisbon.",
+        "## User Information\n\n- Keeps bees in Lisbon\n",
+    )
+    workspaces = tmp_path / "workspaces"
+    async with serving(tmp_path, fake_llm, fake_telegram, child_env) as (bea, _):
+        # In a group, no code is given or taken (the answer goes to the private chat).
+        refused = await bea.telegram_group("/link", "private chat only")
+        assert not CODE.search(refused)
+        offer = await bea.telegram("/link", "Your link code")
+        assert "10 minutes" in offer and "works once" in offer
+        [code] = set(CODE.findall(offer))
+        wrong = await bea.discord("/link ABCDEFGH", "not valid")
+        assert "Nothing was linked" in wrong and "telegram" not in wrong  # no hint whose
+        question = await bea.discord(f"/link {code}", "/link confirm")
+        assert "telegram-42" in question and "no memory with me here yet" in question
+        linked = await bea.discord("/link confirm", "Linked:")
+        assert "discord-77, telegram-42" in linked or "telegram-42, discord-77" in linked
+        reused = await bea.discord(f"/link {code}", "not valid")  # one use only
+        assert "Linked" not in reused
+
+        told = await bea.telegram("I keep bees in Lisbon", "Noted.")
+        assert "now shared with discord-77" in told  # told on the next message
+        await bea.telegram("/new", "fresh conversation")
+        await fake_telegram.wait_until(
+            lambda: "bees" in _text(workspaces / "telegram-42" / "HISTORY.md"),
+            wait_s=STEP_TIMEOUT,
+        )
+        memory = await bea.discord("/memory", "Keeps bees in Lisbon")
+        assert "Keeps bees in Lisbon" in memory
+        recall = await bea.discord("/recall bees", "Lisbon")
+        assert "2025-03-01" in recall
+        status = await bea.telegram("/status", "Linked accounts")
+        assert "telegram-42, discord-77" in status
+        assert sorted(p.name for p in workspaces.iterdir() if p.is_dir()) == ["telegram-42"]
+        assert links_of(workspaces) == {"discord-77": "telegram-42"}
+
+        ask = await bea.discord("/unlink", "/unlink confirm")
+        assert "memory stays with them" in ask and "start empty" in ask
+        done = await bea.discord("/unlink confirm", "Unlinked")
+        assert "stays with telegram-42" in done
+        alone = await bea.discord("/memory", "I don't remember anything about you yet")
+        assert "bees" not in alone
+        still = await bea.telegram("/memory", "Keeps bees in Lisbon")
+        assert "no longer shares your memory" in still
+    assert links_of(workspaces) == {}
+
+
+async def test_both_sides_with_memory_merge_without_losing_a_fact_or_an_entry(
+    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    workspaces = tmp_path / "workspaces"
+    fill(Workspaces(workspaces), "telegram-42", "Telegram", 3, sessions=1)
+    fill(Workspaces(workspaces), "discord-77", "Discord", 3, sessions=1)
+    fake_llm.default = lambda request: completion("Noted.")
+    async with serving(tmp_path, fake_llm, fake_telegram, child_env) as (bea, _):
+        question = await bea.link_telegram_to_discord()
+        assert "HISTORY.md (3 entries)" in question and "merged into that memory" in question
+        assert "/memory undo" in question
+        linked = await bea.discord("/link confirm", "Linked:")
+        assert "3 facts, 3 history entries" in linked
+        memory = await bea.discord("/memory", "Discord fact 2")
+        for n in range(3):
+            assert f"Telegram fact {n}" in memory and f"Discord fact {n}" in memory
+        recall = await bea.telegram("/recall discord event", "Discord event 2")
+        assert "Discord event 0" in recall
+        undo = await bea.telegram("/memory undo", "Brought back")
+        assert "Discord fact" in undo  # the merge is what undo takes back
+    history = _text(workspaces / "telegram-42" / "HISTORY.md")
+    stamps = re.findall(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2})\]", history, re.M)
+    assert len(stamps) == 6 and stamps == sorted(stamps)  # by time, interleaved
+    sessions = sorted(os.listdir(workspaces / "telegram-42" / "sessions"))
+    assert len(sessions) == 2 and not (workspaces / "discord-77").exists()
+
+
+async def test_sigkill_during_a_merge_then_restart_is_consistent(
+    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    workspaces = tmp_path / "workspaces"
+    many = 1500  # sessions to move, so that the merge lasts long enough to be killed in
+    fill(Workspaces(workspaces), "telegram-42", "Telegram", 5, sessions=1)
+    fill(Workspaces(workspaces), "discord-77", "Discord", 5, sessions=many)
+    fake_llm.default = lambda request: completion("Noted.")
+    journal = workspaces / ".link-journal.json"
+    async with serving(tmp_path, fake_llm, fake_telegram, child_env) as (bea, proc):
+        await bea.link_telegram_to_discord()
+        await bea.dc.dispatch(
+            "MESSAGE_CREATE", bea.dc.message(BEA, "/link confirm", channel_id=DM_CHANNEL)
+        )
+        async with asyncio.timeout(STEP_TIMEOUT):
+            while not journal.exists():  # noqa: ASYNC110 (the event is a file appearing)
+                await asyncio.sleep(0.001)
+        os.kill(proc.pid, signal.SIGKILL)
+        await proc.wait()
+    assert journal.exists()  # killed mid-merge: the journal names the unfinished work
+    assert (workspaces / "discord-77").is_dir()
+    async with serving(tmp_path, fake_llm, fake_telegram, child_env) as (bea, _):
+        memory = await bea.discord("/memory", "Discord fact 4")
+        assert all(f"Telegram fact {n}" in memory for n in range(5))
+    assert not journal.exists() and not (workspaces / "discord-77").exists()
+    assert links_of(workspaces) == {"discord-77": "telegram-42"}
+    merged = Workspaces(workspaces, writer=False).get("telegram-42")
+    history = _text(merged.history_path)
+    for side in ("Telegram", "Discord"):
+        for n in range(5):
+            assert history.count(f"{side} event {n}.") == 1
+            assert merged.memory.read().count(f"{side} fact {n}") == 1
+    assert len(merged.sessions.keys()) == many + 1
+
+
+async def test_wrong_codes_are_throttled_even_when_the_next_one_is_right(
+    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    async with serving(tmp_path, fake_llm, fake_telegram, child_env) as (bea, _):
+        offer = await bea.telegram("/link", "Your link code")
+        [code] = set(CODE.findall(offer))
+        for _ in range(5):
+            await bea.discord("/link 22222222", "not valid")
+        throttled = await bea.discord(f"/link {code}", "Too many wrong codes")
+        assert "/link confirm" not in throttled
+    assert not (tmp_path / "workspaces" / LINKS_FILE).exists()
+
+
+# ---- in-process: the codes' clock ------------------------------------------------------------
+
+
+async def test_an_expired_code_is_refused_like_a_wrong_one(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    now = [1000.0]
+    agent = Agent(
+        Config(
+            llm=LLMConfig(base_url=fake_llm.base_url, api_key="sk-test", model="fake-model"),
+            memory=MemoryConfig(workspaces_dir=workspaces_dir),
+        )
+    )
+    agent.link_codes = LinkCodes(clock=lambda: now[0])
+    try:
+        offer = await ask(agent, "cli-ana", "/link")
+        [code] = set(CODE.findall(offer))
+        now[0] += CODE_TTL_S + 1
+        late = await ask(agent, "telegram-9", f"/link {code}")
+        assert "not valid" in late and "expired" in late
+        [fresh] = set(CODE.findall(await ask(agent, "cli-ana", "/link")))
+        same = await ask(agent, "cli-ana", f"/link {fresh}")
+        assert "made by this account" in same
+    finally:
+        await agent.aclose()
+
+
+async def ask(agent: Agent, user_key: str, text: str) -> str:
+    from bot.inbound import Inbound
+
+    out = BufferedOutbound()
+    platform = user_key.split("-")[0]
+    await agent.handle(Inbound(platform, f"{platform}:dm:{user_key}", user_key, text), out)
+    return out.reply.text
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+
+def fill(workspaces: Workspaces, key: str, side: str, count: int, *, sessions: int) -> None:
+    """A workspace with `count` facts and history entries (interleaving by time with the other
+    side's) and `sessions` conversations."""
+    workspace = workspaces.get(key)
+    facts = "".join(f"- {side} fact {n}\n" for n in range(count))
+    workspace.memory.write(f"## User Information\n\n{facts}\n## Preferences\n\n")
+    minute = 0 if side == "Telegram" else 1
+    for n in range(count):
+        workspace.memory.append_history(f"[2025-01-0{n + 1} 10:0{minute}] {side} event {n}.")
+    folder = workspace.sessions_dir
+    platform, user = key.split("-")
+    chat = f"{platform}:dm:{user}"
+    workspace.sessions.append(workspace.sessions.get(chat), {"role": "user", "content": "hi"})
+    line = json.dumps({"role": "user", "content": f"{side} hello", "timestamp": "2025-01-01"})
+    for n in range(1, sessions):  # the others written as a transcript is, without the fsyncs
+        (folder / f"{platform}%3Adm%3A{n + 100_000}.jsonl").write_text(line + "\n")
+    assert len(os.listdir(folder)) == sessions
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+__all__ = ["pytest"]
