@@ -320,3 +320,34 @@ def _text(path: Path) -> str:
 
 
 __all__ = ["pytest"]
+
+
+# ---- the operator ----------------------------------------------------------------------------
+
+
+def test_the_operator_links_lists_and_unlinks_the_key_that_holds_the_workspace(
+    tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    from tests.cli_helpers import run_cli
+
+    workspaces = tmp_path / "workspaces"
+    fill(Workspaces(workspaces), "telegram-42", "Telegram", 2, sessions=1)
+    fill(Workspaces(workspaces), "discord-77", "Discord", 2, sessions=1)
+    config = str(write_config(tmp_path, "http://127.0.0.1:9/v1"))
+    code, out, err = run_cli(child_env, "link", "discord-77", "telegram-42", "--config", config)
+    assert code == 0, err
+    assert "merged 2 facts, 2 history entries" in out
+    again = run_cli(child_env, "link", "cli-ana", "discord-77", "--config", config)
+    assert again[0] == 0 and "cli-ana" in again[1]
+    code, out, _ = run_cli(child_env, "links", "--config", config)
+    assert out.splitlines() == ["telegram-42: cli-ana, discord-77"]
+    refused = run_cli(child_env, "link", "discord-77", "cli-bob", "--config", config)
+    assert refused[0] != 0 and "unlink discord-77 first" in refused[2]
+    # The key whose folder holds the memory leaves: the folder goes to the next key.
+    code, out, err = run_cli(child_env, "unlink", "telegram-42", "--config", config)
+    assert code == 0, err
+    assert "memory stays with cli-ana, discord-77" in out
+    assert links_of(workspaces) == {"discord-77": "cli-ana"}
+    assert not (workspaces / "telegram-42").exists()
+    kept = Workspaces(workspaces, writer=False).get("cli-ana").memory.read()
+    assert "Telegram fact 1" in kept and "Discord fact 1" in kept

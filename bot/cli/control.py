@@ -60,8 +60,8 @@ async def cmd_forget(args: argparse.Namespace) -> int:
     config = common.load(args.config)
     common.require_workspace(config, args.user_key)
     words = " ".join(args.words)
-    with _folder_held(config, "forget"):
-        workspace = _open_workspaces(config).get(args.user_key)
+    with folder_held(config, "forget"):
+        workspace = open_workspaces(config).get(args.user_key)
         try:
             found = find(workspace, words)
         except ForgetError as exc:
@@ -127,8 +127,8 @@ async def cmd_wipe(args: argparse.Namespace) -> int:
 
     config = common.load(args.config)
     common.require_workspace(config, args.user_key)
-    with _folder_held(config, "wipe"):
-        workspaces = _open_workspaces(config)
+    with folder_held(config, "wipe"):
+        workspaces = open_workspaces(config)
         held = contents(workspaces.get(args.user_key))
         print(f"{args.user_key}: {held.describe()}")
         _confirm(args.yes, f"Erase everything of {args.user_key}?")
@@ -141,7 +141,7 @@ async def cmd_wipe(args: argparse.Namespace) -> int:
 # ---- shared ---------------------------------------------------------------------------------
 
 
-def _open_workspaces(config: Config) -> Workspaces:
+def open_workspaces(config: Config) -> Workspaces:
     """The folder as its one writer opens it (the caller holds the folder lock)."""
     from memory.workspace import Workspaces
 
@@ -151,7 +151,7 @@ def _open_workspaces(config: Config) -> Workspaces:
 
 
 @contextmanager
-def _folder_held(config: Config, action: str) -> Iterator[None]:
+def folder_held(config: Config, action: str) -> Iterator[None]:
     """The folder lock, or one line saying who holds it and what to do instead."""
 
 

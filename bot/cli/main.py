@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bot import logsafe
-from bot.cli import control
+from bot.cli import control, links
 from bot.cli.cluster import cmd_ingress, cmd_partitions, cmd_worker
 from bot.cli.common import (
     EXIT_BROKEN_PIPE,
@@ -256,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.set_defaults(func=cmd_doctor)
 
     control.add_commands(sub, common)  # forget, export, wipe
+    links.add_commands(sub, common)  # link, unlink, links
     return parser
 
 
