@@ -123,6 +123,10 @@ class MemoryConfig(Section):
     max_loaded_sessions: int = setting(1000, rule=POSITIVE_INT)
 
 
+def _trigger(value: str) -> bool:
+    return value in ("mention", "always", "keyword")
+
+
 @dataclass(repr=False)
 class AgentConfig(Section):
     max_tool_iterations: int = setting(8, rule=POSITIVE_INT)
@@ -133,6 +137,16 @@ class AgentConfig(Section):
     # Show the answer while the model writes it (Telegram drafts or edits, Discord edits, the
     # terminal as it comes); false: the whole answer at once, when it is done.
     stream: bool = True
+    # Instructions of the operator for every chat, after the bot's own rules (a chat's /persona
+    # follows them). They cannot switch off the privacy of groups or the tools' confinement.
+    system_prompt: str = ""
+    # When the bot speaks in a group chat that has not chosen (/group trigger): "mention" (an
+    # @mention, a reply to the bot, a command), "always" (every message), "keyword" (a message
+    # holding one of group_keywords, or a mention).
+    group_trigger: str = setting("mention", rule=Rule("mention, always or keyword", _trigger))
+    group_keywords: list[str] = setting(default_factory=list)
+    # What a reply carries of the message it replies to, at most (characters).
+    reply_context_chars: int = setting(1500, rule=POSITIVE_INT)
 
 
 @dataclass(repr=False)

@@ -27,6 +27,30 @@ class Attachment:
 
 
 @dataclass(frozen=True)
+class Quoted:
+    """The message a person replied to, as the platform shows it."""
+
+    # Its platform id, spelt as Inbound.message_id spells them ("<chat>:<message>"); the core
+    # reads the bot's own answers from the transcript by it.
+    message_id: str | None
+    text: str  # the part the person quoted (`partial`), else the message's text ("" unknown)
+    author: str = ""  # how its author is named ("" unknown)
+    from_bot: bool = False  # the bot's own message
+    from_sender: bool = False  # the person's own earlier message
+    partial: bool = False  # a quote: the part the person picked, not the whole message
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """A receipt, not a message: the answer to the person's message `answered` (its platform
+    id) was sent as the messages `ids` (platform ids, spelt alike), so that a later reply to
+    one of them finds the answer's text in the transcript."""
+
+    answered: str
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Inbound:
     """One user message, already translated out of its platform."""
 
@@ -46,3 +70,14 @@ class Inbound:
     # died on its way is still sent, by the next. None: the platform delivers the message again
     # instead (Telegram). Not in repr: an interaction token may answer for 15 minutes.
     destination: dict[str, str] | None = field(default=None, repr=False, hash=False)
+    # The message this one replies to (Telegram reply_to_message and its quote, a Discord
+    # message reference), None for none: its text goes to the model with this message.
+    reply_to: Quoted | None = None
+    # Not a message but a receipt (see Delivered): the core notes it and answers nothing.
+    delivered: Delivered | None = None
+    # The chat, whoever writes in it (bot.keys.chat_key): its settings (bot.chats) are keyed
+    # by it. None: the session key (a chat of one person, like the terminal).
+    chat_key: str | None = None
+    # The platform says the sender may manage this chat (a Telegram administrator, Discord's
+    # Manage Server or Manage Channels); always so in a private chat, which is theirs.
+    chat_admin: bool = False

@@ -35,3 +35,9 @@ def user_key(platform: str, user_id: object) -> str:
 def session_key(platform: str, scope: str, *parts: object) -> str:
     """`<platform>:<scope>:<part>:…`, e.g. `cli:dm:alice` or `<platform>:group:<chat>:<user>`."""
     return ":".join([platform, scope, *(_part(p) for p in parts)])
+
+
+def chat_key(platform: str, scope: str, *parts: object) -> str:
+    """The chat itself, whoever writes in it, e.g. `telegram:group:-1001`: its settings (when
+    to speak, its persona: bot.chats) are kept by it. Spelt like a session key."""
+    return session_key(platform, scope, *parts)

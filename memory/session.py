@@ -9,12 +9,23 @@ the consolidated past is on disk (in HISTORY.md too) and would cost RAM for ever
 said. A metadata record says where in the file the cursor's message starts (`cursor_byte`), so a
 load seeks there instead of reading the past, and it keeps the platform ids of the last user
 messages consolidated (`recent_ids`), so a redelivered message is still recognised.
+
+Three more kinds of record change no message line and are appended like them (bot/agent/
+conversation.py writes them): `withdrawn` (/undo: the user message of a turn and everything
+after it, up to the record, leave the conversation), `superseded` (/retry: the answer after a
+turn's user message, up to the record, leaves it) and `sent` (the platform ids under which the
+answer to a user message was sent, so a reply to it finds its text here). A record names its
+turn by the user message's `turn` id, never by a position, which /forget would shift. Withdrawn
+and superseded messages stay on disk; in RAM they carry HIDDEN, so neither the prompt, the token
+estimate nor consolidation sees them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import mmap
 import os
 from array import array
 from collections import deque
@@ -31,6 +42,12 @@ from memory.safefs import append_all, make_private_dir, open_binary, open_fd
 log = logging.getLogger(__name__)
 
 METADATA_TYPE = "metadata"
+WITHDRAWN = "withdrawn"  # record type, and why a message is hidden: /undo took it back
+SUPERSEDED = "superseded"  # record type, and why a message is hidden: /retry replaced it
+SENT = "sent"  # record type: the platform ids of an answer
+HIDDEN = "_hidden"  # in RAM only: why a message left the conversation (WITHDRAWN, SUPERSEDED)
+TURN = "turn"  # a user message's id, by which the records above name its turn
+REPLY_TO = "reply_to"  # a user message's context: what the person replied to (reply_context)
 LLM_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
 RECENT_IDS = 32  # platform ids of consolidated user messages remembered per session
 FILED = -1  # index_of(): the message was consolidated (it is no longer in RAM)
@@ -64,6 +81,11 @@ class Session:
     epoch: int = 0
     # Byte position in the file of each message line in `messages` (same order).
     positions: array[int] = field(default_factory=lambda: array("q"))
+    # A platform id the bot sent an answer under → the absolute index of that answer (in RAM).
+    sent: dict[str, int] = field(default_factory=dict)
+    # The platform id of a /retry → that of the user message it answered again, until the
+    # receipt of its answer comes (record_sent).
+    retried: dict[str, str] = field(default_factory=dict)
     # history() as last built: ((epoch, offset, last_consolidated), total then, the messages).
     _history: tuple[tuple[int, int, int], int, list[dict[str, Any]]] | None = field(
         default=None, repr=False
@@ -93,6 +115,59 @@ class Session:
         """The messages not yet folded into MEMORY.md / HISTORY.md."""
         return self.span(self.last_consolidated)
 
+    def last_turn(self) -> int | None:
+        """The absolute index of the newest user message still in the conversation (not
+        consolidated, not withdrawn), or None."""
+        for index in range(self.total - 1, max(self.offset, self.last_consolidated) - 1, -1):
+            message = self.messages[index - self.offset]
+            if message.get("role") == "user" and not message.get(HIDDEN):
+                return index
+        return None
+
+    def answer_of(self, index: int) -> int | None:
+        """The absolute index of the answer to the user message at `index`: the last assistant
+        message without tool calls before the next user message, or None."""
+        found = None
+        for at in range(index + 1, self.total):
+            message = self.messages[at - self.offset]
+            if message.get("role") == "user":
+                break
+            if message.get("role") == "assistant" and not message.get("tool_calls"):
+                found = at
+        return found
+
+    def _hide(self, start: int, why: str) -> None:
+        """Messages from absolute `start` on (those in RAM) leave the conversation."""
+        for message in self.messages[max(0, start - self.offset) :]:
+            message.setdefault(HIDDEN, why)
+        self._history = None
+        self.epoch += 1  # every cache derived from the messages (token sums) rebuilds
+
+    def _turn_index(self, turn: Any) -> int | None:
+        """The absolute index of the user message with this turn id (searched from the newest:
+        records name recent turns), or None if it is not in RAM."""
+        if not isinstance(turn, str):
+            return None
+        for at in range(len(self.messages) - 1, -1, -1):
+            message = self.messages[at]
+            if message.get(TURN) == turn and message.get("role") == "user":
+                return self.offset + at
+        return None
+
+    def _apply_record(self, record: dict[str, Any]) -> None:
+        """A withdrawn, superseded or sent record read after the messages it names."""
+        kind = record.get("_type")
+        if kind in (WITHDRAWN, SUPERSEDED):
+            index = self._turn_index(record.get(TURN))
+            if index is not None:
+                self._hide(index if kind == WITHDRAWN else index + 1, kind)
+        elif kind == SENT:
+            asked = self.message_ids.get(str(record.get("to")))
+            answer = None if asked is None else self.answer_of(asked)
+            ids = record.get("ids")
+            if answer is not None and isinstance(ids, list):
+                self.sent.update((str(i), answer) for i in ids)
+
     def history(self) -> list[dict[str, Any]]:
         """The unconsolidated messages as the LLM should see them.
 
@@ -120,7 +195,7 @@ class Session:
         return list(result)
 
     def _build_history(self) -> list[dict[str, Any]]:
-        pending = self.unconsolidated()
+        pending = [message for message in self.unconsolidated() if not message.get(HIDDEN)]
         first_user = next(
             (i for i, message in enumerate(pending) if message.get("role") == "user"), None
         )
@@ -167,16 +242,22 @@ class Session:
         self.messages = self.messages[count:]
         self.positions = self.positions[count:]
         self.offset += count
+        if self.sent:
+            self.sent = {i: at for i, at in self.sent.items() if at >= self.offset}
 
 
 def _clean(message: dict[str, Any]) -> dict[str, Any]:
-    """Only the fields a chat completion takes; a user message told the time it was written.
+    """Only the fields a chat completion takes; a user message told the time it was written,
+    then what it replied to (reply_context), then its text.
 
     WHY here: the time comes from the message's own timestamp, so every request carries the
     same bytes for it and the provider's cached prefix holds, while the file keeps only what
     the person wrote (memory.clock.told)."""
     clean = {name: message[name] for name in LLM_FIELDS if name in message}
     if message.get("role") == "user":
+        context = reply_context(message)
+        if context:
+            clean["content"] = _told(clean.get("content"), context)
         prefix = clock.told(message.get("timestamp"))
         if prefix:
             clean["content"] = _told(clean.get("content"), prefix)
@@ -225,6 +306,22 @@ def as_written_line(raw: bytes) -> bytes:
     before = record.get("content")
     after = as_written(record).get("content")
     return raw if after == before else _line(record).rstrip(b"\n")
+
+
+def reply_context(message: dict[str, Any]) -> str:
+    """What a user message replied to, as the model is told it before the message ("" for
+    none). Built from the stored `reply_to` alone, so every request carries the same bytes."""
+    reply = message.get(REPLY_TO) if message.get("role") == "user" else None
+    if not isinstance(reply, dict) or not isinstance(reply.get("text"), str):
+        return ""
+    who = reply.get("who")
+    name = str(reply.get("name") or "someone")
+    whose = {"bot": "your", "self": "their own"}.get(str(who), f"{name}'s")
+    if reply.get("above"):  # already in the conversation: a pointer, not the text again
+        return f'[In reply to {whose} message above that begins "{reply["text"]}"]\n'
+    what = f"quoting {whose} message" if reply.get("quote") else f"in reply to {whose} message"
+    quoted = "\n".join(f"> {line}" for line in reply["text"].splitlines() or [""])
+    return f"[{what[0].upper()}{what[1:]}:]\n{quoted}\n\n"
 
 
 def _plain(message: dict[str, Any]) -> bool:
@@ -311,7 +408,9 @@ class SessionStore:
             return list(session.messages)
         with open_binary(session.path) as file:
             data = file.read()
-        return [record for _, record in _message_lines(data, 0, session.path)]
+        everything = Session(key=session.key, path=session.path)
+        _read_tail(everything, data, 0, 0, session.path)
+        return everything.messages
 
     def append(self, session: Session, message: dict[str, Any]) -> None:
         """Persist one message as one appended line, then add it to `session.messages`."""
@@ -349,6 +448,48 @@ class SessionStore:
         """Append the session's metadata record as it is now (the cursor unchanged)."""
         self._append_line(session, None)
 
+    def withdraw(self, session: Session, index: int) -> None:
+        """/undo: the user message at absolute `index` and everything after it leave the
+        conversation (one appended record; the lines stay on disk)."""
+        self._append_record(session, WITHDRAWN, index)
+        session._hide(index, WITHDRAWN)
+
+    def supersede(self, session: Session, index: int) -> None:
+        """/retry: what follows the user message at absolute `index` leaves the conversation."""
+        self._append_record(session, SUPERSEDED, index)
+        session._hide(index + 1, SUPERSEDED)
+
+    def _append_record(self, session: Session, kind: str, index: int) -> None:
+        turn = session.span(index, index + 1)[0].get(TURN)
+        if not isinstance(turn, str):
+            raise ValueError("that message has no turn id (written by an older version)")
+        self._append_line(session, _line({"_type": kind, TURN: turn, "timestamp": _now()}))
+
+    def record_sent(self, session: Session, message_id: str, ids: list[str]) -> bool:
+        """The answer to the user message with platform id `message_id` (or to the /retry of
+        one, Session.retried) was sent as `ids` (platform ids); False if that message is not in
+        RAM or has no answer (a command's)."""
+        message_id = session.retried.pop(message_id, message_id)
+        asked = session.message_ids.get(message_id)
+        answer = None if asked is None else session.answer_of(asked)
+        if answer is None or not ids:
+            return False
+        self._append_line(session, _line({"_type": SENT, "to": message_id, "ids": ids}))
+        session.sent.update((i, answer) for i in ids)
+        return True
+
+    @staticmethod
+    def sent_answer(session: Session, platform_id: str) -> tuple[str, bool] | None:
+        """The text of the answer the bot sent as `platform_id` while it is in RAM, and
+        whether it is still in the conversation (not withdrawn or superseded); None if not in
+        RAM (consolidated: sent_on_disk reads it, or never sent from this session)."""
+        index = session.sent.get(platform_id)
+        if index is None or index < session.offset:
+            return None
+        message = session.span(index, index + 1)[0]
+        shown = index >= session.last_consolidated and not message.get(HIDDEN)
+        return _text_of(message.get("content")), shown
+
     def keys(self) -> list[str]:
         """Session keys with a file in this workspace, sorted."""
         try:
@@ -365,6 +506,7 @@ class SessionStore:
         return sorted(found)
 
     def _append_line(self, session: Session, line: bytes | None) -> int:
+        # (A record other than a message is never the first line: its messages come first.)
         """One whole O_APPEND write (or none: OSError): the header first for a new file, a "\\n"
         after a torn line. `line` None: a metadata record, built here where it is known at which
         byte the cursor's message starts. Returns the byte position of the line written. A
@@ -441,11 +583,14 @@ def _load(key: str, path: Path) -> Session:
 
 def _read_tail(session: Session, data: bytes, base: int, index: int, path: Path) -> None:
     """The messages from the cursor on; metadata records here are older than the last one."""
-    for position, record in _message_lines(data, base, path):
-        session._note(record, index)
-        session.messages.append(record)
-        session.positions.append(position)
-        index += 1
+    for position, record in _records(data, base, path):
+        if record.get("_type") in CONVERSATION_RECORDS:
+            session._apply_record(record)
+        elif "_type" not in record:
+            session._note(record, index)
+            session.messages.append(record)
+            session.positions.append(position)
+            index += 1
 
 
 def _read_whole(session: Session, data: bytes, keep_from: int, path: Path) -> int | None:
@@ -453,30 +598,37 @@ def _read_whole(session: Session, data: bytes, keep_from: int, path: Path) -> in
     only the messages from `keep_from` on are kept. Returns the cursor to read again from when
     the records replayed put it before `keep_from` (else None)."""
     index = 0
-    for position, record in _message_lines(data, 0, path, session):
-        if index >= keep_from:
+    session.offset = keep_from  # messages[0] will be message `keep_from`
+    for position, record in _records(data, 0, path):
+        if record.get("_type") == METADATA_TYPE:
+            _apply_metadata(session, record, path)
+        elif record.get("_type") in CONVERSATION_RECORDS:
+            session._apply_record(record)
+        elif index >= keep_from:
             session._note(record, index)
             session.messages.append(record)
             session.positions.append(position)
+            index += 1
         else:
             message_id = _message_id(record)
             if message_id is not None:
                 session.filed_ids.append(message_id)
-        index += 1
+            index += 1
     cursor = min(max(0, session.last_consolidated), index)
     if cursor < keep_from:
         return cursor
     session.last_consolidated = cursor
-    session.offset = keep_from
     session._drop_before(cursor)
     return None
 
 
-def _message_lines(
-    data: bytes, base: int, path: Path, session: Session | None = None
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(byte position, record) of each message line; metadata records go to `session` (when
-    given); other lines are skipped with a warning."""
+CONVERSATION_RECORDS = frozenset({WITHDRAWN, SUPERSEDED, SENT})
+
+
+def _records(data: bytes, base: int, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(byte position, record) of each message line and of each record the session knows
+    (metadata, withdrawn, superseded, sent; a message has no `_type`), in file order; any other
+    line is skipped with a warning."""
     lines = data.split(b"\n")  # only "\n" ends a line; U+2028 etc. are content
     last_line = len(lines) - 1
     position = base
@@ -493,10 +645,10 @@ def _message_lines(
             where = "torn last line" if number == last_line else "unreadable line"
             log.warning("session %s: skipping %s at byte %d", path.name, where, at)
             continue
-        if record.get("_type") == METADATA_TYPE:
-            if session is not None:
-                _apply_metadata(session, record, path)
-        elif isinstance(record.get("role"), str):
+        kind = record.get("_type")
+        if kind == METADATA_TYPE or kind in CONVERSATION_RECORDS:
+            yield at, record
+        elif kind is None and isinstance(record.get("role"), str):
             yield at, as_written(record)
         else:
             log.warning("session %s: skipping a line at byte %d (not a message)", path.name, at)
@@ -582,3 +734,83 @@ def _key_from_file(path: Path) -> str | None:
 def _natural(value: object) -> bool:
     """An int of 0 or more (a bool is not one)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+# ---- an answer's text by the platform id it was sent as ------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    """A message's text (the text parts of one with parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        return "\n".join(t for t in texts if isinstance(t, str))
+    return ""
+
+
+def sent_on_disk(path: Path, platform_id: str) -> str | None:
+    """The text of the answer a `sent` record in the file names `platform_id` for, read from
+    the disk (it was consolidated): the record is found by its bytes, then the answer after
+    the user message it names. WHY by bytes: the whole file is never parsed for one reply."""
+    try:
+        with open_binary(path) as file, _mapped(file) as data:
+            needle = _json_bytes(platform_id)
+            at = data.rfind(needle)
+            while at >= 0:
+                start, record = _line_at(data, at)
+                if record.get("_type") == SENT and platform_id in (record.get("ids") or ()):
+                    return _answer_before(data, start, str(record.get("to")))
+                at = data.rfind(needle, 0, start)
+    except FileNotFoundError:
+        pass
+    return None
+
+
+def _json_bytes(value: str) -> bytes:
+    """`value` as a JSON string, spelt as _line writes it."""
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+@contextlib.contextmanager
+def _mapped(file: BinaryIO) -> Iterator[mmap.mmap | bytes]:
+    """The file's bytes without reading them all into RAM (an empty file: b"")."""
+    if os.fstat(file.fileno()).st_size == 0:
+        yield b""
+        return
+    with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        yield data
+
+
+def _line_at(data: mmap.mmap | bytes, at: int) -> tuple[int, dict[str, Any]]:
+    """(start, parsed record or {}) of the line holding byte `at`."""
+    start = data.rfind(b"\n", 0, at) + 1
+    end = data.find(b"\n", at)
+    try:
+        record = json.loads(data[start : len(data) if end < 0 else end])
+    except ValueError:
+        record = None
+    return start, record if isinstance(record, dict) else {}
+
+
+def _answer_before(data: mmap.mmap | bytes, limit: int, message_id: str) -> str | None:
+    """The answer to the user message `message_id`, which lies before byte `limit`."""
+    needle = _json_bytes(message_id)
+    at = data.rfind(needle, 0, limit)
+    while at >= 0:
+        start, record = _line_at(data, at)
+        if record.get("role") == "user" and _message_id(record) == message_id:
+            break
+        at = data.rfind(needle, 0, start)
+    else:
+        return None
+    answer = None
+    position = data.find(b"\n", at) + 1
+    while 0 < position < limit:
+        _, record = _line_at(data, position)
+        if record.get("role") == "user":
+            break
+        if record.get("role") == "assistant" and not record.get("tool_calls"):
+            answer = _text_of(record.get("content"))
+        position = data.find(b"\n", position) + 1
+    return answer

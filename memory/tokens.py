@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from memory import clock
+from memory.session import HIDDEN, reply_context
 
 if TYPE_CHECKING:
     from memory.session import Session
@@ -158,11 +159,17 @@ class TokenEstimator:
         return math.ceil(len(text) / 4)
 
     def count_message(self, message: dict[str, Any]) -> int:
-        """Everything of one message the provider will see, plus the per-message overhead."""
+        """Everything of one message the provider will see, plus the per-message overhead
+        (nothing for a message that left the conversation: /undo, /retry)."""
+        if message.get(HIDDEN):
+            return 0
         n = MESSAGE_OVERHEAD
         n += self._count_content(message.get("content"))
         if message.get("role") == "user":  # the time it was written, added when it is sent
             n += self.count_text(clock.told(message.get("timestamp")))
+            context = reply_context(message)  # and what it replied to
+            if context:
+                n += self.count_text(context)
         tool_calls = message.get("tool_calls")
         if tool_calls:
             n += self.count_text(json.dumps(tool_calls, ensure_ascii=False, default=str))

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ import pytest
 from bot.cluster import wire
 from bot.cluster.partition import RangeError, describe_ranges, parse_ranges, partition_of
 from bot.inbound import Attachment as InboundAttachment
-from bot.inbound import Inbound
+from bot.inbound import Delivered, Inbound, Quoted
 from bot.outbound import BufferedOutbound, Button, OutFile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,8 +35,13 @@ def test_an_inbound_arrives_as_it_was_sent() -> None:
             InboundAttachment("audio", "audio/ogg", "voice.ogg", 10**8, skipped="too_large",
                               limit=20_000_000, voice=True, seconds=3),
         ),
+        reply_to=Quoted("-100:5", "the part quoted", "Bea", partial=True),
+        chat_key="telegram:group:-100",
+        chat_admin=True,
     )  # fmt: skip
     assert wire.decode_inbound(wire.encode_inbound(sent)) == sent
+    receipt = replace(sent, text="", delivered=Delivered("-100:7", ("-100:8", "-100:9")))
+    assert wire.decode_inbound(wire.encode_inbound(receipt)) == receipt
 
 
 @dataclass(frozen=True)

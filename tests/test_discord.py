@@ -162,7 +162,8 @@ async def test_dm_turn_answered_and_persisted_in_the_users_workspace(
     assert discord_fake.calls("POST", f"/channels/{DM}/typing"), "no typing indicator"
     sessions = session_lines(workspaces_dir, "discord-42")
     assert list(sessions) == ["discord:dm:42"]
-    messages = [m for m in sessions["discord:dm:42"] if m.get("_type") != "metadata"]
+    # (The transcript's other records, metadata and where the answer was sent, are no message.)
+    messages = [m for m in sessions["discord:dm:42"] if "_type" not in m]
     assert [m["role"] for m in messages] == ["user", "assistant"]
     assert "hi, I'm Alice" in messages[0]["content"]
     assert messages[1]["content"] == "Nice to meet you, Alice."

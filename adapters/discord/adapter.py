@@ -1,4 +1,5 @@
-"""Discord adapter: DMs, guild mentions/replies and slash commands over discord.py.
+"""Discord adapter: DMs, guild mentions/replies (or what a channel's /group trigger asks for),
+threads and slash commands over discord.py.
 
 The adapter only translates: it checks the allow list, derives keys with bot.keys, hands an
 Inbound to the core and sends the collected answer back (split with bot.formatting, mentions
@@ -25,15 +26,17 @@ import discord
 from discord import app_commands
 
 from adapters.discord import resend
+from adapters.discord.conversation import chat_of, may_manage, platform_id, quoted_of
 from adapters.discord.endpoints import endpoints, rest_base
 from adapters.discord.live import MESSAGE_LIMIT, NO_MENTIONS, ChannelSurface, DiscordAnswer
 from adapters.discord.settings import PLATFORM, DiscordConfig
 from adapters.live import Pacer
 from bot import logsafe
 from bot.access import is_allowed
-from bot.commands.registry import COMMANDS, Command
+from bot.chats import Speaking
+from bot.commands.registry import COMMANDS, Command, in_conversation, needs_chat_admin
 from bot.formatting import split_message
-from bot.inbound import Inbound
+from bot.inbound import Delivered, Inbound
 from bot.keys import session_key, user_key
 from bot.media.rules import Candidate, MediaRules, collect
 from bot.observe.metrics import watch_in_flight
@@ -77,6 +80,7 @@ class DiscordAdapter:
         # Discord drops an interaction not answered within 3 s; past this we defer and follow up.
         self.defer_after_s = defer_after_s
         self._media = MediaRules.from_config(config)
+        self._speaking = Speaking.from_config(config)  # when to speak in a channel
         self._client: discord.Client | None = None
         self._accepting = False
         self._inflight: set[asyncio.Task[Any]] = set()
@@ -198,14 +202,18 @@ class DiscordAdapter:
         guild_id = _guild_id(message)
         if guild_id is None and not self._dms:
             return  # the process that has shard 0 answers DMs
+        chat: str | None = None
         if guild_id is None:
             text = message.content
             session = session_key(PLATFORM, "dm", author.id)
-        elif _addresses(message, me.id):
-            text = _strip_mention(message.content, me.id)
-            session = session_key(PLATFORM, "guild", guild_id, message.channel.id, author.id)
         else:
-            return
+            addressed = _addresses(message, me.id)
+            text = _strip_mention(message.content, me.id) if addressed else message.content
+            chat = chat_of(guild_id, message.channel, message.channel.id)
+            if not self._speaking.wanted(chat, addressed=addressed, text=text):
+                return  # not for us (the channel's /group trigger)
+            # A thread is a channel of its own: its own conversation, answered in it.
+            session = session_key(PLATFORM, "guild", guild_id, message.channel.id, author.id)
         text = text.strip()
         if not text and not message.attachments:
             return  # nothing we can see (e.g. a reply without ping and no content intent)
@@ -221,7 +229,11 @@ class DiscordAdapter:
             user_key=user_key(PLATFORM, author.id),
             text=text,
             is_private=guild_id is None,
+            message_id=platform_id(message.channel.id, message.id),
             destination=resend.of_message(message, guild_id),
+            reply_to=quoted_of(message, me.id),
+            chat_key=chat,
+            chat_admin=chat is not None and needs_chat_admin(text) and may_manage(author),
         )
         out = self._answer_in(message, in_guild=guild_id is not None)
         async with _typing(message.channel, until=out.shown):
@@ -230,9 +242,29 @@ class DiscordAdapter:
                 inbound = dataclasses.replace(inbound, attachments=found)
             reply = await self._handle(inbound, out)
         await out.close()
-        await self._deliver(
+        sent = await self._deliver(
             message, reply, in_guild=guild_id is not None, live=out if out.finished else None
         )
+        await self._receipt(inbound, [platform_id(message.channel.id, i) for i in sent])
+
+    async def _receipt(self, inbound: Inbound, ids: list[str]) -> None:
+        """Tell the core under which ids the answer to a message was sent, so a reply to one
+        of them finds its text (the answer of most commands is not in the conversation)."""
+        if not ids or inbound.message_id is None or not in_conversation(inbound.text):
+            return
+        receipt = dataclasses.replace(
+            inbound,
+            text="",
+            message_id=f"sent:{ids[0]}",
+            attachments=(),
+            reply_to=None,
+            destination=None,
+            delivered=Delivered(inbound.message_id, tuple(ids)),
+        )
+        try:
+            await self.core.handle(receipt, BufferedOutbound())
+        except Exception:  # the answer is sent; a reply to it quotes what Discord shows
+            log.exception("discord: the receipt of an answer in %s failed", inbound.session_key)
 
     def _answer_in(self, message: discord.Message, *, in_guild: bool) -> DiscordAnswer:
         """The reply port of a message's turn, shown in its channel while it is written (in a
@@ -257,8 +289,9 @@ class DiscordAdapter:
         *,
         in_guild: bool,
         live: DiscordAnswer | None = None,
-    ) -> None:
-        """Send the answer; `live`: the one shown while it was written, whose rest is sent."""
+    ) -> list[int]:
+        """Send the answer; `live`: the one shown while it was written, whose rest is sent.
+        Returns the ids of the answer's messages in the channel (none if it went privately)."""
         if reply.private and in_guild:
             notice = await self._deliver_privately(message.author, reply)
             reply, live = Reply(notice), None
@@ -267,11 +300,15 @@ class DiscordAdapter:
                 await live.conclude(_messages(reply, UPLOAD_LIMIT))
             except discord.HTTPException as exc:
                 log.warning("discord: could not send a message: %s", _reason(exc))
-            return
+            return live.surface.ids
+        sent = []
         for index, (chunk, extra) in enumerate(_messages(reply, UPLOAD_LIMIT)):
             if in_guild and index == 0:
                 extra["reference"] = message.to_reference(fail_if_not_exists=False)
-            await _send(message.channel.send(chunk, allowed_mentions=NO_MENTIONS, **extra))
+            posted = await _send(message.channel.send(chunk, allowed_mentions=NO_MENTIONS, **extra))
+            if isinstance(posted, discord.Message):
+                sent.append(posted.id)
+        return sent
 
     async def _deliver_privately(self, user: discord.User | discord.Member, reply: Reply) -> str:
         """A private answer asked for in a channel goes to the user's DMs; returns the notice."""
@@ -349,13 +386,20 @@ class DiscordAdapter:
             await interaction.response.send_message(RESTARTING, ephemeral=True)
             return
         self._track()
+        guild = interaction.guild_id
+        permissions = interaction.permissions
         inbound = Inbound(
             platform=PLATFORM,
             session_key=_interaction_session(interaction),
             user_key=user_key(PLATFORM, user.id),
             text=text,
-            is_private=interaction.guild_id is None,
+            is_private=guild is None,
             destination=resend.of_interaction(interaction),
+            chat_key=None
+            if guild is None
+            else chat_of(guild, interaction.channel, interaction.channel_id),
+            chat_admin=guild is not None
+            and (permissions.manage_guild or permissions.manage_channels),
         )
         answer = BufferedOutbound()
         # Deferred or not, and ephemeral or not: decided here once the core has taken its time;
@@ -605,12 +649,14 @@ def _interaction_session(interaction: discord.Interaction) -> str:
     return session_key(PLATFORM, "private", interaction.channel_id, user_id)
 
 
-async def _send(sending: Awaitable[Any]) -> None:
-    """Send, logging (not raising) when Discord refuses: one lost message must not end a turn."""
+async def _send(sending: Awaitable[Any]) -> Any:
+    """Send, logging (not raising) when Discord refuses: one lost message must not end a turn.
+    What Discord answered (the message sent), None if it refused."""
     try:
-        await sending
+        return await sending
     except discord.HTTPException as exc:
         log.warning("discord: could not send a message: %s", _reason(exc))
+        return None
 
 
 def _typing(

@@ -35,6 +35,7 @@ class ChannelSurface:
         self.message: discord.Message | None = None  # the message being edited
         self.showing: str | None = None
         self.sent = 0
+        self.ids: list[int] = []  # the ids of the messages of this answer, in order
 
     async def ready(self) -> None:
         if self.message is not None:
@@ -73,6 +74,7 @@ class ChannelSurface:
             extra["reference"] = self.reference
         message = await self.channel.send(chunk, allowed_mentions=NO_MENTIONS, **extra)
         self.sent += 1
+        self.ids.append(message.id)
         return message
 
 

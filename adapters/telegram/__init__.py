@@ -25,6 +25,7 @@ __all__ = ["PLATFORM", "PLUGIN", "TelegramConfig", "check", "create"]
 
 def create(config: Config, core: Core) -> TelegramAdapter:
     from adapters.telegram.adapter import TelegramAdapter
+    from bot.chats import Speaking
     from bot.media.rules import MediaRules
 
     return TelegramAdapter(
@@ -32,6 +33,7 @@ def create(config: Config, core: Core) -> TelegramAdapter:
         core,
         config.memory.workspaces_dir,
         MediaRules.from_config(config),
+        Speaking.from_config(config),
     )
 
 

@@ -59,6 +59,7 @@ from telegram.warnings import PTBDeprecationWarning
 
 from adapters.live import Pacer
 from adapters.telegram.bot_api import allow_raw_calls, flood_safe
+from adapters.telegram.conversation import is_chat_admin, quoted_of
 from adapters.telegram.intake import Intake, PerUserOrder
 from adapters.telegram.live import (
     ChatSurface,
@@ -75,12 +76,13 @@ from adapters.telegram.spool import Spool
 from adapters.telegram.webhook import WebhookServer
 from bot import logsafe
 from bot.access import is_allowed
-from bot.commands.registry import COMMANDS
-from bot.inbound import Inbound
-from bot.keys import session_key, user_key
+from bot.chats import ChatBook, Speaking
+from bot.commands.registry import COMMANDS, in_conversation, needs_chat_admin
+from bot.inbound import Delivered, Inbound, Quoted
+from bot.keys import chat_key, session_key, user_key
 from bot.media.rules import Candidate, MediaRules, collect
 from bot.observe.metrics import watch_in_flight
-from bot.outbound import Button, OutFile, Reply, too_large_notice
+from bot.outbound import BufferedOutbound, Button, OutFile, Reply, too_large_notice
 from bot.platform import PlatformStartError
 from bot.repeating import repeating
 
@@ -120,12 +122,15 @@ class TelegramAdapter:
         core: Core,
         state_dir: Path,
         media: MediaRules | None = None,
+        speaking: Speaking | None = None,
     ) -> None:
         """`state_dir` holds the spool (the workspaces folder: its lock makes us its only
-        writer); `media` the limits of what people may send (bot.media.rules)."""
+        writer); `media` the limits of what people may send (bot.media.rules); `speaking`
+        when the bot answers in a group (bot.chats; by default at a mention)."""
         self.ready = asyncio.Event()
         self._config = config
         self._media = media or MediaRules()
+        self._speaking = speaking or Speaking(ChatBook.of(state_dir))
         self._core = core
         self._state_dir = state_dir
         self._me: User | None = None
@@ -259,23 +264,36 @@ class TelegramAdapter:
         if msg is None or msg.from_user is None or msg.from_user.is_bot or self._me is None:
             return
         private = msg.chat.type == ChatType.PRIVATE
-        text = self._addressed_text(msg, private)
-        if text is None:
-            return  # a group message that is not for us
+        addressed = self._addressed_text(msg, private)
+        if addressed is None:
+            return  # a command for another bot
+        text, for_us = addressed
+        place = Place.of(msg)
+        chat = _chat_key(place)
+        if chat is not None and not self._speaking.wanted(chat, addressed=for_us, text=text):
+            return  # a group message that is not for us (the group's /group trigger)
         user = msg.from_user
         if not is_allowed(self._config.allow_from, user.id, user.username):
             if private and self._refusals.allow(msg.chat.id):
                 log.info("telegram: refused user %s", user.id)
                 await self._refuse(context.bot, msg.chat.id)
             return
-        place = Place.of(msg)
         media: list[Candidate] = []
         if msg.text is None:
             media = _attachments(context.bot, msg)
             if not media:
                 await self._send(context.bot, place, TEXT_ONLY, markup=False)
                 return
-        await self._turn(context.bot, place, text, user.id, media=media)
+        admin = chat is not None and needs_chat_admin(text)
+        await self._turn(
+            context.bot,
+            place,
+            text,
+            user.id,
+            media=media,
+            reply_to=quoted_of(msg, self._me.id),
+            chat_admin=admin and await is_chat_admin(context.bot, place.chat_id, user.id),
+        )
 
     def _direct(self, bot: Bot) -> Callable[[dict[str, Any]], Callable[[], Awaitable[None]] | None]:
         """For the intake: the turn of a raw update that is a private text message from someone
@@ -340,9 +358,12 @@ class TelegramAdapter:
         *,
         event: str | None = None,
         media: Sequence[Candidate] = (),
+        reply_to: Quoted | None = None,
+        chat_admin: bool = False,
     ) -> None:
         """The user `user_id` sent `text` in `place`; `event` names a button press; `media` is
-        downloaded (within the limits) while "typing…" shows."""
+        downloaded (within the limits) while "typing…" shows; `reply_to` what it replies to;
+        `chat_admin`: Telegram says the user administers the group."""
         private = place.private
         inbound = Inbound(
             platform=PLATFORM,
@@ -352,6 +373,9 @@ class TelegramAdapter:
             is_private=private,
             # Unique per chat, so a redelivery is recognised.
             message_id=event or f"{place.chat_id}:{place.message_id}",
+            reply_to=reply_to,
+            chat_key=_chat_key(place),
+            chat_admin=chat_admin,
         )
         out = self._answer_in(bot, place)
         try:
@@ -373,6 +397,25 @@ class TelegramAdapter:
         else:
             await out.conclude()
             await self._send_files(bot, place.chat_id, reply.files)
+            await self._receipt(inbound, [f"{place.chat_id}:{i}" for i in out.surface.ids])
+
+    async def _receipt(self, inbound: Inbound, ids: list[str]) -> None:
+        """Tell the core under which ids the answer to a message was sent, so a reply to one
+        of them finds its text (the answer of most commands is not in the conversation)."""
+        if not ids or inbound.message_id is None or not in_conversation(inbound.text):
+            return
+        receipt = replace(
+            inbound,
+            text="",
+            message_id=f"sent:{ids[0]}",
+            attachments=(),
+            reply_to=None,
+            delivered=Delivered(inbound.message_id, tuple(ids)),
+        )
+        try:
+            await self._core.handle(receipt, BufferedOutbound())
+        except Exception:  # the answer is sent; a reply to it will quote Telegram's text
+            log.exception("telegram: the receipt of an answer in %s failed", inbound.session_key)
 
     def _answer_in(self, bot: Bot, place: Place) -> TelegramAnswer:
         """The reply port of a turn answered in `place` (in groups as a reply to its message, in
@@ -387,8 +430,9 @@ class TelegramAdapter:
         )
         return TelegramAnswer(surface, in_group=not place.private)
 
-    def _addressed_text(self, msg: Message, private: bool) -> str | None:
-        """The text for the core if the message is for this bot, else None.
+    def _addressed_text(self, msg: Message, private: bool) -> tuple[str, bool] | None:
+        """The text for the core, and whether the message is addressed to this bot (a private
+        chat, an @mention, a reply to the bot, a command); None for another bot's command.
 
         "/cmd@thisbot args" becomes "/cmd args", "/start" becomes "/help", "@thisbot " is dropped.
         """
@@ -405,14 +449,14 @@ class TelegramAdapter:
             if not mine:
                 return None
             if name.lower() == "start":
-                return "/help"
-            return f"/{name}{rest}"
+                return "/help", True
+            return f"/{name}{rest}", True
         if private:
-            return text
+            return text, True
         if self._mentions_me(msg) or self._replies_to_me(msg):
             stripped = re.sub(rf"@{re.escape(self._me.username or '')}\b", "", text, flags=re.I)
-            return stripped.strip() or text
-        return None
+            return stripped.strip() or text, True
+        return text, False
 
     def _mentions_me(self, msg: Message) -> bool:
         assert self._me is not None
@@ -438,6 +482,8 @@ class TelegramAdapter:
 
     @staticmethod
     def _session_key(place: Place, user_id: int) -> str:
+        """A person's own conversation: in a group one per person, in a forum topic one per
+        person and topic (answered in that topic: Place.thread)."""
         if place.private:
             return session_key(PLATFORM, "dm", user_id)
         if place.thread is not None:
@@ -540,6 +586,12 @@ class TelegramAdapter:
                 await bot.send_chat_action(chat, ChatAction.TYPING, message_thread_id=thread)
 
         return repeating(show_typing, self.typing_interval_s, until=until)
+
+
+def _chat_key(place: Place) -> str | None:
+    """A group's key, whoever writes in it (its settings: bot.chats); None for a private chat,
+    whose settings are its person's, by their session key."""
+    return None if place.private else chat_key(PLATFORM, "group", place.chat_id)
 
 
 def _attachments(bot: Bot, msg: Message) -> list[Candidate]:

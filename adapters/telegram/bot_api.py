@@ -45,7 +45,9 @@ def allow_raw_calls() -> None:
     (Installed when the application is built, not at import: a test framework's warning
     capture drops filters set during collection.)"""
     warnings.filterwarnings(
-        "ignore", message=r"Please use 'Bot\.(getUpdates|sendMessage)'", category=PTBUserWarning
+        "ignore",
+        message=r"Please use 'Bot\.(getUpdates|sendMessage|getChatMember)'",
+        category=PTBUserWarning,
     )
 
 

@@ -111,6 +111,7 @@ class ChatSurface:
         self.showing: str | None = None  # the chunk it (or the draft) shows
         self.draft_id = next(_draft_ids)
         self.sent = 0  # messages of this answer sent so far
+        self.ids: list[int] = []  # their message ids, in order
 
     async def ready(self) -> None:
         if self.message is not None:
@@ -181,6 +182,7 @@ class ChatSurface:
             )
         message = await send_chunk(self.bot, self.chat_id, chunk, True, extra)
         self.sent += 1
+        self.ids.append(message)
         return message
 
     async def _edit(

@@ -74,6 +74,8 @@ def private_text(raw: dict[str, Any]) -> PrivateText | None:
         return None
     if _starts_with_command(message.get("entities")):
         return None
+    if message.keys() & {"reply_to_message", "quote", "external_reply"}:
+        return None  # a reply: PTB reads what it replies to (adapters/telegram/conversation.py)
     return PrivateText(Place(chat_id, True, message_id, thread), user_id, username, text)
 
 

@@ -18,19 +18,32 @@ import json
 import logging
 import math
 import re
+import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
 from bot import logsafe
 from bot.agent.background import BackgroundWork
+from bot.agent.conversation import supersede_last, withdraw_last
 from bot.agent.prompt import ContextBuilder, FrozenPrompts, with_media
+from bot.agent.replies import reply_record
 from bot.agent.residency import LoadedSessions, PerUser, forget_everywhere
 from bot.agent.streaming import AnswerStream
 from bot.agent.tools import AgentTools
 from bot.agent.window import TOOLS_TEXT, llm_budget
+from bot.chats import ChatBook, chat_of
 from bot.commands.confirm import Confirmations
-from bot.commands.context import CommandContext, NewSession, SessionStatus
+from bot.commands.context import (
+    DONE,
+    REFUSED,
+    UNSAVED,
+    ChatControl,
+    CommandContext,
+    NewSession,
+    SessionStatus,
+    Taken,
+)
 from bot.commands.control import memory_notice
 from bot.commands.linking import LinkCodes, LinkPort, Notices
 from bot.commands.registry import (
@@ -42,14 +55,14 @@ from bot.commands.registry import (
     run_command,
 )
 from bot.config import Config
-from bot.inbound import Inbound
+from bot.inbound import Delivered, Inbound
 from bot.limits import Limits, Refusal
 from bot.llm.client import LLMClient, LLMImagesRefused
 from bot.media.attachments import AttachmentReader, Prepared
 from bot.media.rules import MediaRules
 from bot.media.transcribe import Transcriber
 from bot.observe.metrics import count_limit_refusal
-from bot.outbound import CONSOLIDATING, Button, Notice, Outbound, OutFile, Reply
+from bot.outbound import CONSOLIDATING, BufferedOutbound, Button, Notice, Outbound, OutFile, Reply
 from bot.usage import ChargedLLM, UsageBook, charged_to
 from memory import clock
 from memory.consolidation.consolidator import MemoryConsolidator, MemoryEvent
@@ -67,7 +80,7 @@ from memory.llm import (
 )
 from memory.preferences import MEMORY_IN_GROUPS
 from memory.safefs import LinkRefusedError
-from memory.session import Session
+from memory.session import HIDDEN, REPLY_TO, TURN, Session
 from memory.text import valid_text
 from memory.tokens import TokenEstimator
 from memory.workspace import UnsafeWorkspaceError, Workspace, Workspaces
@@ -107,6 +120,7 @@ STOPPED_NOT_SAVED = (
     "Your message is saved, but I had to stop before answering it: I couldn't save my work "
     "({reason}). Please ask again once that is fixed."
 )
+PERSONA_SHARE = 10  # a persona may take at most 1/PERSONA_SHARE of the context window
 CONVERSATION_START = "conversation_start"  # session metadata: where /new began the conversation
 FILING_WAITS = "filing_waits"  # session metadata: a /new whose filing waits for the token limit
 _DISK_REASONS = {
@@ -170,6 +184,7 @@ class Agent:
             memory_budget_tokens=config.memory.max_memory_tokens,
         )
         self.context = ContextBuilder(config.agent.bot_name)
+        self.chats = ChatBook.of(config.memory.workspaces_dir)  # personas, group triggers
         self.prompts = FrozenPrompts()
         self.background = BackgroundWork()
         self.sessions = LoadedSessions(
@@ -227,6 +242,11 @@ class Agent:
             await self._handle(inbound, out, own)
 
     async def _handle(self, inbound: Inbound, out: Outbound, own: str) -> None:
+        if inbound.delivered is not None:  # a receipt: noted, nothing to answer
+            await out.begin(private=False)
+            self._note_delivery(inbound, inbound.delivered)
+            await out.finish()
+            return
         command = parse_command(inbound.text)
         user = inbound.user_key
         with charged_to(user):  # also the consolidation this message starts
@@ -316,6 +336,16 @@ class Agent:
             if not prepared.for_model and not prepared.parts:
                 return Reply("\n\n".join(prepared.notes))  # nothing kept, nothing to answer
             user_message = self.context.user_message(prepared.text, now, prepared.parts)
+            user_message[TURN] = secrets.token_hex(4)  # what /undo and /retry name it by
+            if inbound.reply_to is not None:
+                replied = await reply_record(
+                    inbound.reply_to,
+                    workspace.sessions,
+                    session,
+                    self.config.agent.reply_context_chars,
+                )
+                if replied is not None:
+                    user_message[REPLY_TO] = replied
             too_long = self._too_long(user_message, workspace, inbound)
             if too_long:
                 return Reply(too_long)
@@ -332,6 +362,57 @@ class Agent:
                 return self._notes_only(workspace, session, prepared.notes)
             reply = _with_notes(await self._respond(workspace, session, inbound, out), prepared)
             return self._with_memory_notice(reply, inbound)
+
+    # ---- the conversation taken back: /undo, /retry (bot/agent/conversation.py) ---------------
+
+    async def undo_last(self, inbound: Inbound) -> Taken:
+        """/undo, with nothing else of this person running (so no consolidation can be filing
+        the exchange meanwhile)."""
+        async with self.user_exclusive(inbound.user_key):
+            workspace = self.workspaces.get(inbound.user_key)
+            session = workspace.sessions.get(inbound.session_key)
+            try:
+                return withdraw_last(workspace.sessions, session)
+            except OSError as exc:
+                log.error("could not withdraw in %s: %s", inbound.session_key, exc)
+                return Taken(UNSAVED, said=disk_reason(exc))
+
+    async def retry_last(self, inbound: Inbound) -> Taken:
+        """/retry: the newest message answered again, its old answer superseded. Under the
+        session's lock, once this person's consolidations are done (none may be filing it)."""
+        # (The command counted towards the minute already: what is left is the tokens.)
+        refusal = self._refused(inbound, self.limits.check_tokens(inbound.user_key))
+        if refusal is not None:
+            return Taken(REFUSED, answer=Reply(refusal.text))
+        self.sessions.note(inbound.user_key, inbound.session_key)
+        async with self.sessions.lock(inbound.session_key):
+            while pending := self.background.of(inbound.user_key):
+                await asyncio.gather(*pending, return_exceptions=True)
+            workspace = self.workspaces.get(inbound.user_key)
+            session = workspace.sessions.get(inbound.session_key)
+            try:
+                taken, _ = supersede_last(workspace.sessions, session)
+            except OSError as exc:
+                log.error("could not supersede in %s: %s", inbound.session_key, exc)
+                return Taken(UNSAVED, said=disk_reason(exc))
+            if taken.outcome != DONE:
+                return taken
+            asked = session.last_turn()
+            retried = None if asked is None else session.span(asked, asked + 1)[0]
+            if inbound.message_id is not None and retried and retried.get("message_id"):
+                # The receipt of this answer names the /retry: it is the answer to that message.
+                session.retried[inbound.message_id] = str(retried["message_id"])
+            reply = await self._respond(workspace, session, inbound, BufferedOutbound())
+            return replace(taken, answer=self._with_memory_notice(reply, inbound))
+
+    def _note_delivery(self, inbound: Inbound, delivered: Delivered) -> None:
+        """A receipt: the platform ids an answer was sent as, kept with the conversation."""
+        try:
+            workspace = self.workspaces.get(inbound.user_key)
+            session = workspace.sessions.get(inbound.session_key)
+            workspace.sessions.record_sent(session, delivered.answered, list(delivered.ids))
+        except (OSError, UnsafeWorkspaceError) as exc:  # a reply to it then quotes the platform
+            log.warning("could not keep where %s was answered: %s", inbound.session_key, exc)
 
     def _with_memory_notice(self, reply: Reply, inbound: Inbound) -> Reply:
         """The answer, then once what an earlier consolidation did to the person's memory
@@ -490,9 +571,11 @@ class Agent:
         """Never persist a message twice. Send its answer again if it has one; if a later
         message follows, that one's turn answers both; if it is the newest, answer it now. A
         consolidated one always had a later message (the newest is never consolidated)."""
-        if index < session.offset:
-            return Reply("")
+        if index < session.offset or session.span(index, index + 1)[0].get(HIDDEN):
+            return Reply("")  # filed, or withdrawn by /undo: nothing to answer again
         for message in session.span(index + 1):
+            if message.get(HIDDEN):
+                continue  # an answer /retry replaced
             if message.get("role") == "user":
                 return Reply("")
             if message.get("role") == "assistant" and not message.get("tool_calls"):
@@ -645,7 +728,13 @@ class Agent:
             workspace.memory.prompt_section() if shown else None,
             inbound.platform,
             inbound.is_private,
+            self._persona(inbound),
         )
+
+    def _persona(self, inbound: Inbound) -> str:
+        """The operator's instructions ([agent] system_prompt), then this chat's (/persona)."""
+        chat = self.chats.get(chat_of(inbound)).persona
+        return "\n\n".join(p.strip() for p in (self.config.agent.system_prompt, chat) if p)
 
     def _memory_shown(self, workspace: Workspace, inbound: Inbound) -> bool:
         """Whether this turn's model may see the person's memory: always in a private chat; in a
@@ -663,7 +752,7 @@ class Agent:
         shown = self._memory_shown(workspace, inbound)
         return self.prompts.get(
             (inbound.user_key, session.key),
-            (session.last_consolidated, shown),
+            (session.last_consolidated, shown, self._persona(inbound)),
             lambda: self._fresh_prompt(workspace, inbound),
         )
 
@@ -694,6 +783,41 @@ class Agent:
                 leave=lambda: self.leave_person(own),
                 tell=self.notices.add,
             ),
+            undo=lambda: self.undo_last(inbound),
+            retry=lambda: self.retry_last(inbound),
+            chat=self._chat_control(inbound, own),
+        )
+
+    def _chat_control(self, inbound: Inbound, own: str) -> ChatControl:
+        """This chat's settings, and whether this person may change them: in a private chat
+        they are theirs; in a group the chat's admins' (as the platform says) or the bot's
+        ([limits] admins, by their platform key or their person's)."""
+        agent = self.config.agent
+        admins = self.config.limits.admins
+        return ChatControl(
+            book=self.chats,
+            chat_key=chat_of(inbound),
+            may_manage=inbound.is_private
+            or inbound.chat_admin
+            or own in admins
+            or inbound.user_key in admins,
+            owner=inbound.user_key if inbound.is_private else None,
+            default_trigger=agent.group_trigger,
+            default_words=tuple(agent.group_keywords),
+            bot_persona=agent.system_prompt,
+            persona_refusal=self._persona_refusal,
+        )
+
+    def _persona_refusal(self, text: str) -> str | None:
+        """A persona joins every prompt of its chat, in the window's fixed part: it may take a
+        tenth of the window at most, so the conversation keeps its room."""
+        tokens = self.estimator.corrected(self.estimator.count_text(text))
+        room = self.window // PERSONA_SHARE
+        if tokens <= room:
+            return None
+        return (
+            f"That persona is too long for my language model: about {tokens:,} tokens, and a "
+            f"persona may take about {room:,} (a tenth of its context window). Nothing changed."
         )
 
     # ---- /link and /unlink (memory/links.py, memory/control/link.py) ------------------------
@@ -834,6 +958,7 @@ class Agent:
             hidden = hide(self.workspaces.root_of(user_key))  # from here on they have nothing
             forget_everywhere((*self._per_user, self.sessions), user_key)
             self.links.drop_person(user_key)  # a shared workspace: every linked key is free
+            self.chats.forget_owner(user_key)  # their private chats' personas
         if hidden is not None:
             await asyncio.to_thread(delete, hidden)
         return hidden is not None

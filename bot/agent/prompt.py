@@ -36,15 +36,30 @@ about anyone. When they tell you something lasting, you may note it with `edit_m
 "add" only); what you note cannot be read back in the group."""
 
 
+PERSONA_HEADING = """\
+## How to talk in this chat
+These instructions come from the bot's operator or this chat's owner. Follow them where they
+do not conflict with the rules above."""
+
+
 class ContextBuilder:
     def __init__(self, bot_name: str = "LightGrep") -> None:
         self.bot_name = bot_name
 
-    def system_prompt(self, memory_section: str | None, platform: str, is_private: bool) -> str:
-        """Who the bot is, where it talks, how to use its tools, then the memory section.
+    def system_prompt(
+        self,
+        memory_section: str | None,
+        platform: str,
+        is_private: bool,
+        persona: str | None = None,
+    ) -> str:
+        """Who the bot is, where it talks, how to use its tools, the chat's persona, then the
+        memory section.
 
         `memory_section` None: a group turn without the person's memory, told that its answer
-        is public (the memory is private by default; bot.agent.agent decides)."""
+        is public (the memory is private by default; bot.agent.agent decides). `persona`: the
+        operator's and the chat's own instructions, after the bot's rules, which they cannot
+        undo: what the model is shown, and its tools, are decided by code, not by the prompt."""
         if is_private:
             where = "a private chat with one person"
         elif memory_section is None:
@@ -56,10 +71,11 @@ class ContextBuilder:
             f"you talk to.\nYou are talking on {platform}, in {where}. Answer in the person's "
             "language; keep answers concise; Markdown is allowed.\n\n"
         )
+        extra = f"\n\n{PERSONA_HEADING}\n{persona.strip()}" if persona and persona.strip() else ""
         if memory_section is None:
-            return intro + PUBLIC_GUIDE
+            return intro + PUBLIC_GUIDE + extra
         public = "" if is_private else "\n- This is a group chat: everyone in it reads your answer."
-        return f"{intro}{TOOL_GUIDE}{public}\n\n{memory_section}"
+        return f"{intro}{TOOL_GUIDE}{public}{extra}\n\n{memory_section}"
 
     def user_message(
         self,
@@ -130,16 +146,20 @@ def _data_url(part: dict[str, Any], read: Callable[[dict[str, Any]], bytes | Non
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
+# What a frozen prompt was built from: the session's cursor, whether the memory is shown, the
+# persona (the operator's and the chat's).
+Stamp = tuple[int, bool, str]
+
+
 class FrozenPrompts:
     """Each session's system prompt, frozen between consolidations so the prompt's prefix stays
-    cached by the provider; rebuilt when its stamp (cursor, memory shown or not) changes."""
+    cached by the provider; rebuilt when its stamp (cursor, memory shown or not, persona)
+    changes."""
 
     def __init__(self) -> None:
-        self._kept: dict[tuple[str, str], tuple[tuple[int, bool], str]] = {}
+        self._kept: dict[tuple[str, str], tuple[Stamp, str]] = {}
 
-    def get(
-        self, key: tuple[str, str], stamp: tuple[int, bool], build: Callable[[], str]
-    ) -> str:
+    def get(self, key: tuple[str, str], stamp: Stamp, build: Callable[[], str]) -> str:
         """The prompt of (user key, session key) as frozen at `stamp`, built anew otherwise."""
         kept = self._kept.get(key)
         if kept is not None and kept[0] == stamp:

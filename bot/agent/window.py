@@ -42,10 +42,11 @@ def llm_budget(llm: LLMConfig) -> Budget:
 
 def fixed_prompt_tokens(config: Config, estimator: TokenEstimator | None = None) -> int:
     """Tokens every turn's prompt carries before any conversation: system prompt (with an
-    empty MEMORY.md) and the tool schemas, as our estimate counts them."""
+    empty MEMORY.md and the operator's [agent] system_prompt) and the tool schemas, as our
+    estimate counts them (a chat's /persona adds to it: at most a tenth of the window)."""
     estimator = estimator or TokenEstimator()
     system = ContextBuilder(config.agent.bot_name).system_prompt(
-        memory_prompt_section(MEMORY_TEMPLATE), "telegram", False
+        memory_prompt_section(MEMORY_TEMPLATE), "telegram", False, config.agent.system_prompt
     )
     raw = MESSAGE_OVERHEAD + estimator.count_text(system + TOOLS_TEXT) + REPLY_PRIMING
     return estimator.corrected(raw)

@@ -87,6 +87,7 @@ class BrokerCore:
         self._answers: dict[str, Assembly] = {}
         self._client: Client | None = None
         self._publisher: Publisher | None = None
+        self._receipts: Publisher | None = None  # where answers went (Inbound.delivered)
         self._bodies: ObjectStore | None = None
         self._limit = 0
         self._listener: asyncio.Task[None] | None = None
@@ -116,6 +117,7 @@ class BrokerCore:
         js = client.jetstream()
         await ensure_streams(js, self._names, self._settings)
         self._publisher = Publisher(js, "a user's message", "message")
+        self._receipts = Publisher(js, "where an answer was sent", "receipt")
         self._bodies = await bodies(js, self._names, self._settings)
         self._limit = max(1024, client.max_payload - wire.HEADROOM)
         sub = await self._subscribe(js)
@@ -148,6 +150,11 @@ class BrokerCore:
         core raised, and the adapter apologises as for any core)."""
         assert self._publisher is not None, "start() first"
         key = uuid.uuid4().hex
+        if inbound.delivered is not None:  # a receipt: the worker notes it, answers nothing
+            await out.begin(private=False)
+            await self._publish(inbound, key, receipt=True)
+            await out.finish()
+            return
         answer = self._answers[key] = Assembly()
         try:
             await self._publish(inbound, key)
@@ -173,8 +180,8 @@ class BrokerCore:
 
         task.add_done_callback(sent)
 
-    async def _publish(self, inbound: Inbound, key: str) -> None:
-        assert self._publisher is not None
+    async def _publish(self, inbound: Inbound, key: str, *, receipt: bool = False) -> None:
+        assert self._publisher is not None and self._receipts is not None
         partition = partition_of(inbound.user_key, self._settings.partitions)
         subject = self._names.in_subject(partition)
         body = wire.encode_inbound(inbound)
@@ -183,8 +190,9 @@ class BrokerCore:
         if len(body) > self._limit:
             body = await self._put_body(key, body, headers, inbound.session_key)
         self._signer.sign("message", subject, headers, body)
-        ack, retried = await self._publisher.publish(subject, body, headers)
-        if ack.duplicate and not retried:
+        publisher = self._receipts if receipt else self._publisher
+        ack, retried = await publisher.publish(subject, body, headers)
+        if ack.duplicate and not retried and not receipt:
             # Published before by an earlier run (the platform delivered it again after a
             # restart): that run was to get the answer. Ask again under a new id.
             log.info("message %s was published before; asking for its answer again", msg_id)

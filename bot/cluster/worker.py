@@ -45,7 +45,7 @@ from bot.observe.metrics import (
     count_rejected,
     watch_cluster,
 )
-from bot.outbound import Button, Notice, OutFile
+from bot.outbound import BufferedOutbound, Button, Notice, OutFile
 from bot.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
@@ -362,7 +362,13 @@ class Worker:
             if inbound is None:
                 assert stored is not None
                 inbound = await self._fetch(stored, seq, (msg.headers or {}).get(wire.DIGEST))
-            if inbound is not None:
+            receipt = inbound is not None and inbound.delivered is not None
+            if inbound is not None and receipt:  # noted; nobody waits for an answer
+                try:
+                    await self._core.handle(inbound, BufferedOutbound())
+                except Exception:  # a reply to that answer then quotes the platform's text
+                    log.exception("worker: a receipt failed for %s", inbound.session_key)
+            elif inbound is not None:
                 out.destination = wire.destination(inbound)
                 try:
                     await self._core.handle(inbound, out)
@@ -372,7 +378,7 @@ class Worker:
             keepalive.cancel()
             try:
                 await msg.ack()
-                count_cluster(CLUSTER_ACKED, "message")
+                count_cluster(CLUSTER_ACKED, "receipt" if receipt else "message")
             except Exception as exc:  # delivered again later; the core will not repeat it
                 log.warning("worker: could not acknowledge message %s (%s)", seq, exc)
             if stored is not None and inbound is not None:

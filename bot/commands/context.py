@@ -11,6 +11,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Literal
 
+from bot.chats import ChatBook
 from bot.commands.confirm import Confirmations
 from bot.commands.linking import LinkPort
 from bot.inbound import Inbound
@@ -42,6 +43,41 @@ class SessionStatus:
 
 
 @dataclass(frozen=True)
+class Taken:
+    """What /undo or /retry found to take back, measured by the core and worded by the command:
+    `outcome` is DONE, NOTHING (no exchange in this conversation), FILED (the last exchange is
+    already consolidated), OLD (written before it could be taken back), UNSAVED (the record
+    could not be written: `said` is why) or REFUSED (a limit: `answer` says which)."""
+
+    outcome: str
+    said: str = ""  # the start of the person's message it concerns
+    answer: Reply | None = None  # /retry: the new answer
+    messages: int = 0  # /undo: how many messages left the conversation
+
+
+DONE, NOTHING, FILED, OLD, UNSAVED, REFUSED = (
+    "done", "nothing", "filed", "old", "unsaved", "refused"
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ChatControl:
+    """What /group and /persona may change: this chat's settings (bot.chats), and whether the
+    person may (the chat's admin as the platform says, the bot's admin, or a private chat's
+    own person)."""
+
+    book: ChatBook
+    chat_key: str
+    may_manage: bool
+    owner: str | None  # the person a private chat's settings belong to
+    default_trigger: str
+    default_words: tuple[str, ...]
+    bot_persona: str  # [agent] system_prompt
+    # A persona too large for the context window's fixed part: why, for the person (else None).
+    persona_refusal: Callable[[str], str | None] = lambda text: None
+
+
+@dataclass(frozen=True)
 class CommandContext:
     """What a handler may use: this user's files and two actions the core performs for it."""
 
@@ -59,6 +95,9 @@ class CommandContext:
     memory_in_groups: bool = False  # the operator's default for /privacy ([agent])
     usage: Callable[[], UsageReport] | None = None  # /usage figures of this user
     links: LinkPort | None = None  # /link, /unlink, the linked keys /status and /wipe name
+    undo: Callable[[], Awaitable[Taken]] | None = None  # /undo: withdraw the last exchange
+    retry: Callable[[], Awaitable[Taken]] | None = None  # /retry: answer the last one again
+    chat: ChatControl | None = None  # /group, /persona
 
 
 # A handler answers with text, or with a Reply carrying files or buttons too. The privacy is

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from bot.commands.basic import cmd_memory, cmd_new, cmd_privacy, cmd_status, cmd_usage
 from bot.commands.context import CommandContext, Handler
 from bot.commands.control import cmd_export, cmd_forget, cmd_wipe
+from bot.commands.conversation import cmd_group, cmd_persona, cmd_retry, cmd_undo
 from bot.commands.link import cmd_link, cmd_unlink
 from bot.commands.recall import cmd_recall
 from bot.outbound import Outbound, Reply
@@ -58,6 +59,11 @@ class Command:
     # Whether the command, with these arguments, works through the person's files whole (a
     # small budget of its own in [limits]: heavy_commands_per_hour).
     heavy: Callable[[str], bool] = lambda args: False
+    # In a group, the adapter asks the platform whether the sender administers the chat
+    # (Inbound.chat_admin): the command changes the chat's settings.
+    chat_admin: bool = False
+    # Its answer is part of the conversation (/retry's): the adapter sends its receipt.
+    in_conversation: bool = False
 
 
 async def cmd_help(ctx: CommandContext, args: str) -> str:
@@ -127,6 +133,27 @@ COMMANDS: tuple[Command, ...] = (
         argument=Argument("action", "confirm or cancel", required=False),
     ),
     Command("new", "Start a fresh conversation (the old one is filed)", cmd_new),
+    Command(
+        "retry",
+        "Answer your last message again (my old answer leaves the chat)",
+        cmd_retry,
+        in_conversation=True,
+    ),
+    Command("undo", "Take back your last message and my answer", cmd_undo),
+    Command(
+        "persona",
+        "How I talk in this chat: /persona <instructions>, /persona reset",
+        cmd_persona,
+        argument=Argument("instructions", "What I should be like here, or reset", required=False),
+        chat_admin=True,
+    ),
+    Command(
+        "group",
+        "When I speak in this group: /group trigger mention|always|keyword <words>",
+        cmd_group,
+        argument=Argument("setting", "trigger mention, always or keyword <words>", required=False),
+        chat_admin=True,
+    ),
     Command("help", "What I can do", cmd_help),
     Command("status", "Model, context used, last consolidation", cmd_status),
     Command(
@@ -164,6 +191,22 @@ async def refuse_command(parsed: ParsedCommand, text: str, out: Outbound) -> Non
     await out.begin(private=command is not None and command.private)
     await out.add_text(text)
     await out.finish()
+
+
+def in_conversation(text: str) -> bool:
+    """Whether the answer to `text` is part of the conversation (a turn's, or /retry's), so
+    the adapter tells the core where it was sent (bot.inbound.Delivered)."""
+    parsed = parse_command(text)
+    command = _BY_NAME.get(parsed.name) if parsed is not None else None
+    return parsed is None or (command is not None and command.in_conversation)
+
+
+def needs_chat_admin(text: str) -> bool:
+    """Whether `text` is a command whose sender's standing in a group the adapter must ask
+    the platform for (Command.chat_admin)."""
+    parsed = parse_command(text)
+    command = _BY_NAME.get(parsed.name) if parsed is not None else None
+    return command is not None and command.chat_admin
 
 
 async def run_command(

@@ -87,14 +87,14 @@ IN_FLIGHT = Gauge(
 # ingress to a worker) or "answer" (back).
 CLUSTER_PUBLISHED = Counter(
     "lightgrep_cluster_published",
-    "Messages JetStream acknowledged storing, by kind (message or answer).",
+    "Messages JetStream acknowledged storing, by kind (message, answer or receipt).",
     ["kind"],
     registry=REGISTRY,
 )
 CLUSTER_ACKED = Counter(
     "lightgrep_cluster_acked",
     "Messages this process was done with and acknowledged, by kind (message: answered by a "
-    "worker; answer: sent by an ingress).",
+    "worker; answer: sent by an ingress; receipt: where an answer went, noted by a worker).",
     ["kind"],
     registry=REGISTRY,
 )
@@ -271,6 +271,9 @@ class MeteredCore:
         self._core = core
 
     async def handle(self, inbound: Inbound, out: Outbound) -> None:
+        if inbound.delivered is not None:  # a receipt of an answer sent: no message of anyone's
+            await self._core.handle(inbound, out)
+            return
         kind = "command" if parse_command(inbound.text) is not None else "turn"
         started = time.monotonic()
         try:

@@ -35,6 +35,7 @@ from memory.consolidation.checks import (
 )
 from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMContextOverflow, LLMError
 from memory.media import is_ref, ref_text
+from memory.session import HIDDEN, reply_context
 from memory.store import MEMORY_TEMPLATE, SECTIONS
 from memory.text import valid_text
 from memory.threads import in_thread
@@ -149,15 +150,22 @@ def _tool_names(message: dict[str, Any]) -> list[str]:
 
 
 def format_messages(messages: list[dict[str, Any]]) -> str:
-    """One line per message: `[{timestamp[:16]}] {ROLE} [tools: a, b]: {content}`."""
+    """One line per message: `[{timestamp[:16]}] {ROLE} [tools: a, b]: {content}`, a reply
+    with what it replied to; withdrawn and superseded messages are left out."""
     lines = []
-    for message in messages:
+    for message in _kept(messages):
         stamp = str(message.get("timestamp") or "?")[:16]
         role = str(message.get("role") or "?").upper()
         names = _tool_names(message)
         tools = f" [tools: {', '.join(names)}]" if names else ""
-        lines.append(f"[{stamp}] {role}{tools}: {_content_text(message.get('content'))}")
+        said = _content_text(reply_context(message) + _content_text(message.get("content")))
+        lines.append(f"[{stamp}] {role}{tools}: {said}")
     return "\n".join(lines)
+
+
+def _kept(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages still in the conversation (not withdrawn by /undo nor replaced by /retry)."""
+    return [message for message in messages if not message.get(HIDDEN)]
 
 
 def _as_object(arguments: Any) -> dict[str, Any] | None:
@@ -378,7 +386,10 @@ class MemoryConsolidator:
 
     async def _consolidate_chunk(self, workspace: Workspace, session: Session, end: int) -> bool:
         start = session.last_consolidated
-        chunk = session.span(start, end)
+        chunk = _kept(session.span(start, end))
+        if not chunk:  # only withdrawn or superseded messages: nothing to file
+            workspace.sessions.set_last_consolidated(session, end)
+            return True
         if await self._save(workspace, chunk):
             self._succeeded(workspace, session, end)
             return True
@@ -394,7 +405,7 @@ class MemoryConsolidator:
         fits; a message too big on its own is archived verbatim, with a note saying why."""
         key = self._id(workspace, session)
         start = session.last_consolidated
-        pieces = self._pieces(session.span(start, end), room)
+        pieces = self._pieces(_kept(session.span(start, end)), room)
         done = self._pieces_done.get(key, (start, end, 0))
         first = done[2] if done[:2] == (start, end) else 0
         for index in range(first, len(pieces)):
@@ -488,7 +499,10 @@ class MemoryConsolidator:
     # -- sizes ----------------------------------------------------------------------------------
 
     def _line_tokens(self, message: dict[str, Any]) -> int:
-        """Raw tokens of one message as the consolidation request shows it (one line)."""
+        """Raw tokens of one message as the consolidation request shows it (one line; none
+        for a message withdrawn or superseded, which is never filed)."""
+        if message.get(HIDDEN):
+            return 0
         return self.estimator.count_text(format_messages([message])) + 1
 
     def _answer_tokens(self, current: str) -> int:

@@ -36,7 +36,7 @@ from typing import Any
 from memory.atomic import atomic_write_text, remove_stale_temp_files
 from memory.media import MEDIA_DIR, is_ref, referenced_files
 from memory.safefs import LinkRefusedError, read_bytes
-from memory.session import METADATA_TYPE, as_written
+from memory.session import CONVERSATION_RECORDS, METADATA_TYPE, REPLY_TO, as_written
 from memory.store import ENTRY_STAMP
 from memory.workspace import Workspace
 
@@ -228,8 +228,8 @@ def _strings(value: Any) -> Iterator[str]:
 def said(record: dict[str, Any]) -> Iterator[str]:
     """What a message says: its text (a user message as written, without the time line older
     files began it with), the captions and names of its media, its tool calls' arguments and
-    its tool result. Not its role, timestamp, ids or tool names: `/forget user` or `/forget
-    time` must match what was said, not the record around it."""
+    its tool result, and what it replied to. Not its role, timestamp, ids or tool names:
+    `/forget user` or `/forget time` must match what was said, not the record around it."""
     content = as_written(dict(record)).get("content")
     if isinstance(content, str):
         yield content
@@ -241,6 +241,9 @@ def said(record: dict[str, Any]) -> Iterator[str]:
                 yield from (str(part[k]) for k in _SAID_IN_REFS if isinstance(part.get(k), str))
             elif isinstance(part, dict) and isinstance(part.get("text"), str):
                 yield part["text"]
+    replied = record.get(REPLY_TO)  # what a reply carries of the message it replied to
+    if isinstance(replied, dict):
+        yield from (str(replied[k]) for k in ("text", "name") if isinstance(replied.get(k), str))
     for call in record.get("tool_calls") or ():
         function = call.get("function") if isinstance(call, dict) else None
         arguments = function.get("arguments") if isinstance(function, dict) else None
@@ -280,6 +283,9 @@ def _forget_messages(
             record = None
         if isinstance(record, dict) and record.get("_type") == METADATA_TYPE:
             continue  # replaced by one fresh record at the top
+        if isinstance(record, dict) and record.get("_type") in CONVERSATION_RECORDS:
+            kept.append(raw)  # ids only, no one's words: never matched ("/forget withdrawn")
+            continue
         is_message = isinstance(record, dict) and isinstance(record.get("role"), str)
         content = record.get("content") if isinstance(record, dict) else None
         if _matches(raw, record, pattern):

@@ -8,7 +8,8 @@ events with `dispatch(...)` (`slash` and `press` build interactions: a command, 
 and read what the bot did from the recorded requests. Files people attach (`attachment`) are
 served from the fake's CDN path, `GET /attachments/<channel>/<id>/<name>` (recorded in
 `downloads`; an unknown one is a 404, as an expired CDN link is).
-Messages the bot sends are kept (`posted`, by id) and may be edited
+A guild may have threads (channels of type 11 with a parent) and members who may manage it (a
+role with Manage Server). Messages the bot sends are kept (`posted`, by id) and may be edited
 (`PATCH /channels/<channel>/messages/<id>`, recorded in `edits`). Like Discord, a message with
 neither content nor files is refused (50006), content over 2000 characters too (50035), and an
 edit in a channel sooner than `edit_interval_s` after its last edit is answered 429 with
@@ -34,6 +35,7 @@ from tests.fakes.local_server import serve_locally
 MESSAGE_CONTENT_INTENT = 1 << 15
 IS_VOICE_MESSAGE = 1 << 13  # message flag
 PRIVILEGED_INTENTS = (1 << 1) | (1 << 8) | MESSAGE_CONTENT_INTENT
+MANAGE_GUILD = 1 << 5  # permission bit
 
 
 @dataclass
@@ -73,6 +75,8 @@ class FakeDiscord:
         self.app_id = 900
         self.bot = user_payload(self.bot_id, "lightgrep", bot=True)
         self.guilds: dict[int, list[int]] = {}  # guild id → text channel ids
+        self.threads: dict[int, dict[int, int]] = {}  # guild id → its threads (id → parent)
+        self.managers: dict[int, set[int]] = {}  # guild id → members with Manage Server
         self.requests: list[Recorded] = []
         self.identify: dict[str, Any] | None = None
         self.identifies = 0  # IDENTIFYs received: one per (re)connection that starts a session
@@ -104,9 +108,18 @@ class FakeDiscord:
     def gateway_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/gateway"
 
-    def add_guild(self, guild_id: int, *channel_ids: int) -> None:
-        """A guild the bot is in; announced as GUILD_CREATE after READY."""
+    def add_guild(
+        self,
+        guild_id: int,
+        *channel_ids: int,
+        threads: dict[int, int] | None = None,
+        managers: set[int] | None = None,
+    ) -> None:
+        """A guild the bot is in; announced as GUILD_CREATE after READY, with its `threads`
+        (thread id → parent channel) and a role with Manage Server that `managers` have."""
         self.guilds[guild_id] = list(channel_ids)
+        self.threads[guild_id] = dict(threads or {})
+        self.managers[guild_id] = set(managers or ())
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> FakeDiscord:
@@ -171,9 +184,12 @@ class FakeDiscord:
         mentions: list[dict[str, Any]] | None = None,
         referenced: dict[str, Any] | None = None,
         attachments: list[dict[str, Any]] | None = None,
+        reference_only: str | None = None,
     ) -> dict[str, Any]:
         """A MESSAGE_CREATE payload (a DM when `guild_id` is None); a voice message when its
-        one attachment is one (`attachment(voice=True)`)."""
+        one attachment is one (`attachment(voice=True)`); a reply to `referenced` (a message,
+        e.g. one of `posted`), or to the message id `reference_only` without the message
+        itself (as Discord sends a reply whose message it did not fetch)."""
         data = self._message(author, content, channel_id, mentions or [])
         if attachments:
             data["attachments"] = attachments
@@ -181,16 +197,21 @@ class FakeDiscord:
                 data["flags"] = IS_VOICE_MESSAGE
         if guild_id is not None:
             data["guild_id"] = str(guild_id)
-            data["member"] = _member()
-        if referenced is not None:
+            data["member"] = _member(roles=self._roles_of(guild_id, author))
+        if referenced is not None or reference_only is not None:
             data["type"] = 19
-            data["referenced_message"] = referenced
+            if referenced is not None:
+                data["referenced_message"] = referenced
             data["message_reference"] = {
-                "message_id": referenced["id"],
+                "message_id": referenced["id"] if referenced is not None else reference_only,
                 "channel_id": str(channel_id),
                 **({"guild_id": str(guild_id)} if guild_id is not None else {}),
             }
         return data
+
+    def _roles_of(self, guild_id: int, user: dict[str, Any]) -> list[str]:
+        """The member's roles: the managers' role for a manager of the guild."""
+        return [str(guild_id + 1)] if int(user["id"]) in self.managers.get(guild_id, ()) else []
 
     def attachment(
         self,
@@ -305,7 +326,11 @@ class FakeDiscord:
                 "position": 0,
             }
             data["channel_id"] = str(channel_id)
-            data["member"] = {**_member(user), "permissions": "0"}
+            manager = int(user["id"]) in self.managers.get(guild_id, ())
+            data["member"] = {
+                **_member(user, roles=self._roles_of(guild_id, user)),
+                "permissions": str(MANAGE_GUILD if manager else 0),
+            }
         return data
 
     # ---- REST ------------------------------------------------------------------------------
@@ -511,7 +536,10 @@ class FakeDiscord:
             "name": f"guild {guild_id}",
             "owner_id": "1",
             "member_count": 2,
-            "roles": [],
+            "roles": [
+                {"id": str(guild_id), "name": "@everyone", "permissions": "0", "position": 0},
+                {"id": str(guild_id + 1), "name": "mods", "permissions": str(MANAGE_GUILD)},
+            ],
             "emojis": [],
             "stickers": [],
             "features": [],
@@ -527,16 +555,33 @@ class FakeDiscord:
                 }
                 for i, c in enumerate(channels)
             ],
-            "threads": [],
+            "threads": [
+                {
+                    "id": str(thread),
+                    "type": 11,
+                    "name": f"thread-{thread}",
+                    "guild_id": str(guild_id),
+                    "parent_id": str(parent),
+                    "owner_id": "1",
+                    "message_count": 0,
+                    "member_count": 1,
+                    "thread_metadata": {
+                        "archived": False,
+                        "auto_archive_duration": 1440,
+                        "archive_timestamp": _now(),
+                    },
+                }
+                for thread, parent in self.threads.get(guild_id, {}).items()
+            ],
             "voice_states": [],
             "presences": [],
         }
 
 
-def _member(user: dict[str, Any] | None = None) -> dict[str, Any]:
+def _member(user: dict[str, Any] | None = None, roles: list[str] | None = None) -> dict[str, Any]:
     """A guild member object (with `user` except inside MESSAGE_CREATE, as Discord sends it)."""
     member: dict[str, Any] = {
-        "roles": [],
+        "roles": roles or [],
         "joined_at": _now(),
         "deaf": False,
         "mute": False,

@@ -21,7 +21,9 @@ with retry_after when an edit in the same chat comes sooner than `edit_interval_
 last, recorded in `too_fast`). A Sent message holds its current text; `edits` records each edit.
 Failures can be scripted per method with `fail_next`. In webhook mode `setWebhook` records the
 URL and secret token, and `deliver` POSTs a pushed update there the way Telegram does: again
-after an answer other than 200.
+after an answer other than 200. A message may reply to another (`reply_to`, built by `as_replied`
+or `person_message`) and quote part of it (`quote`); in a forum topic it replies to the topic's
+first message as Telegram's do. `getChatMember` answers from `admins` and `creators`.
 """
 
 from __future__ import annotations
@@ -206,6 +208,8 @@ class FakeTelegram:
         self.edit_interval_s = 1.0  # edits in one chat at most this often
         self.too_fast: list[tuple[int, float]] = []  # (chat, seconds since the last edit)
         self.drafts_supported = True  # False: an older Bot API without sendMessageDraft
+        self.admins: dict[int, set[int]] = defaultdict(set)  # chat → its administrators
+        self.creators: dict[int, int] = {}  # chat → its creator
         self._last_edit: dict[int, float] = {}
 
     @property
@@ -236,11 +240,22 @@ class FakeTelegram:
         """How many of `method`'s failures set by fail_next have not been served yet."""
         return len(self._failures[method])
 
-    def dm(self, user_id: int, text: str, *, username: str | None = None, **extra: Any) -> int:
-        """A private message from a user (who thereby has started the bot); its message_id."""
+    def dm(
+        self,
+        user_id: int,
+        text: str,
+        *,
+        username: str | None = None,
+        reply_to: dict[str, Any] | None = None,
+        quote: str | None = None,
+        **extra: Any,
+    ) -> int:
+        """A private message from a user (who thereby has started the bot); its message_id. A
+        reply to `reply_to` (`as_replied`), `quote` the part of it quoted."""
         self.started_users.add(user_id)
         chat = {"id": user_id, "type": "private", "first_name": f"User{user_id}"}
         message = self._message(chat, user_id, text, username, **extra)
+        self._replying(message, reply_to, quote)
         self.push("message", message)
         return message["message_id"]
 
@@ -253,25 +268,74 @@ class FakeTelegram:
         username: str | None = None,
         reply_to_bot: bool = False,
         topic: int | None = None,
+        reply_to: dict[str, Any] | None = None,
+        quote: str | None = None,
         **extra: Any,
     ) -> int:
-        """A message in a supergroup (a forum topic if `topic` is given)."""
+        """A message in a supergroup (a forum topic if `topic` is given); a reply to the
+        message `reply_to` (see `as_replied`), or to an earlier answer of the bot, with the
+        part `quote` of it quoted (Telegram's TextQuote)."""
         chat: dict[str, Any] = {"id": chat_id, "type": "supergroup", "title": "Group"}
         message = self._message(chat, user_id, text, username, **extra)
-        if reply_to_bot:
-            message["reply_to_message"] = {
+        if reply_to_bot and reply_to is None:
+            reply_to = {
                 "message_id": 1,
                 "date": int(time.time()),
                 "chat": chat,
                 "from": self.bot,
                 "text": "an earlier answer",
             }
+        self._replying(message, reply_to, quote)
         if topic is not None:
             chat["is_forum"] = True
             message["message_thread_id"] = topic
             message["is_topic_message"] = True
+            if reply_to is None:  # as Telegram: a topic's message replies to its first one
+                message["reply_to_message"] = {
+                    "message_id": topic,
+                    "date": int(time.time()),
+                    "chat": chat,
+                    "from": {"id": user_id, "is_bot": False, "first_name": "Someone"},
+                    "forum_topic_created": {"name": "A topic", "icon_color": 7322096},
+                }
         self.push("message", message)
         return message["message_id"]
+
+    def as_replied(self, sent: Sent) -> dict[str, Any]:
+        """A message the bot sent, as a reply to it carries it (`reply_to_message`): its text as
+        the person sees it, and no reply of its own (Telegram never nests them)."""
+        chat = {"id": sent.chat_id, "type": "private" if sent.chat_id > 0 else "supergroup"}
+        return {
+            "message_id": sent.message_id,
+            "date": int(time.time()),
+            "chat": chat,
+            "from": self.bot,
+            "text": sent.text,
+        }
+
+    def person_message(
+        self, chat_id: int, user_id: int, message_id: int, text: str
+    ) -> dict[str, Any]:
+        """A person's message, as a reply to it carries it."""
+        chat = {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"}
+        sender = {"id": user_id, "is_bot": False, "first_name": f"User{user_id}"}
+        return {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": chat,
+            "from": sender,
+            "text": text,
+        }
+
+    @staticmethod
+    def _replying(
+        message: dict[str, Any], reply_to: dict[str, Any] | None, quote: str | None
+    ) -> None:
+        if reply_to is not None:
+            message["reply_to_message"] = reply_to
+        if quote is not None:
+            whole = (reply_to or {}).get("text", "")
+            message["quote"] = {"text": quote, "position": max(0, whole.find(quote))}
 
     def photo(
         self,
@@ -655,6 +719,18 @@ class FakeTelegram:
     async def _m_setmycommands(self, params: dict[str, Any]) -> web.Response:
         self.commands = json.loads(params["commands"])
         return _ok(True)
+
+    async def _m_getchatmember(self, params: dict[str, Any]) -> web.Response:
+        chat, user = int(params["chat_id"]), int(params["user_id"])
+        status = (
+            "creator"
+            if self.creators.get(chat) == user
+            else "administrator"
+            if user in self.admins[chat]
+            else "member"
+        )
+        member = {"id": user, "is_bot": False, "first_name": f"User{user}"}
+        return _ok({"status": status, "user": member})
 
     async def _m_sendchataction(self, params: dict[str, Any]) -> web.Response:
         return _ok(True)
