@@ -282,3 +282,16 @@ async def test_a_reply_to_a_retried_answer_finds_it_after_consolidation(
     await ask(again, replace(dm("7", "sure?"), reply_to=Quoted("7:4", "")))
     assert "> Paris." in said_to_model(fake_llm.chat_requests[-1])[-1]
     await again.aclose()
+
+
+async def test_forget_finds_a_phrase_in_what_a_reply_quoted(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """What a reply carries goes to the model with it, so /forget must find it there too."""
+    fake_llm.queue(completion("Noted."))
+    agent = make_agent(fake_llm, workspaces_dir)
+    quoted = Quoted("7:3", "I moved to 12 Elm Street", author="Bea")
+    await ask(agent, replace(dm("7", "remember this"), reply_to=quoted))
+    question = await ask(agent, dm("7", "/forget 12 Elm Street"))
+    assert "1 message" in question.text and question.buttons
+    await agent.aclose()
