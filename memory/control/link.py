@@ -221,7 +221,7 @@ def _write_journal(base_dir: Path, step: dict[str, str]) -> None:
 def _read_journal(base_dir: Path) -> dict[str, str] | None:
     try:
         value = json.loads(read_bytes(base_dir / JOURNAL_FILE))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no folder (yet): no merge to finish
         return None
     except ValueError:
         return None  # written atomically: only a hand edit gets here
