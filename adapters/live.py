@@ -125,6 +125,13 @@ class Pacer:
         if at > now:
             await asyncio.sleep(at - now)
 
+    def done(self, chat: int) -> None:
+        """An edit of the chat has been answered: the next waits a whole interval from now.
+        Counted from the answer, not the request, the platform sees its edits of one chat at
+        least `interval_s` apart even when a request waited in a queue (a loaded machine, a
+        slow network) and the next did not."""
+        self._next[chat] = max(self._next.get(chat, 0.0), time.monotonic() + self.interval_s)
+
 
 class LiveAnswer:
     """The reply port for one turn on a platform that shows answers as they are written: the

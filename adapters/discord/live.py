@@ -47,7 +47,10 @@ class ChannelSurface:
         if self.message is None:
             self.message = await self._send(part)
         else:
-            await self.message.edit(content=part, allowed_mentions=NO_MENTIONS)
+            try:
+                await self.message.edit(content=part, allowed_mentions=NO_MENTIONS)
+            finally:
+                self.pacer.done(self.channel_id)
         self.showing = part
 
     async def settle(self, part: str) -> None:
@@ -62,7 +65,12 @@ class ChannelSurface:
                 files = options.pop("files", None)
                 if chunk != self.showing or options:
                     await self.pacer.wait(self.channel_id)
-                    await self.message.edit(content=chunk, allowed_mentions=NO_MENTIONS, **options)
+                    try:
+                        await self.message.edit(
+                            content=chunk, allowed_mentions=NO_MENTIONS, **options
+                        )
+                    finally:
+                        self.pacer.done(self.channel_id)
                 if files:
                     await self.channel.send(files=files, allowed_mentions=NO_MENTIONS)
             else:

@@ -192,9 +192,12 @@ class ChatSurface:
         html = markdown_to_html(chunk)
 
         async def edit(text: str, mode: str | None) -> None:
-            await self.bot.edit_message_text(
-                text, self.chat_id, message, parse_mode=mode, reply_markup=markup
-            )
+            try:
+                await self.bot.edit_message_text(
+                    text, self.chat_id, message, parse_mode=mode, reply_markup=markup
+                )
+            finally:
+                self.pacer.done(self.chat_id)
 
         try:
             await flood_safe(lambda: edit(html, ParseMode.HTML))
