@@ -16,8 +16,11 @@ from pathlib import Path
 
 from bot.inbound import Attachment, Inbound
 from tests.agent_helpers import ask, dm, make_agent, user_home
+from tests.cli_helpers import STEP_TIMEOUT
 from tests.fakes.openai_server import FakeOpenAI, completion, image_urls, tool_call
+from tests.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.media_helpers import bulky_pdf, media_files, pdf, png, slow_pdf, user_texts
+from tests.test_cli import read_until, start_run, telegram_config
 
 
 def sent(
@@ -78,6 +81,31 @@ async def test_slow_pdfs_never_hold_up_another_persons_recall_and_a_stop_ends_th
         assert len(fake_llm.requests) == 1  # the hello: no reading reached the model
     finally:
         await agent.aclose()
+
+
+async def test_sigterm_ends_a_pdf_being_read_at_once(
+    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """`lightgrep run` stops within seconds while a PDF that would take minutes is read, and
+    its sender is told to send it again."""
+    config = telegram_config(tmp_path, fake_llm, fake_telegram, TOKEN)
+    with config.open("a") as extra:
+        extra.write("[media]\npdf_seconds = 300\n")
+    proc = await start_run(config, child_env)
+    try:
+        assert proc.stderr is not None
+        await read_until(proc.stderr, "telegram is ready")
+        fake_telegram.document(42, slow_pdf(pages=300), "report.pdf", "application/pdf")
+        await fake_telegram.wait_until(lambda: bool(fake_telegram.downloads), STEP_TIMEOUT)
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), STEP_TIMEOUT)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0
+    [told] = fake_telegram.sent_to(42)
+    assert told.text.startswith("I couldn't read report.pdf: I'm restarting"), told.text
 
 
 async def test_a_pdf_is_stopped_at_its_deadline_and_what_was_read_is_answered(
