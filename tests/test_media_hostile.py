@@ -9,12 +9,15 @@ builds them (the platforms' downloads are in test_media.py and test_media_discor
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
 import re
 from dataclasses import replace
 from pathlib import Path
 
 from bot.inbound import Attachment, Inbound
+from bot.llm.body import Spliced, encode_body
 from tests.agent_helpers import ask, dm, make_agent, user_home
 from tests.cli_helpers import STEP_TIMEOUT
 from tests.fakes.openai_server import FakeOpenAI, completion, image_urls, tool_call
@@ -258,3 +261,29 @@ async def test_every_round_of_a_turn_carries_the_pictures_read_once(
     assert reply.text == "A red bicycle, as before."
     first, second = fake_llm.chat_requests
     assert image_urls(first) == image_urls(second) and len(image_urls(first)) == 1
+
+
+def test_a_picture_spliced_into_a_request_body_is_the_json_that_would_be_sent() -> None:
+    """Pictures go into a request's body as their bytes (not scanned again by json.dumps):
+    the body is the same JSON, whatever the text around them holds."""
+    url = Spliced("data:image/png;base64," + base64.b64encode(png(1)).decode())
+    text = 'say "lgsplice0" \\ and é \u2028 "lgsplice{0}"'
+    request = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": text},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": text},
+                    {"type": "image_url", "image_url": {"url": url, "detail": "auto"}},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                    {"type": "image_url", "image_url": {"url": url}},
+                ],
+            },
+        ],
+        "stream": True,
+    }
+    body = encode_body(request)
+    assert json.loads(body) == json.loads(json.dumps(request))
+    assert body.count(url.encode()) == 2

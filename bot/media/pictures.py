@@ -4,8 +4,9 @@ within a count and a byte cap.
 WHY: four 9.5 MB pictures made every request of that person 50.7 MB, and the data URLs were
 rebuilt on the event loop for each round of the tool loop (three concurrent turns: RSS 619 MB).
 Now the turn's newest pictures are read and encoded once, in a media thread, and every round's
-request refers to the same strings; older pictures, those past the caps and those that cannot
-be read go to the model as "[image: caption]" text (bot/agent/prompt.py).
+request refers to the same strings, spliced into its body without being scanned again
+(bot/llm/body.py); older pictures, those past the caps and those that cannot be read go to the
+model as "[image: caption]" text (bot/agent/prompt.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
+from bot.llm.body import Spliced
 from bot.media.rules import IMAGE_TYPES
 from bot.media.threads import off_loop
 from memory.media import IMAGE_REF, is_ref
@@ -92,5 +94,6 @@ def _choose(
     return Pictures(chosen)
 
 
-def _data_url(mime: str, data: bytes) -> str:
-    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+def _data_url(mime: str, data: bytes) -> Spliced:
+    """Spliced into the request body as it is (base64: nothing to escape; bot/llm/body.py)."""
+    return Spliced(f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}")
