@@ -18,12 +18,13 @@ from pathlib import Path
 
 from bot.inbound import Attachment, Inbound
 from bot.llm.body import Spliced, encode_body
-from tests.agent_helpers import ask, dm, make_agent, user_home
+from tests.agent_helpers import ask, dm, group, make_agent, user_home
 from tests.cli_helpers import STEP_TIMEOUT
 from tests.fakes.openai_server import FakeOpenAI, completion, image_urls, tool_call
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.media_helpers import bulky_pdf, media_files, pdf, png, slow_pdf, user_texts
 from tests.test_cli import read_until, start_run, telegram_config
+from tests.test_telegram import eventually
 
 
 def sent(
@@ -158,6 +159,32 @@ async def test_one_persons_pdf_reading_is_capped_and_not_anyone_elses(
     # Nothing of the refused files is kept; the read one is.
     assert media_files(user_home(workspaces_dir, "1")) == []
     assert len(media_files(user_home(workspaces_dir, "2"))) == 1
+
+
+async def test_one_persons_pdfs_wait_for_each_other_not_for_everyone(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Two slow PDFs of one person (a private chat and a group) and then another person's
+    PDF: the other person's is read while the first person's second still waits its turn."""
+    fake_llm.queue(completion("The total is 431.20 EUR."))
+    agent = make_agent(fake_llm, workspaces_dir, media={"pdf_seconds": 300})
+    hostile = slow_pdf(pages=300)
+    attachment = Attachment("pdf", "application/pdf", "b.pdf", size=len(hostile), data=hostile)
+    try:
+        first = asyncio.create_task(ask(agent, sent("1", hostile, "a.pdf")))
+        in_group = replace(group("-100", "1", ""), attachments=(attachment,))
+        second = asyncio.create_task(ask(agent, in_group))
+        await eventually(lambda: bool(children()), 30)  # the first is being read: the
+        async with asyncio.timeout(30):  # second has come in by then
+            other = await ask(agent, sent("2", pdf("Invoice total 431.20 EUR"), "invoice.pdf"))
+        assert other.text == "The total is 431.20 EUR."
+        assert not first.done() and not second.done()
+        agent.stopping()
+        async with asyncio.timeout(10):
+            replies = await asyncio.gather(first, second)
+        assert all("I'm restarting" in reply.text for reply in replies)
+    finally:
+        await agent.aclose()
 
 
 async def test_a_pdf_that_inflates_past_the_memory_limit_gets_a_clear_answer(
