@@ -11,6 +11,7 @@ imports nothing of the project: the child starts with the standard library and p
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -89,12 +90,18 @@ def _limit_self(cpu_seconds: int, memory_bytes: int) -> None:
     import os
     import resource
 
+    limits = [
+        (resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1),
+        (resource.RLIMIT_AS, memory_bytes, memory_bytes),
+        (resource.RLIMIT_FSIZE, 0, 0),
+        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_NPROC, 0, 0),
+    ]
+    for which, soft, hard in limits:
+        # A system without one (macOS and RLIMIT_AS): the parent's deadline still holds.
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(which, (soft, hard))
     os.nice(10)
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
 
 
 def main(argv: list[str]) -> int:

@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import signal
 import sys
 from collections import deque
@@ -183,7 +184,7 @@ class PdfSandbox:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.DEVNULL,
-                env={},  # nothing of the bot's environment (its tokens) reaches the child
+                env=_child_env(),  # nothing of the bot's environment (its tokens)
                 start_new_session=True,  # a Ctrl-C in the terminal is the bot's to handle
                 limit=8 * max_chars + 65536,  # the longest line a page can make
             )
@@ -263,6 +264,11 @@ class _Reading:
             raise DocumentError(SLOW if self.slow else NO_TEXT if self.end else _ERRORS[DAMAGED])
         cut = self.end != "all"
         return PdfText(text, self.read, max(self.pages, self.read), cut, slow=cut and self.slow)
+
+
+def _child_env() -> dict[str, str]:
+    """Only what a Python may need to start (a shared libpython found by LD_LIBRARY_PATH)."""
+    return {key: os.environ[key] for key in ("LD_LIBRARY_PATH",) if key in os.environ}
 
 
 def _parse(line: bytes) -> dict[str, Any]:
