@@ -83,6 +83,8 @@ class LLMConfig(Section):
     # Pictures of the conversation sent along with each request, the newest first; older ones
     # reach the model as "[image: caption]".
     max_images_in_context: int = setting(4, rule=NON_NEGATIVE_INT)
+    # …and their bytes together at most (a request carries each picture as base64 text).
+    max_image_bytes_in_context: int = setting(20_000_000, rule=POSITIVE_INT)
     # What one picture counts for in the prompt-size estimate (providers count them differently).
     image_tokens: int = setting(765, rule=POSITIVE_INT)
 
@@ -95,6 +97,13 @@ class MediaConfig(Section):
     max_images_per_message: int = setting(4, rule=POSITIVE_INT)
     max_text_file_bytes: int = setting(100_000, rule=POSITIVE_INT)
     max_pdf_bytes: int = setting(10_000_000, rule=POSITIVE_INT)
+    # Reading one PDF (in a child process, bot/media/sandbox.py): at most this long, in this much
+    # memory; and one person's PDFs at most this many seconds an hour.
+    pdf_seconds: float = setting(15.0, rule=Rule("a positive number of seconds", lambda v: v > 0))
+    pdf_memory_bytes: int = setting(400_000_000, rule=POSITIVE_INT)
+    pdf_seconds_per_hour: float = setting(
+        120.0, rule=Rule("a positive number of seconds", lambda v: v > 0)
+    )
 
 
 @dataclass(repr=False)

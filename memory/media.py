@@ -21,6 +21,7 @@ from typing import Any
 
 from memory.atomic import atomic_write_text
 from memory.safefs import LinkRefusedError, make_private_dir, read_bytes
+from memory.text import plain_name
 
 MEDIA_DIR = "media"
 IMAGE_REF = "image_ref"
@@ -37,10 +38,10 @@ class MediaStore:
     def __init__(self, root: Path) -> None:
         self.folder = Path(root) / MEDIA_DIR
 
-    def put(self, data: bytes, ext: str) -> str:
+    def put(self, data: bytes, ext: str, digest: str | None = None) -> str:
         """Keep `data` (atomically, once: a file of that hash is already the same bytes);
-        returns its sha256."""
-        digest = hashlib.sha256(data).hexdigest()
+        returns its sha256 (`digest`: already computed by the caller, `content_hash`)."""
+        digest = digest or content_hash(data)
         ext = ext if _EXT.fullmatch(ext) else "bin"
         path = self.folder / f"{digest}.{ext}"
         try:
@@ -64,6 +65,11 @@ class MediaStore:
         with contextlib.suppress(FileNotFoundError, NotADirectoryError, LinkRefusedError):
             return read_bytes(self.folder / name)
         return None
+
+
+def content_hash(data: bytes) -> str:
+    """The sha256 that names `data` in media/."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def media_ref(
@@ -95,8 +101,7 @@ def ref_text(part: dict[str, Any]) -> str:
     if part.get("type") != IMAGE_REF:
         return ""
     label = part.get("caption") or part.get("name") or "picture"
-    label = re.sub(r"\s+", " ", str(label)).strip()
-    return f"[image: {label[:200]}]"
+    return f"[image: {plain_name(str(label))}]"
 
 
 def referenced_files(content: Any) -> set[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Any
 
 
@@ -19,3 +21,22 @@ def valid_text(value: Any) -> Any:
     except UnicodeEncodeError:
         return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return value
+
+
+# Unicode categories that are not visible text: controls (newline, ESC, BEL), format characters
+# (U+202E and the other direction overrides, zero-width ones), separators of lines and paragraphs.
+_INVISIBLE = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+_BRACKETS = str.maketrans({"[": "(", "]": ")"})
+
+
+def plain_name(name: str, limit: int = 200) -> str:
+    """A name from outside (a file's name) as one line of visible text, fit to stand inside the
+    prompt's `[file: …]` markers and in an answer: every control or format character (newline,
+    ESC, BEL, U+202E…) becomes a space, runs of spaces one, brackets parentheses, so that a name
+    can neither end its marker nor fake another, nor turn the text around it; at most `limit`
+    characters. Empty: "file"."""
+    chars = [" " if unicodedata.category(ch) in _INVISIBLE else ch for ch in valid_text(name)]
+    text = re.sub(r"\s+", " ", "".join(chars)).strip().translate(_BRACKETS)
+    if len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return text or "file"

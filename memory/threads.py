@@ -11,14 +11,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import TypeVar
 
 T = TypeVar("T")
 
 
-async def in_thread(work: Callable[[], T]) -> T:
-    """`work()` in a thread; a cancel of the caller takes effect only once it has finished."""
-    future = asyncio.ensure_future(asyncio.to_thread(work))
+async def in_thread(work: Callable[[], T], executor: Executor | None = None) -> T:
+    """`work()` in a thread (of `executor`, else the default one); a cancel of the caller takes
+    effect only once it has finished."""
+    future: asyncio.Future[T]
+    if executor is None:
+        future = asyncio.ensure_future(asyncio.to_thread(work))
+    else:
+        future = asyncio.get_running_loop().run_in_executor(executor, work)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:

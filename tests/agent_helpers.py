@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.agent.agent import Agent
-from bot.config import Config, LimitsConfig, LLMConfig, MemoryConfig
+from bot.config import Config, LimitsConfig, LLMConfig, MediaConfig, MemoryConfig
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.outbound import BufferedOutbound, Reply
@@ -22,12 +22,13 @@ def make_agent(
     window: int = 50_000,
     limits: LimitsConfig | None = None,
     memory: dict[str, Any] | None = None,
+    media: dict[str, Any] | None = None,
     **settings: Any,
 ) -> Agent:
     """An Agent whose real openai client talks to `llm` (a fake server or its base URL).
     Retries are off unless asked for, so failures show at once; `settings` are [llm] keys. The
     answer's budget is an eighth of the window unless given: it shares the window. `memory`:
-    [memory] keys besides the folder."""
+    [memory] keys besides the folder; `media`: [media] keys."""
     base_url = llm if isinstance(llm, str) else llm.base_url
     options: dict[str, Any] = {
         "max_retries": 0,
@@ -45,6 +46,7 @@ def make_agent(
         ),
         memory=MemoryConfig(workspaces_dir=workspaces, **(memory or {})),
         limits=limits or LimitsConfig(),
+        media=MediaConfig(**(media or {})),
     )
     return Agent(config)
 

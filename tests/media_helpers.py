@@ -115,3 +115,50 @@ def user_texts(request: dict[str, Any]) -> list[str]:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+def _pdf_of(contents: list[bytes]) -> bytes:
+    """A PDF with one page per content stream (Helvetica as /F1); equal streams are one object
+    that the pages share, as a hostile file does to stay small."""
+    import io
+
+    from pypdf import PdfWriter
+    from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+
+    writer = PdfWriter()
+    font = writer._add_object(
+        DictionaryObject(
+            {
+                NameObject("/Type"): NameObject("/Font"),
+                NameObject("/Subtype"): NameObject("/Type1"),
+                NameObject("/BaseFont"): NameObject("/Helvetica"),
+            }
+        )
+    )
+    resources = DictionaryObject({NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
+    streams: dict[bytes, Any] = {}
+    for content in contents:
+        if content not in streams:
+            stream = DecodedStreamObject()
+            stream.set_data(content)
+            streams[content] = writer._add_object(stream.flate_encode())
+        page = writer.add_blank_page(612, 792)
+        page[NameObject("/Contents")] = streams[content]
+        page[NameObject("/Resources")] = resources
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def slow_pdf(pages: int = 60, runs: int = 20_000, *, first: tuple[str, ...] = ()) -> bytes:
+    """A hostile PDF of a few KB: after the pages of text `first`, `pages` pages share one
+    content stream of `runs` empty text runs (`[( )] TJ`), so pypdf spends about half a second
+    a page (here) and finds only whitespace: no budget of characters ever stops it."""
+    texts = [b"BT /F1 12 Tf 72 720 Td (" + text.encode("latin-1") + b") Tj ET" for text in first]
+    slow = b"BT /F1 12 Tf " + b"[( )] TJ " * runs + b"ET"
+    return _pdf_of(texts + [slow] * pages)
+
+
+def bulky_pdf(megabytes: int = 60) -> bytes:
+    """A PDF of some 60 KB whose one page's content inflates to `megabytes` MB of spaces."""
+    return _pdf_of([b"BT /F1 12 Tf " + b" " * (megabytes * 1_000_000) + b"ET"])

@@ -220,6 +220,27 @@ async def test_an_oversized_file_is_refused_before_it_is_downloaded(
     assert media_files(home(workspaces_dir, 42)) == []
 
 
+@pytest.mark.parametrize("said", ["a size too small", "no size"])
+async def test_a_file_larger_than_said_is_downloaded_only_up_to_the_limit(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path, said: str
+) -> None:
+    """A document said to be 1 KB (or of no size) but served as 50 MB: the download stops at
+    the limit for text files, and the person is told so; nothing is kept."""
+    sized = said != "no size"
+    async with serving(config_for(tg, fake_llm, workspaces_dir)):
+        tg.document(42, b"x" * 1000, "notes.txt", "text/plain", hidden=50_000_000, sized=sized)
+        reply = await answer(tg, 42)
+
+    [path] = tg.downloads
+    assert tg.served[path] < 10_000_000  # of 50 MB: what the sockets held when the bot hung up
+    assert reply.text == (
+        "notes.txt is larger than 100 KB, the most I take for text files, so I stopped "
+        "downloading it."
+    )
+    assert fake_llm.requests == []
+    assert media_files(home(workspaces_dir, 42)) == []
+
+
 # ---- files ---------------------------------------------------------------------------------
 
 

@@ -100,3 +100,22 @@ async def test_an_oversized_attachment_is_refused_before_download(
         "report.pdf is 40 MB; I can take PDFs up to 10 MB, so I didn't download it."
     )
     assert discord_fake.downloads == [] and fake_llm.requests == []
+
+
+async def test_an_attachment_larger_than_said_is_downloaded_only_up_to_the_limit(
+    discord_fake: FakeDiscord, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    async with running(media_config(discord_fake, fake_llm, workspaces_dir)):
+        notes = discord_fake.attachment(
+            b"x" * 1000, "notes.txt", "text/plain", channel_id=DM, hidden=50_000_000
+        )
+        await send(discord_fake, "", notes)
+        [sent] = await discord_fake.wait_until(lambda: discord_fake.sent_messages(DM))
+
+    [path] = discord_fake.downloads
+    assert discord_fake.served[path] < 10_000_000  # of 50 MB
+    assert sent["content"] == (
+        "notes.txt is larger than 100 KB, the most I take for text files, so I stopped "
+        "downloading it."
+    )
+    assert fake_llm.requests == [] and media_files(home(workspaces_dir)) == []

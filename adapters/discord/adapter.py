@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import io
 import logging
 import mimetypes
@@ -38,7 +39,7 @@ from bot.commands.registry import COMMANDS, Command, in_conversation, needs_chat
 from bot.formatting import split_message
 from bot.inbound import Delivered, Inbound
 from bot.keys import session_key, user_key
-from bot.media.rules import Candidate, MediaRules, collect
+from bot.media.rules import Candidate, MediaRules, collect, read_within
 from bot.observe.metrics import watch_in_flight
 from bot.outbound import BufferedOutbound, Button, Reply, too_large_notice
 from bot.platform import PlatformStartError
@@ -58,6 +59,8 @@ FAILURE = "Sorry, something went wrong while answering. Please try again."
 SHUTDOWN_GRACE_S = 120.0  # longest wait for running turns when stopping
 RESEND_WAIT_S = 60.0  # an answer to send by its destination waits this long for the gateway
 UPLOAD_LIMIT = 10 * 1024 * 1024  # bytes per attachment without boosts (an interaction says its own)
+CDN_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=30)
+CDN_CHUNK = 64 * 1024
 
 
 class DiscordAdapter:
@@ -82,6 +85,7 @@ class DiscordAdapter:
         self._media = MediaRules.from_config(config)
         self._speaking = Speaking.from_config(config)  # when to speak in a channel
         self._client: discord.Client | None = None
+        self._cdn: aiohttp.ClientSession | None = None  # attachments' downloads (_from_cdn)
         self._accepting = False
         self._inflight: set[asyncio.Task[Any]] = set()
         self._pacer = Pacer()  # edits of answers being written, per channel
@@ -114,6 +118,9 @@ class DiscordAdapter:
             stopper.cancel()
             await self._drain()
             await client.close()
+            if self._cdn is not None:
+                await self._cdn.close()
+                self._cdn = None
             if connect is not None:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await connect
@@ -238,7 +245,7 @@ class DiscordAdapter:
         out = self._answer_in(message, in_guild=guild_id is not None)
         async with _typing(message.channel, until=out.shown):
             if message.attachments:
-                found = await collect(_attachments(message), self._media)
+                found = await collect(_attachments(message, self._from_cdn), self._media)
                 inbound = dataclasses.replace(inbound, attachments=found)
             reply = await self._handle(inbound, out)
         await out.close()
@@ -265,6 +272,25 @@ class DiscordAdapter:
             await self.core.handle(receipt, BufferedOutbound())
         except Exception:  # the answer is sent; a reply to it quotes what Discord shows
             log.exception("discord: the receipt of an answer in %s failed", inbound.session_key)
+
+    async def _from_cdn(self, url: str, limit: int) -> bytes:
+        """An attachment's bytes, streamed and stopped once more than `limit` come (bot.media.
+        rules.TooLarge): the size Discord reports is only what the message says. (discord.py's
+        Attachment.read would read it whole.) Through the client's proxy, if it has one."""
+        if self._cdn is None or self._cdn.closed:
+            self._cdn = aiohttp.ClientSession(
+                cookie_jar=aiohttp.DummyCookieJar(), timeout=CDN_TIMEOUT
+            )
+        http = self._client.http if self._client is not None else None
+        async with self._cdn.get(
+            url,
+            proxy=http.proxy if http is not None else None,
+            proxy_auth=http.proxy_auth if http is not None else None,
+        ) as response:
+            if response.status != 200:
+                raise ConnectionError(f"the CDN answered HTTP {response.status}")
+            chunks = response.content.iter_chunked(CDN_CHUNK)
+            return await read_within(chunks, limit, response.content_length)
 
     def _answer_in(self, message: discord.Message, *, in_guild: bool) -> DiscordAnswer:
         """The reply port of a message's turn, shown in its channel while it is written (in a
@@ -593,9 +619,11 @@ def _reason(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _attachments(message: discord.Message) -> list[Candidate]:
-    """The message's attachments as bot.media.rules candidates (downloaded from Discord's CDN only
-    if they will be used)."""
+def _attachments(
+    message: discord.Message, download: Callable[[str, int], Awaitable[bytes]]
+) -> list[Candidate]:
+    """The message's attachments as bot.media.rules candidates (downloaded from Discord's CDN by
+    `download`, only if they will be used)."""
     candidates = []
     for attachment in message.attachments:
         name = attachment.filename or "file"
@@ -605,7 +633,7 @@ def _attachments(message: discord.Message) -> list[Candidate]:
                 mime,
                 name,
                 attachment.size,
-                attachment.read,
+                functools.partial(download, attachment.url),
                 voice=attachment.is_voice_message(),
                 seconds=attachment.duration,
             )

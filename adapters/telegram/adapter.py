@@ -80,7 +80,7 @@ from bot.chats import ChatBook, Speaking
 from bot.commands.registry import COMMANDS, in_conversation, needs_chat_admin
 from bot.inbound import Delivered, Inbound, Quoted
 from bot.keys import chat_key, session_key, user_key
-from bot.media.rules import Candidate, MediaRules, collect
+from bot.media.rules import Candidate, MediaRules, TooLarge, collect
 from bot.observe.metrics import watch_in_flight
 from bot.outbound import BufferedOutbound, Button, OutFile, Reply, too_large_notice
 from bot.platform import PlatformStartError
@@ -138,6 +138,8 @@ class TelegramAdapter:
         self._refusals = PerChatInterval(REFUSAL_INTERVAL_S)
         self._pacer = Pacer()  # edits of answers being written, per chat
         self.intake: Intake | None = None
+        # The bot's calls, and the files people send (streamed within the limits: _fetch).
+        self._http = AiohttpRequest(CONNECTION_POOL_SIZE, pool_timeout=POOL_TIMEOUT_S)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -156,11 +158,12 @@ class TelegramAdapter:
 
     def _build_app(self, token: str) -> Application:
         allow_raw_calls()
+        self._http = AiohttpRequest(CONNECTION_POOL_SIZE, pool_timeout=POOL_TIMEOUT_S)
         builder = (
             ApplicationBuilder()
             .token(token)
             .concurrent_updates(PerUserOrder(MAX_CONCURRENT_UPDATES))
-            .request(AiohttpRequest(CONNECTION_POOL_SIZE, pool_timeout=POOL_TIMEOUT_S))
+            .request(self._http)
             .get_updates_request(AiohttpRequest(1))  # one long poll at a time
         )
         builder = builder.updater(None)  # our own loop or server: see Poller, WebhookServer
@@ -280,7 +283,7 @@ class TelegramAdapter:
             return
         media: list[Candidate] = []
         if msg.text is None:
-            media = _attachments(context.bot, msg)
+            media = _attachments(context.bot, self._http, msg)
             if not media:
                 await self._send(context.bot, place, TEXT_ONLY, markup=False)
                 return
@@ -594,22 +597,22 @@ def _chat_key(place: Place) -> str | None:
     return None if place.private else chat_key(PLATFORM, "group", place.chat_id)
 
 
-def _attachments(bot: Bot, msg: Message) -> list[Candidate]:
+def _attachments(bot: Bot, http: AiohttpRequest, msg: Message) -> list[Candidate]:
     """What a message carries besides text, as bot.media.rules candidates (nothing downloaded yet).
     A video is listed too, so that the answer can say it is not supported; a sticker, a
     location or a poll is not a file at all (the adapter answers TEXT_ONLY)."""
     if msg.photo:
         largest = max(msg.photo, key=lambda p: (p.width * p.height, p.file_size or 0))
-        fetch = _fetch(bot, largest.file_id)
+        fetch = _fetch(bot, http, largest.file_id)
         return [Candidate("image/jpeg", "photo.jpg", largest.file_size, fetch)]
     if msg.document:
         doc = msg.document
         name = doc.file_name or "file"
         mime = doc.mime_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
-        return [Candidate(mime, name, doc.file_size, _fetch(bot, doc.file_id))]
+        return [Candidate(mime, name, doc.file_size, _fetch(bot, http, doc.file_id))]
     if msg.voice:
         voice = msg.voice
-        fetch = _fetch(bot, voice.file_id)
+        fetch = _fetch(bot, http, voice.file_id)
         seconds = _seconds(voice)
         mime = voice.mime_type or "audio/ogg"
         return [Candidate(mime, "voice.ogg", voice.file_size, fetch, voice=True, seconds=seconds)]
@@ -617,22 +620,28 @@ def _attachments(bot: Bot, msg: Message) -> list[Candidate]:
         audio = msg.audio
         mime = audio.mime_type or "audio/mpeg"
         name = audio.file_name or f"audio{mimetypes.guess_extension(mime) or '.mp3'}"
-        fetch = _fetch(bot, audio.file_id)
+        fetch = _fetch(bot, http, audio.file_id)
         return [Candidate(mime, name, audio.file_size, fetch, seconds=_seconds(audio))]
     video = msg.video or msg.video_note or msg.animation
     if video is not None:
         mime = getattr(video, "mime_type", None) or "video/mp4"
         name = getattr(video, "file_name", None) or "video.mp4"
-        return [Candidate(mime, name, video.file_size, _fetch(bot, video.file_id))]
+        return [Candidate(mime, name, video.file_size, _fetch(bot, http, video.file_id))]
     return []
 
 
-def _fetch(bot: Bot, file_id: str) -> Callable[[], Awaitable[bytes]]:
-    """Download through PTB (getFile, then the file URL), so its HTTP transport is used."""
+def _fetch(bot: Bot, http: AiohttpRequest, file_id: str) -> Callable[[int], Awaitable[bytes]]:
+    """Download: getFile through PTB, then the file's URL through the bot's own HTTP, streamed
+    and stopped at `limit` bytes (a size reported wrong, or not at all, is found out before the
+    bot holds more than it would keep)."""
 
-    async def download() -> bytes:
+    async def download(limit: int) -> bytes:
         file = await bot.get_file(file_id)
-        return bytes(await file.download_as_bytearray())
+        if file.file_size is not None and file.file_size > limit:
+            raise TooLarge
+        if not file.file_path:
+            raise NetworkError("getFile gave no file_path")
+        return await http.retrieve_within(file.file_path, limit)
 
     return download
 

@@ -33,6 +33,8 @@ from telegram._utils.types import ODVInput
 from telegram.error import NetworkError, TimedOut
 from telegram.request import BaseRequest, RequestData
 
+from bot.media.rules import read_within
+
 FORM = "application/x-www-form-urlencoded"
 CHUNK = 64 * 1024  # bytes of an upload written (and timed) at a time
 POOL_TIMEOUT_MESSAGE = (
@@ -124,6 +126,34 @@ class AiohttpRequest(BaseRequest):
             body = request_data.url_encoded_parameters().encode()
             return await self._send(session, url, method, body, {"Content-Type": FORM}, limits)
         except TimeoutError as exc:  # aiohttp's ServerTimeoutError is one too
+            raise TimedOut from exc
+        except aiohttp.ClientError as exc:
+            raise NetworkError(f"aiohttp.{type(exc).__name__}: {_without(url, exc)}") from exc
+        finally:
+            self._slots.release()
+
+    async def retrieve_within(self, url: str, limit: int) -> bytes:
+        """A file of the Bot API (GET `url`), streamed and stopped once it brings more than
+        `limit` bytes (bot.media.rules.TooLarge): what PTB's `retrieve` would read whole.
+        TimedOut or NetworkError as for any call, never with the URL (it holds the token)."""
+        session = self._session
+        if session is None:
+            session = self._session = self._new_session()
+        elif session.closed:
+            raise RuntimeError("This AiohttpRequest is not initialized!")
+        await self._acquire(self._pool)
+        try:
+            async with session.get(
+                url,
+                timeout=self._timeout(self._connect, self._read),
+                allow_redirects=False,
+                proxy=self._proxy(url),
+            ) as response:
+                if response.status != 200:
+                    raise NetworkError(f"file download answered HTTP {response.status}")
+                chunks = response.content.iter_chunked(CHUNK)
+                return await read_within(chunks, limit, response.content_length)
+        except TimeoutError as exc:
             raise TimedOut from exc
         except aiohttp.ClientError as exc:
             raise NetworkError(f"aiohttp.{type(exc).__name__}: {_without(url, exc)}") from exc

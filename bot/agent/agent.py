@@ -59,6 +59,7 @@ from bot.inbound import Delivered, Inbound
 from bot.limits import Limits, Refusal
 from bot.llm.client import LLMClient, LLMImagesRefused
 from bot.media.attachments import AttachmentReader, Prepared
+from bot.media.pictures import Pictures, load_pictures
 from bot.media.rules import MediaRules
 from bot.media.transcribe import Transcriber
 from bot.observe.metrics import count_limit_refusal
@@ -307,8 +308,13 @@ class Agent:
             return True
         return False
 
+    def stopping(self) -> None:
+        """The process is stopping: work that can be cut short ends now (PDFs being read)."""
+        self.attachments.stop()
+
     async def aclose(self) -> None:
         """Wait for pending consolidation, then close the LLM client."""
+        self.attachments.stop()
         await self.background.wait_all()
         await self.llm.aclose()
         if self.transcriber is not None:
@@ -348,7 +354,10 @@ class Agent:
                     user_message[REPLY_TO] = replied
             too_long = self._too_long(user_message, workspace, inbound)
             if too_long:
-                return Reply(too_long)
+                return Reply(too_long)  # nothing kept: its files neither
+            not_kept = await self._keep_media(workspace, inbound, prepared)
+            if not_kept is not None:
+                return not_kept
             if inbound.message_id is not None:
                 user_message["message_id"] = inbound.message_id
             try:
@@ -425,16 +434,23 @@ class Agent:
     # ---- attachments (bot/media/attachments.py) --------------------------------------------------
 
     async def _prepare(self, workspace: Workspace, inbound: Inbound) -> Prepared | Reply:
-        """The message's text and media references; a Reply when its media cannot be kept."""
+        """The message's text and media references (its files kept by `_keep_media`)."""
         if not inbound.attachments:
             return Prepared(inbound.text, for_model=True)
+        return await self.attachments.prepare(inbound)
+
+    async def _keep_media(
+        self, workspace: Workspace, inbound: Inbound, prepared: Prepared
+    ) -> Reply | None:
+        """The message's files written to media/ before the message; a Reply if they cannot."""
         try:
-            return await self.attachments.prepare(inbound, workspace.media)
+            await self.attachments.keep(prepared, workspace.media)
         except LinkRefusedError:
             raise
         except OSError as exc:
             log.error("could not keep the media of %s: %s", inbound.session_key, exc)
             return Reply(NOT_SAVED.format(reason=disk_reason(exc)))
+        return None
 
     def _notes_only(self, workspace: Workspace, session: Session, notes: list[str]) -> Reply:
         """A message with nothing the model could answer (a picture it cannot see, a voice
@@ -496,7 +512,7 @@ class Agent:
                 system = self._system_prompt(workspace, session, inbound)
                 text = await self._run_model(workspace, session, system, tools, out=out)
             except LLMImagesRefused as exc:
-                if not self._pictures_sent(workspace, session):
+                if not await self._pictures(workspace, session):  # not about pictures
                     raise
                 self._stop_sending_pictures(exc)
                 text = await self._run_model(workspace, session, system, tools, out=out)
@@ -596,6 +612,7 @@ class Agent:
         limits (checked before each round after the first: a turn that spent the day's tokens
         stops there); every assistant and tool message is persisted as sent. A group turn
         without the person's memory has the tools that cannot read it (AgentTools public)."""
+        pictures = await self._pictures(workspace, session)  # once per turn, off the loop
         for round_ in range(self.config.agent.max_tool_iterations):
             spent = self.limits.mid_turn(workspace.user_key) if round_ else None
             if spent is not None:
@@ -605,7 +622,7 @@ class Agent:
                 _append(workspace, session, stop, spent.text)
                 return spent.text
             raw = self.estimator.raw_prompt_tokens(system + self._tools_text, session)
-            messages = self.context.messages(system, self._with_media(workspace, session))
+            messages = self.context.messages(system, with_media(session.history(), pictures))
             full = not self.budget.fits(self._estimate(system, session))
             if round_ and (full or not tools.room()):
                 # This turn's tool results filled the window (a weak model calling tools
@@ -670,18 +687,14 @@ class Agent:
         out.end_round()
         return result
 
-    def _with_media(self, workspace: Workspace, session: Session) -> list[dict[str, Any]]:
-        """The session's history with its pictures as the model takes them (bot/agent/prompt.py)."""
-        images = self.config.llm.max_images_in_context if self._sees_pictures else 0
-        return with_media(session.history(), workspace.media.read, max_images=images)
-
-    def _pictures_sent(self, workspace: Workspace, session: Session) -> bool:
-        """Whether the turn's request carried pictures (else a refusal is not about them)."""
-        return any(
-            isinstance(part, dict) and part.get("type") == "image_url"
-            for message in self._with_media(workspace, session)
-            if isinstance(message.get("content"), list)
-            for part in message["content"]
+    async def _pictures(self, workspace: Workspace, session: Session) -> Pictures:
+        """The pictures the turn's requests carry (bot/media/pictures.py)."""
+        llm = self.config.llm
+        return await load_pictures(
+            session.history(),
+            workspace.media.read,
+            max_images=llm.max_images_in_context if self._sees_pictures else 0,
+            max_bytes=llm.max_image_bytes_in_context,
         )
 
     def _stop_sending_pictures(self, exc: LLMImagesRefused) -> None:

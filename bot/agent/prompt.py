@@ -9,14 +9,13 @@ keeps only what the person wrote.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from bot.media.rules import IMAGE_TYPES
+from bot.media.pictures import Pictures
 from memory import clock
-from memory.media import IMAGE_REF, is_ref, ref_text
+from memory.media import is_ref, ref_text
 
 TOOL_GUIDE = """\
 ## How to use your memory
@@ -98,52 +97,31 @@ class ContextBuilder:
         return [{"role": "system", "content": system_prompt}, *history]
 
 
-def with_media(
-    history: list[dict[str, Any]],
-    read: Callable[[dict[str, Any]], bytes | None],
-    *,
-    max_images: int,
-) -> list[dict[str, Any]]:
-    """History with its media references made into what a provider takes: the newest
-    `max_images` pictures (0: none, the model has no vision) as image_url parts with a base64
-    data URL read from the workspace by `read`; older pictures, and any that cannot be read, as
-    "[image: caption]" text. Audio and file references are left out (their transcript or text
-    is in the message). A message left with only text is sent as one string, as for a model
-    that takes no parts at all."""
-    budget = max_images
+def with_media(history: list[dict[str, Any]], pictures: Pictures) -> list[dict[str, Any]]:
+    """History with its media references made into what a provider takes: the turn's chosen
+    `pictures` (bot/media/pictures.py: the newest, within the caps, encoded once per turn) as
+    image_url parts; every other picture as "[image: caption]" text. Audio and file references
+    are left out (their transcript or text is in the message). A message left with only text
+    is sent as one string, as for a model that takes no parts at all."""
     result = list(history)
     for index in range(len(result) - 1, -1, -1):
         content = result[index].get("content")
         if not isinstance(content, list) or not any(is_ref(part) for part in content):
             continue
         parts: list[dict[str, Any]] = []
-        for part in reversed(content):
+        for part in content:
             if not is_ref(part):
                 parts.append(part)
-                continue
-            url = _data_url(part, read) if budget > 0 and part.get("type") == IMAGE_REF else None
-            if url is not None:
-                budget -= 1
+            elif (url := pictures.url(part)) is not None:
                 parts.append({"type": "image_url", "image_url": {"url": url}})
             elif ref_text(part):
                 parts.append({"type": "text", "text": ref_text(part)})
-        parts.reverse()
         texts = [p.get("text") for p in parts if p.get("type") == "text"]
         if len(texts) == len(parts):
             result[index] = {**result[index], "content": "\n".join(str(t) for t in texts)}
         else:
             result[index] = {**result[index], "content": parts}
     return result
-
-
-def _data_url(part: dict[str, Any], read: Callable[[dict[str, Any]], bytes | None]) -> str | None:
-    mime = part.get("mime")
-    if mime not in IMAGE_TYPES:
-        return None  # not a type we stored: a hand-edited reference
-    data = read(part)
-    if data is None:
-        return None
-    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
 # What a frozen prompt was built from: the session's cursor, whether the memory is shown, the

@@ -85,7 +85,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             me = this_worker(workspaces_dir(config))
             worker = Worker(metered_core(agent), config.cluster, partitions, me)
             async with observed(config.metrics.listen, [], config.llm, worker.health):
-                with stop_on_signals() as stop:
+                with stop_on_signals(agent.stopping) as stop:
                     await worker.run(stop)
         except ClusterError as exc:
             raise UserError(str(exc)) from None

@@ -108,7 +108,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
         await warn_about_window(config)
         try:
             adapter = factory(config, agent, user=args.user, log_file=args.log_file)
-            with stop_on_signals() as stop:
+            with stop_on_signals(agent.stopping) as stop:
                 await adapter.run(stop)
         finally:
             await close_agent(agent)
@@ -140,7 +140,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
             core = metered_core(agent)
             adapters = [factories[name](config, core) for name in names]
             async with observed(config.metrics.listen, adapters, config.llm):
-                with stop_on_signals() as stop:
+                with stop_on_signals(agent.stopping) as stop:
                     await serve(adapters, stop)
         finally:
             log.info("stopping: finishing pending memory work")

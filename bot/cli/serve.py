@@ -130,9 +130,10 @@ async def _announce_ready(adapter: PlatformAdapter) -> float:
 
 
 @contextlib.contextmanager
-def stop_on_signals() -> Iterator[asyncio.Event]:
-    """An event that SIGINT/SIGTERM set (a clean wind-down); a second one cancels the main
-    task."""
+def stop_on_signals(on_stop: Callable[[], None] | None = None) -> Iterator[asyncio.Event]:
+    """An event that SIGINT/SIGTERM set (a clean wind-down), calling `on_stop` first (the
+    agent's `stopping`: work that can be cut short ends at once); a second one cancels the
+    main task."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -140,6 +141,8 @@ def stop_on_signals() -> Iterator[asyncio.Event]:
     def on_signal() -> None:
         if stop.is_set() and main is not None:
             main.cancel()
+        if on_stop is not None:
+            on_stop()
         stop.set()
 
     installed = []

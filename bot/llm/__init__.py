@@ -1,9 +1,10 @@
 """The OpenAI-compatible LLM client: the SDK's request path over our aiohttp transport.
 
 Public: `client` (`LLMClient`, its errors), `stream` (assembling a streamed answer into a
-`ChatResult`, also used by the usage and metrics wrappers) and `http` (the aiohttp transport the
-SDK runs on, shared with voice transcription). `sse` (the event-stream reader) and `overflow`
-(the wording providers use for a context overflow) are its own.
+`ChatResult`, also used by the usage and metrics wrappers), `http` (the aiohttp transport the
+SDK runs on, shared with voice transcription) and `body` (a request's JSON, its pictures
+spliced in: `Spliced` marks a data URL that needs no escaping). `sse` (the event-stream
+reader) and `overflow` (the wording providers use for a context overflow) are its own.
 """
 
-__all__ = ["client", "http", "stream"]
+__all__ = ["body", "client", "http", "stream"]

@@ -22,6 +22,7 @@ from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 from openai._models import FinalRequestOptions
 
 from bot import logsafe
+from bot.llm.body import encode_body
 from bot.llm.http import AiohttpTransport
 from bot.llm.overflow import context_overflow
 from bot.llm.sse import ErrorEvent, events
@@ -327,11 +328,10 @@ class LLMClient:
 
 def _request_of(kwargs: dict[str, Any]) -> FinalRequestOptions:
     """The chat request with `kwargs` as its body, encoded here as the SDK encodes it (UTF-8
-    JSON, compact, no NaN), so a request the SDK built once can take it as it is
-    (`_OpenAI._build_request`). A lone surrogate raises UnicodeEncodeError here, as it did in
-    the SDK (`_create` mends it)."""
-    body = json.dumps(kwargs, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return CHAT_REQUEST.model_copy(update={"content": body.encode()})
+    JSON, compact, no NaN; pictures spliced in: bot/llm/body.py), so a request the SDK built
+    once can take it as it is (`_OpenAI._build_request`). A lone surrogate raises
+    UnicodeEncodeError here, as it did in the SDK (`_create` mends it)."""
+    return CHAT_REQUEST.model_copy(update={"content": encode_body(kwargs)})
 
 
 def _is_event_stream(response: httpx2.Response) -> bool:

@@ -1,8 +1,11 @@
 """What people send besides text: pictures, voice, audio and files.
 
-Public: `rules` (`MediaRules`, the `[media]` limits adapters check before any download),
-`attachments` (making an inbound's attachments into text and references kept in the workspace)
-and `transcribe` (voice to text). `documents` (text out of PDFs and text files) is its own.
+Public: `rules` (`MediaRules`, the `[media]` limits adapters check before and during any
+download), `attachments` (making an inbound's attachments into text and references kept in the
+workspace), `pictures` (the pictures a request carries, as data URLs) and `transcribe` (voice to
+text). Its own: `documents` (text out of PDFs and text files; the PDF reader's child process),
+`sandbox` (running that child within limits) and `threads` (the media's own threads, apart from
+the default executor).
 """
 
-__all__ = ["attachments", "rules", "transcribe"]
+__all__ = ["attachments", "pictures", "rules", "transcribe"]

@@ -2,15 +2,20 @@
 
 Pictures are kept in the workspace (memory/media.py) and referenced from the message; voice
 messages and audio are kept and transcribed, the transcript becoming the user's words, marked
-as spoken; text files and PDFs are kept and read as text with their file name. Whatever cannot
-be used gets one plain sentence (a note, said after the answer): too large, not supported, not
-transcribed. Nothing the person sent and the bot received is dropped: kept audio that could not
-be transcribed is saved with a message saying so, and can be transcribed by hand later.
+as spoken; text files and PDFs are kept and read as text with their file name (PDFs in a child
+process: bot/media/sandbox.py). Whatever cannot be used gets one plain sentence (a note, said
+after the answer): too large, not supported, not transcribed. Nothing the person sent and the
+bot received is dropped: kept audio that could not be transcribed is saved with a message
+saying so, and can be transcribed by hand later.
+
+`prepare` reads; `keep` writes the files, once the message is accepted: a message refused as
+too long leaves nothing in media/. A file's name reaches the prompt and the notes only as
+`plain_name` makes it (one line, no control or direction characters, no brackets), so it cannot
+fake the `[file: …]` markers around the file's text.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -18,7 +23,7 @@ from typing import Any
 
 from bot import logsafe
 from bot.inbound import Attachment, Inbound
-from bot.media.documents import DocumentError, read_pdf, read_text
+from bot.media.documents import DocumentError, read_text
 from bot.media.rules import (
     AUDIO,
     AUDIO_SUFFIXES,
@@ -33,8 +38,11 @@ from bot.media.rules import (
     extension,
     sniff_image,
 )
+from bot.media.sandbox import PdfSandbox
+from bot.media.threads import off_loop
 from bot.media.transcribe import Transcriber, TranscriptionError
-from memory.media import AUDIO_REF, FILE_REF, IMAGE_REF, MediaStore, media_ref
+from memory.media import AUDIO_REF, FILE_REF, IMAGE_REF, MediaStore, content_hash, media_ref
+from memory.text import plain_name
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +74,7 @@ class Prepared:
     parts: list[dict[str, Any]] = field(default_factory=list)  # media references
     notes: list[str] = field(default_factory=list)
     for_model: bool = False  # there is something the model can answer
+    files: list[tuple[bytes, str, str]] = field(default_factory=list)  # to keep: data, ext, sha
 
 
 class AttachmentReader:
@@ -83,14 +92,30 @@ class AttachmentReader:
         self.transcriber = transcriber
         self.vision = vision  # until stop_pictures()
         self.max_seconds = max_seconds
+        self.pdfs = PdfSandbox(
+            seconds=rules.pdf_seconds,
+            memory_bytes=rules.pdf_memory_bytes,
+            seconds_per_hour=rules.pdf_seconds_per_hour,
+        )
 
     def stop_pictures(self) -> None:
         """The model turned out not to see: pictures go to it as text from now on, and people
         are told so with each new picture, as with [llm] vision = false."""
         self.vision = False
 
-    async def prepare(self, inbound: Inbound, store: MediaStore) -> Prepared:
-        """Keep and read every attachment (OSError: one could not be kept)."""
+    def stop(self) -> None:
+        """The bot is stopping: PDFs being read are given up (their turns are told so)."""
+        self.pdfs.stop()
+
+    async def keep(self, prepared: Prepared, store: MediaStore) -> None:
+        """Write the message's files to media/, off the loop (OSError: one could not be kept;
+        LinkRefusedError: a planted link)."""
+        files, prepared.files = prepared.files, []
+        if files:
+            await off_loop(lambda: [store.put(data, ext, digest) for data, ext, digest in files])
+
+    async def prepare(self, inbound: Inbound) -> Prepared:
+        """Read every attachment; what is to be kept waits in `files` for `keep`."""
         texts = [inbound.text.strip()] if inbound.text.strip() else []
         prepared = Prepared("", for_model=bool(texts))
         caption = inbound.text.strip()[:500]
@@ -102,11 +127,11 @@ class AttachmentReader:
             elif attachment.skipped is not None or attachment.data is None:
                 prepared.notes.append(_skipped(attachment, self.rules))
             elif attachment.kind == IMAGE:
-                images += self._image(attachment, attachment.data, caption, store, prepared)
+                images += await self._image(attachment, attachment.data, caption, prepared)
             elif attachment.kind == AUDIO:
-                texts.append(await self._audio(attachment, attachment.data, store, prepared))
+                texts.append(await self._audio(attachment, attachment.data, prepared))
             elif attachment.kind in (TEXT, PDF):
-                text = await self._document(attachment, attachment.data, store, prepared)
+                text = await self._document(inbound, attachment, attachment.data, prepared)
                 if text:
                     texts.append(text)
         if left_out:
@@ -119,28 +144,26 @@ class AttachmentReader:
         prepared.text = "\n\n".join(texts)
         return prepared
 
-    def _image(
-        self, attachment: Attachment, data: bytes, caption: str, store: MediaStore, into: Prepared
+    async def _image(
+        self, attachment: Attachment, data: bytes, caption: str, into: Prepared
     ) -> int:
         mime = sniff_image(data)
         if mime is None:
             into.notes.append(
-                f"{attachment.name} doesn't look like a picture I can read "
+                f"{plain_name(attachment.name)} doesn't look like a picture I can read "
                 "(JPEG, PNG, WebP or GIF)."
             )
             return 0
         ext = extension(mime, attachment.name)
-        digest = store.put(data, ext)
+        digest = await _to_keep(data, ext, into)
         into.parts.append(media_ref(IMAGE_REF, digest, ext, mime, attachment.name, caption=caption))
         into.for_model = into.for_model or self.vision
         return 1
 
-    async def _audio(
-        self, attachment: Attachment, data: bytes, store: MediaStore, into: Prepared
-    ) -> str:
+    async def _audio(self, attachment: Attachment, data: bytes, into: Prepared) -> str:
         """The message's line for the audio: its transcript, or why there is none."""
         ext = extension(attachment.mime, attachment.name)
-        digest = store.put(data, ext)
+        digest = await _to_keep(data, ext, into)
         into.parts.append(
             media_ref(
                 AUDIO_REF,
@@ -153,7 +176,7 @@ class AttachmentReader:
             )
         )
         what = "voice message" if attachment.voice else "audio"
-        label = what if attachment.voice else f"audio {attachment.name}"
+        label = what if attachment.voice else f"audio {plain_name(attachment.name)}"
         if attachment.seconds:
             label += f", {_duration(attachment.seconds)}"
         transcript, note = await self._transcript(attachment, data, ext, what)
@@ -187,17 +210,23 @@ class AttachmentReader:
         return text, ""
 
     async def _document(
-        self, attachment: Attachment, data: bytes, store: MediaStore, into: Prepared
+        self, inbound: Inbound, attachment: Attachment, data: bytes, into: Prepared
     ) -> str | None:
         """The file's text with its name around it; None (and a note) if it has none."""
-        name = attachment.name
+        name = plain_name(attachment.name)
         header = f"[file: {name}]"
         try:
             if attachment.kind == PDF:
-                pdf = await asyncio.to_thread(read_pdf, data, self.rules.max_text_file_bytes)
+                max_chars = self.rules.max_text_file_bytes
+                pdf = await self.pdfs.read(data, max_chars, inbound.user_key)
                 text = pdf.text
                 header = f"[file: {name}, PDF, {pdf.pages} page{'s' * (pdf.pages != 1)}]"
-                if pdf.cut:
+                if pdf.slow:
+                    into.notes.append(
+                        f"(Reading {name} took too long, so I read only the first "
+                        f"{pdf.pages_read} of its {pdf.pages} pages.)"
+                    )
+                elif pdf.cut:
                     into.notes.append(
                         f"({name} is long: I read only the first {pdf.pages_read} of its "
                         f"{pdf.pages} pages.)"
@@ -207,22 +236,34 @@ class AttachmentReader:
         except DocumentError as exc:
             into.notes.append(f"I couldn't read {name}: {exc}.")
             return None
-        ext = extension(attachment.mime, name)
-        digest = store.put(data, ext)
-        into.parts.append(media_ref(FILE_REF, digest, ext, attachment.mime, name))
+        ext = extension(attachment.mime, attachment.name)
+        digest = await _to_keep(data, ext, into)
+        into.parts.append(media_ref(FILE_REF, digest, ext, attachment.mime, attachment.name))
         into.for_model = True
         return f"{header}\n{text}\n[end of file: {name}]"
 
 
+async def _to_keep(data: bytes, ext: str, into: Prepared) -> str:
+    """The file's sha256 (hashed off the loop), the file waiting in `into` for `keep`."""
+    digest = await off_loop(lambda: content_hash(data))
+    into.files.append((data, ext, digest))
+    return digest
+
+
 def _skipped(attachment: Attachment, rules: MediaRules) -> str:
     """Why an attachment was not downloaded, in one sentence."""
-    name = attachment.name
+    name = plain_name(attachment.name)
     if attachment.skipped == TOO_LARGE:
         limit = attachment.limit or rules.max_bytes(attachment.kind)
-        size = f" is {_megabytes(attachment.size)}" if attachment.size else " is too large"
         what = _NOUNS.get(attachment.kind, "files")
         limit_text = _megabytes(limit)
-        return f"{name}{size}; I can take {what} up to {limit_text}, so I didn't download it."
+        if not attachment.size:  # its size was not said, or said wrong: stopped at the limit
+            return (
+                f"{name} is larger than {limit_text}, the most I take for {what}, so I stopped "
+                "downloading it."
+            )
+        size = _megabytes(attachment.size)
+        return f"{name} is {size}; I can take {what} up to {limit_text}, so I didn't download it."
     if attachment.skipped == UNAVAILABLE:
         return f"I couldn't download {name}; could you send it again?"
     return f"I can't read {name}: I understand {SUPPORTED}."

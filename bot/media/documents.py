@@ -1,20 +1,34 @@
 """Reading a file a person sent as text: text-like files decoded, PDFs through pypdf.
 
-Both run on bytes already within the [media] limits. PDF parsing is CPU work on untrusted input,
-so the caller runs it in a thread, and it stops at a page and character budget.
+A PDF is untrusted input whose parsing can cost minutes of CPU and hundreds of MB from a file of
+a few KB (pages that share one large content stream of empty text). So a PDF is never parsed in
+the bot's process: bot/media/sandbox.py runs this file as a child process (`python -I
+documents.py …`, see `main`), which limits itself (CPU time, address space, no files, no
+children, low priority) before it reads the PDF from stdin, and writes one JSON line per page
+as it goes, so that what was read before a kill at the deadline is still used. This module
+imports nothing of the project: the child starts with the standard library and pypdf only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import json
 import logging
-from dataclasses import dataclass
+import sys
+from collections.abc import Iterator
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 MAX_PDF_PAGES = 300
-# pypdf warns about every odd byte of a PDF; one warning per file is what an operator needs.
-logging.getLogger("pypdf").setLevel(logging.ERROR)
+# What the child writes on its stdout, one JSON object a line:
+READY = "ready"  # {"ready": true}: limits set, reading stdin (the deadline starts)
+PAGES = "pages"  # {"pages": N}: the file opened, N pages
+PAGE = "page"  # {"page": text}: the next page's text (cut to what the budget leaves)
+END = "end"  # {"end": "all" | "budget"}: every page read, or the budget of characters or pages
+ERROR = "error"  # {"error": ENCRYPTED | DAMAGED | MEMORY}
+ENCRYPTED, DAMAGED, MEMORY = "encrypted", "damaged", "memory"
 
 
 class DocumentError(Exception):
@@ -37,45 +51,78 @@ def read_text(data: bytes) -> str:
         return data.decode("latin-1")
 
 
-@dataclass(frozen=True)
-class PdfText:
-    text: str
-    pages_read: int
-    pages: int
-    cut: bool  # stopped at the character or page budget
-
-
-def read_pdf(data: bytes, max_chars: int) -> PdfText:
-    """The text of a PDF, page by page up to `max_chars`; DocumentError when it cannot be read
-    (damaged, encrypted) or holds no text (a scan)."""
+def pdf_lines(
+    data: bytes, max_chars: int, max_pages: int = MAX_PDF_PAGES
+) -> Iterator[dict[str, Any]]:
+    """The child's lines for a PDF after READY: PAGES, a PAGE per page read, then END; or an
+    ERROR (damaged, encrypted, out of memory) in their place."""
     from pypdf import PdfReader
     from pypdf.errors import PyPdfError
 
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
-            raise DocumentError("it is protected by a password")
-        pages = len(reader.pages)
-        pieces: list[str] = []
-        total = read = 0
-        cut = False
-        for page in reader.pages:
-            if total >= max_chars or read >= MAX_PDF_PAGES:
-                cut = True
-                break
-            text = (page.extract_text() or "").strip()
-            read += 1
-            if text:
-                pieces.append(text)
-                total += len(text) + 2
-    except DocumentError:
-        raise
+            yield {ERROR: ENCRYPTED}
+            return
+        yield {PAGES: len(reader.pages)}
+        total = 0
+        for read, page in enumerate(reader.pages):
+            if total >= max_chars or read >= max_pages:
+                yield {END: "budget"}
+                return
+            text = (page.extract_text() or "").strip()[: max_chars - total]
+            total += len(text) + 2 if text else 0
+            yield {PAGE: text}
+    except MemoryError:
+        yield {ERROR: MEMORY}
+        return
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         log.info("could not read a PDF: %s: %s", type(exc).__name__, exc)
-        raise DocumentError("it could not be read (it may be damaged)") from None
-    text = "\n\n".join(pieces)
-    if not text.strip():
-        raise DocumentError("it holds no text I can read (a scanned PDF is only pictures)")
-    if len(text) > max_chars:
-        text, cut = text[:max_chars], True
-    return PdfText(text, read, pages, cut)
+        yield {ERROR: DAMAGED}
+        return
+    yield {END: "all"}
+
+
+def _limit_self(cpu_seconds: int, memory_bytes: int) -> None:
+    """What the child may use: CPU seconds (then SIGXCPU ends it), address space (then
+    MemoryError), no file written, no process started, no core dump; and it yields the CPU to
+    the bot (nice 10), whose event loop must not wait for it."""
+    import os
+    import resource
+
+    limits = [
+        (resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1),
+        (resource.RLIMIT_AS, memory_bytes, memory_bytes),
+        (resource.RLIMIT_FSIZE, 0, 0),
+        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_NPROC, 0, 0),
+    ]
+    for which, soft, hard in limits:
+        # A system without one (macOS and RLIMIT_AS): the parent's deadline still holds.
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(which, (soft, hard))
+    os.nice(10)
+
+
+def main(argv: list[str]) -> int:
+    """The child: `documents.py MAX_CHARS MAX_PAGES CPU_SECONDS MEMORY_BYTES`, the PDF on stdin."""
+    max_chars, max_pages, cpu_seconds, memory_bytes = (int(value) for value in argv)
+    logging.getLogger("pypdf").setLevel(logging.CRITICAL)  # one line per odd byte otherwise
+    import pypdf  # noqa: F401  (imported before the limits: starting up is not the file's work)
+
+    _limit_self(cpu_seconds, memory_bytes)
+    out = sys.stdout.buffer
+    out.write(json.dumps({READY: True}).encode() + b"\n")
+    out.flush()
+    data = sys.stdin.buffer.read()
+    try:
+        for line in pdf_lines(data, max_chars, max_pages):
+            out.write(json.dumps(line, ensure_ascii=False).encode("utf-8", "replace") + b"\n")
+            out.flush()
+    except MemoryError:  # while writing a line: the parent takes what it has
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -3,7 +3,9 @@
 An adapter lists what a message carries (a `Candidate`: type, name, the size the platform
 reports, and how to download it) and hands the list to `collect`, which downloads only what will
 be used, checking each size before downloading (Telegram's cloud Bot API serves at most 20 MB,
-and a file the bot would refuse anyway is not worth fetching). The result is plain data
+and a file the bot would refuse anyway is not worth fetching). A reported size may be missing or
+a lie, so a download is also told the limit and stops once more bytes come (`read_within`):
+the bot never holds more of a file than it would keep. The result is plain data
 (bot.inbound.Attachment) for the core, which answers for what was skipped
 (bot/media/attachments.py).
 """
@@ -11,7 +13,7 @@ and a file the bot would refuse anyway is not worth fetching). The result is pla
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
@@ -136,6 +138,10 @@ class MediaRules:
     max_text_file_bytes: int = 100_000
     max_pdf_bytes: int = 10_000_000
     max_audio_bytes: int = 20_000_000
+    # Reading one PDF (bot/media/sandbox.py): seconds, address space, a person's seconds per hour.
+    pdf_seconds: float = 15.0
+    pdf_memory_bytes: int = 400_000_000
+    pdf_seconds_per_hour: float = 120.0
 
     @classmethod
     def from_config(cls, config: Config) -> MediaRules:
@@ -146,6 +152,9 @@ class MediaRules:
             max_text_file_bytes=media.max_text_file_bytes,
             max_pdf_bytes=media.max_pdf_bytes,
             max_audio_bytes=config.transcription.max_bytes,
+            pdf_seconds=media.pdf_seconds,
+            pdf_memory_bytes=media.pdf_memory_bytes,
+            pdf_seconds_per_hour=media.pdf_seconds_per_hour,
         )
 
     def max_bytes(self, kind: str) -> int:
@@ -158,6 +167,25 @@ class MediaRules:
         }.get(kind, 0)
 
 
+class TooLarge(Exception):
+    """A download brought more bytes than its limit, and was stopped there."""
+
+
+async def read_within(
+    chunks: AsyncIterable[bytes], limit: int, declared: int | None = None
+) -> bytes:
+    """The bytes of a download as they come, at most `limit` of them: TooLarge as soon as more
+    come, or at once when the server declares more (`declared`: its Content-Length)."""
+    if declared is not None and declared > limit:
+        raise TooLarge
+    body = bytearray()
+    async for chunk in chunks:
+        if len(body) + len(chunk) > limit:
+            raise TooLarge
+        body += chunk
+    return bytes(body)
+
+
 @dataclass(frozen=True)
 class Candidate:
     """An attachment as an adapter finds it in a message, not downloaded yet."""
@@ -165,7 +193,8 @@ class Candidate:
     mime: str
     name: str
     size: int | None  # as the platform reports it
-    download: Callable[[], Awaitable[bytes]]
+    # Downloads at most `limit` bytes (read_within), raising TooLarge past them.
+    download: Callable[[int], Awaitable[bytes]]
     voice: bool = False
     seconds: float | None = None
 
@@ -190,14 +219,16 @@ async def collect(
         elif candidate.size is not None and candidate.size > limit:
             skipped = TOO_LARGE
         images += kind == IMAGE and skipped is None
-        data = None if skipped else await _download(candidate)
+        data = None
         size = candidate.size
-        if data is None and skipped is None:
-            skipped = UNAVAILABLE
-        elif data is not None:
-            size = len(data)
-            if size > limit:  # the platform did not say, or said less
-                data, skipped = None, TOO_LARGE
+        if skipped is None:
+            try:
+                data = await _download(candidate, limit)
+            except TooLarge:  # the platform did not say, or said less: stopped at the limit
+                size, skipped = None, TOO_LARGE
+            else:
+                skipped = UNAVAILABLE if data is None else None
+                size = size if data is None else len(data)
         attachments.append(
             Attachment(
                 kind=kind,
@@ -214,9 +245,16 @@ async def collect(
     return tuple(attachments)
 
 
-async def _download(candidate: Candidate) -> bytes | None:
+async def _download(candidate: Candidate, limit: int) -> bytes | None:
+    """The bytes, or None when the download failed; TooLarge when more came than `limit`."""
     try:
-        return bytes(await candidate.download())
+        data = bytes(await candidate.download(limit))
+    except TooLarge:
+        log.info("stopped downloading an attachment (%s) at its limit", candidate.mime)
+        raise
     except Exception as exc:  # the platform's own errors: one attachment lost, not the turn
         log.warning("could not download an attachment (%s): %s", candidate.mime, type(exc).__name__)
         return None
+    if len(data) > limit:  # a download that did not keep to it
+        raise TooLarge
+    return data

@@ -30,7 +30,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from tests.fakes.local_server import serve_locally
+from tests.fakes.local_server import serve_locally, stream_file
 
 MESSAGE_CONTENT_INTENT = 1 << 15
 IS_VOICE_MESSAGE = 1 << 13  # message flag
@@ -86,7 +86,9 @@ class FakeDiscord:
         self._ws: web.WebSocketResponse | None = None
         self._runner: web.AppRunner | None = None
         self.cdn: dict[str, bytes] = {}  # attachment path → bytes
+        self.hidden: dict[str, int] = {}  # attachment path → bytes served after them, unreported
         self.downloads: list[str] = []
+        self.served: dict[str, int] = {}  # attachment path → bytes the bot took of it
         self.posted: dict[str, dict[str, Any]] = {}  # message id → the message as it is now
         self.edits: list[tuple[int, str, str, float]] = []  # (channel, message id, content, at)
         self.edit_interval_s = 1.0
@@ -222,12 +224,15 @@ class FakeDiscord:
         channel_id: int,
         voice_seconds: float | None = None,
         size: int | None = None,
+        hidden: int = 0,
     ) -> dict[str, Any]:
         """An attachment object as Discord sends it, its bytes served by the fake CDN (`size`:
-        what Discord reports, if not len(data))."""
+        what Discord reports, if not len(data); `hidden`: zero bytes the CDN serves after
+        `data`, streamed without a length)."""
         attachment_id = str(next(self._ids))
         path = f"{channel_id}/{attachment_id}/{filename}"
         self.cdn[path] = data
+        self.hidden[path] = hidden
         url = f"http://127.0.0.1:{self.port}/attachments/{path}"
         payload: dict[str, Any] = {
             "id": attachment_id,
@@ -243,11 +248,14 @@ class FakeDiscord:
             payload["waveform"] = "AAAA"
         return payload
 
-    async def _attachment(self, request: web.Request) -> web.Response:
+    async def _attachment(self, request: web.Request) -> web.StreamResponse:
         path = request.match_info["tail"]
         self.downloads.append(path)
         if path not in self.cdn:
             return web.Response(status=404, text="Not Found")
+        if self.hidden.get(path):
+            return await stream_file(request, self.cdn[path], self.hidden[path], self.served, path)
+        self.served[path] = len(self.cdn[path])
         return web.Response(body=self.cdn[path], content_type="application/octet-stream")
 
     def slash(

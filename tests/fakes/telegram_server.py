@@ -41,7 +41,7 @@ from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
-from tests.fakes.local_server import serve_locally
+from tests.fakes.local_server import serve_locally, stream_file
 
 TOKEN = "123456:TEST-token_for-the-fake"
 BOT = {"id": 999, "is_bot": True, "first_name": "LightGrep", "username": "lightgrep_bot"}
@@ -166,6 +166,8 @@ class StoredFile:
     unique_id: str
     data: bytes
     path: str
+    hidden: int = 0  # bytes served after `data` that getFile does not own up to (a lying size)
+    sized: bool = True  # False: no file_size in getFile, as for a size the server cannot tell
 
 
 @dataclass
@@ -187,6 +189,7 @@ class FakeTelegram:
         self.files: dict[str, StoredFile] = {}
         self.file_requests: list[str] = []  # file_id of every getFile
         self.downloads: list[str] = []  # file_path of every download
+        self.served: dict[str, int] = {}  # file_path → bytes the bot took of its download
         self.callback_answers: list[str] = []  # ids of the callback queries answered
         self.commands: list[dict[str, Any]] = []
         self.started_users: set[int] = set()  # users with a private chat with the bot
@@ -374,15 +377,20 @@ class FakeTelegram:
         caption: str | None = None,
         size: int | None = None,
         chat: dict[str, Any] | None = None,
+        hidden: int = 0,
+        sized: bool = True,
     ) -> int:
-        """A file sent as a document (`size`: what Telegram reports, if not len(data))."""
+        """A file sent as a document (`size`: what Telegram reports, if not len(data); `hidden`:
+        bytes served after `data` that nothing reports; `sized` False: no size reported)."""
         stored = self.add_file(data, "documents", name.rpartition(".")[2] or "bin")
+        stored.hidden, stored.sized = hidden, sized
         document: dict[str, Any] = {
             "file_id": stored.file_id,
             "file_unique_id": stored.unique_id,
             "file_name": name,
-            "file_size": len(data) if size is None else size,
         }
+        if sized:
+            document["file_size"] = len(data) if size is None else size
         if mime:
             document["mime_type"] = mime
         return self._media(user_id, chat, caption, document=document)
@@ -678,16 +686,12 @@ class FakeTelegram:
             return _error(400, "Bad Request: invalid file_id")
         if len(stored.data) > self.max_download:
             return _error(400, "Bad Request: file is too big")
-        return _ok(
-            {
-                "file_id": stored.file_id,
-                "file_unique_id": stored.unique_id,
-                "file_size": len(stored.data),
-                "file_path": stored.path,
-            }
-        )
+        found = {"file_id": stored.file_id, "file_unique_id": stored.unique_id}
+        if stored.sized:
+            found["file_size"] = len(stored.data)
+        return _ok({**found, "file_path": stored.path})
 
-    async def _download(self, request: web.Request) -> web.Response:
+    async def _download(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["token"] != self.token:
             return _error(401, "Unauthorized")
         path = request.match_info["path"]
@@ -696,6 +700,9 @@ class FakeTelegram:
         stored = next((f for f in self.files.values() if f.path == path), None)
         if stored is None or len(stored.data) > self.max_download:
             return _error(404, "Not Found")
+        if stored.hidden or not stored.sized:
+            return await stream_file(request, stored.data, stored.hidden, self.served, path)
+        self.served[path] = len(stored.data)
         return web.Response(body=stored.data, content_type="application/octet-stream")
 
     async def _m_answercallbackquery(self, params: dict[str, Any]) -> web.Response:
