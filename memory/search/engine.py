@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from memory.safefs import open_binary
-from memory.search import stems
+from memory.search import rerank, stems
 from memory.search.dates import DateSpan
 from memory.search.regex import RegexError
 from memory.search.scan_cache import Region, ScanCache, file_version
@@ -429,8 +429,16 @@ def _scan_term(
 # --- ranking ----------------------------------------------------------------------------------
 
 
-def _rank(tally: _Tally, want: int, n_words: int) -> list[tuple[float, int, int, Any]]:
-    """Top ``want`` entries as (score, offset, length, stamp).
+Ranked = tuple[bool, int, float, Any, int, int]  # (dated, tier, score, stamp, offset, length)
+
+
+def _idf(tally: _Tally) -> list[float]:
+    n = max(tally.n_entries, tally.total, 1)
+    return [math.log(1.0 + (n - d + 0.5) / (d + 0.5)) for d in tally.df]
+
+
+def _rank(tally: _Tally, want: int, n_words: int) -> list[Ranked]:
+    """Top ``want`` entries as (dated, tier, score, stamp, offset, length).
 
     Order: the named dates first (when the query has them), then the number of keywords held
     (``WORDS_TIER``), then BM25, then the newest. The first ``n_words`` terms are keywords; a
@@ -438,7 +446,7 @@ def _rank(tally: _Tally, want: int, n_words: int) -> list[tuple[float, int, int,
     """
     n = max(tally.n_entries, tally.total, 1)
     avg_len = max(tally.n_bytes / n, 1.0)
-    idf = [math.log(1.0 + (n - d + 0.5) / (d + 0.5)) for d in tally.df]
+    idf = _idf(tally)
     k1, b = BM25_K1, BM25_B
     base_norm, len_norm = k1 * (1.0 - b), k1 * b / avg_len
     keys = []
@@ -452,8 +460,7 @@ def _rank(tally: _Tally, want: int, n_words: int) -> list[tuple[float, int, int,
             norm = base_norm - len_norm * neg_len
             score = sum(w / (tf + norm) for w, tf in weights)
             keys.append((dated, tier, score, stamp, offset, -neg_len))
-    best = heapq.nlargest(want, keys)
-    return [(score, offset, length, stamp) for _, _, score, stamp, offset, length in best]
+    return heapq.nlargest(want, keys)
 
 
 def _marks(text: str, query: Query) -> tuple[list[tuple[int, int]], list[tuple[str, str]]]:
@@ -501,7 +508,7 @@ def _dated(text: str, span: DateSpan) -> bool:
     return span.holds(text[1:11]) or bool(_date_spans(text, span))
 
 
-def _read_entry(f: BinaryIO, start: int, length: int) -> bytes:
+def _read_entry(f: BinaryIO, start: int, length: int, first: int = SAMPLE_BYTES) -> bytes:
     """The entry at ``start``: ``length`` bytes, or up to the next entry when unknown (0)."""
     f.seek(start)
     if length:
@@ -509,7 +516,7 @@ def _read_entry(f: BinaryIO, start: int, length: int) -> bytes:
     layout = BYTES_LAYOUT
     data, pos = b"", 1  # pos: where the next entry's marker may start
     while True:
-        block = f.read(max(SAMPLE_BYTES, len(data)))  # doubling: a long entry reads in few steps
+        block = f.read(max(first, len(data)))  # doubling: a long entry reads in few steps
         data += block
         last = len(data) if not block else len(data) - 20  # a marker and its stamp, whole
         q = data.find(layout.marker, pos, last + 3)
@@ -547,16 +554,27 @@ def search_history(
     except RegexError as exc:
         raise SearchError(str(exc)) from None
     path = Path(path)
+    want = offset + limit
+    pool = want if parsed.regex else max(want, rerank.POOL)
     try:
-        tally = _scan_file(path, parsed, offset + limit)
+        tally = _scan_file(path, parsed, pool)
     except FileNotFoundError:
         return SearchResult([], 0)
-    top = _rank(tally, offset + limit, len(parsed.words))[offset:]
+    top = _rank(tally, pool, len(parsed.words))
+    if not top:
+        return SearchResult([], tally.total)
+    cands = []
+    with open_binary(path) as f:
+        for dated, tier, score, stamp, start, length in top:
+            raw = _read_entry(f, start, length, first=4096)
+            text = raw.decode("utf-8", "replace").rstrip()
+            # a keyword inside a longer word ("go" in "gone") is no word of the text: not near
+            per_term = [[(s, e) for s, e, k in t.spans(text) if k != "part"] for t in parsed.words]
+            sentences = rerank.sentence_of(text, per_term)
+            cands.append(rerank.Candidate(dated, tier, score, stamp, start, text, sentences))
+    ordered = cands if parsed.regex else rerank.order(cands, _idf(tally))
     hits: list[HistoryHit] = []
-    if top:
-        with open_binary(path) as f:
-            for score, start, length, stamp in top:
-                text = _read_entry(f, start, length).decode("utf-8", "replace").rstrip()
-                spans, why = _marks(text, parsed)
-                hits.append(HistoryHit(stamp[:16].decode("ascii"), text, score, spans, why))
+    for c in ordered[offset:want]:
+        spans, why = _marks(c.text, parsed)
+        hits.append(HistoryHit(c.stamp[:16].decode("ascii"), c.text, c.score, spans, why))
     return SearchResult(hits, tally.total)
