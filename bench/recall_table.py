@@ -160,9 +160,9 @@ Step = tuple[str, str, Callable[[], Iterator[None]]]
 @contextmanager
 def _settings(**values: Any) -> Iterator[None]:
     """Module settings of the search changed for one step (``module__NAME=value``)."""
-    from memory.search import rerank, stems, terms
+    from memory.search import dates, rerank, stems, terms
 
-    modules = {"engine": engine, "stems": stems, "terms": terms, "rerank": rerank}
+    modules = {"engine": engine, "stems": stems, "terms": terms, "rerank": rerank, "dates": dates}
     saved = []
     for dotted, value in values.items():
         module_name, attr = dotted.split("__", 1)
@@ -177,12 +177,15 @@ def _settings(**values: Any) -> Iterator[None]:
 
 
 # (name, what it changes, settings that undo it and those after it: the ranking before it)
+OFF_NUMBERS = {"terms__NUMBERS_IN_WORDS": False, "dates__DAY_WORDS": False}
 BEFORE: dict[str, dict[str, Any]] = {
-    "before": {"rerank__PROXIMITY": 0.0},
+    "before": {"rerank__PROXIMITY": 0.0, **OFF_NUMBERS},
+    "sentence": OFF_NUMBERS,
 }
 STEPS: list[tuple[str, str]] = [
     ("before", "the ranking before issue 28"),
     ("sentence", "+ two keywords in one sentence weigh more (rerank.PROXIMITY)"),
+    ("numbers", "+ a number also finds its words, 55 / fifty-five, May 7 / seventh of May"),
 ]
 
 

@@ -29,7 +29,7 @@ import random
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -171,6 +171,10 @@ class Fact:
     text: str
     key: tuple[str, ...]
     questions: list[tuple[str, str]]
+    # Questions with keys of their own ("did I pack sunscreen": the newest list holding it),
+    # and further keys the entry holds (each item of a list).
+    own: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
+    also: list[tuple[str, ...]] = field(default_factory=list)
 
 
 Maker = Callable[[random.Random], Fact]
@@ -229,16 +233,17 @@ def packing(r: random.Random) -> Fact:
     event = r.choice(EVENTS)
     items = r.sample(PACK, r.randrange(4, 7))
     asked = r.choice(items)
+    bare = asked.removeprefix("a ").removeprefix("the ")
     return Fact(
         f"Packing list for the {event}: " + ", ".join(items[:-1]) + f" and {items[-1]}.",
-        ("pack", event, asked),
+        ("pack", event),
         [
-            (f"did I plan to bring {asked.removeprefix('a ').removeprefix('the ')} on the "
-             f"{event}?", "list"),
             (f"what do I need to take on the {event.split()[0]} {event.split()[-1]}", "names"),
             (f"{event} list", "keywords"),
         ],
-    )  # fmt: skip
+        own=[(f"did I plan to bring {bare} on the {event}?", "list", ("pack", event, asked))],
+        also=[("pack", event, item) for item in items],
+    )
 
 
 def handover(r: random.Random) -> Fact:
@@ -448,9 +453,11 @@ def build(seed: int = SEED) -> Talk:
         stamp = f"{when:%Y-%m-%d %H:%M}"
         entries.append(f"[{stamp}] {_entry_text(r, facts)}")
         for fact in facts:
-            newest[fact.key] = stamp
+            for key in [fact.key, *fact.also]:
+                newest[key] = stamp
             for question, kind in fact.questions:
                 asked.append((question, kind, fact.key, stamp))
+            asked += [(question, kind, key, stamp) for question, kind, key in fact.own]
     # A question means the newest entry with its key, so it is asked about that entry's fact
     # (a rent asked with an older amount means no entry); asked once however often it fits.
     unique: dict[str, tuple[str, tuple[str, ...]]] = {}

@@ -145,6 +145,7 @@ _WHY = {
     "form": "{} (form)",
     "part": "{} (inside a word)",
     "date": "{} (date)",
+    "number": "{} (number)",
 }
 
 

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
+from memory.search.numbers import ORDINAL_DAYS
+
 __all__ = ["DateNeedle", "DateSpan", "extract_dates"]
 
 MONTHS = [
@@ -48,8 +50,25 @@ _PATTERNS = [
 _COMPILED = [(kind, re.compile(p, re.IGNORECASE)) for kind, p in _PATTERNS]
 
 
-_DAY_AFTER = re.compile(rb" ([0-3]?\d)(?:st|nd|rd|th)?(?![0-9a-z])")
-_DAY_BEFORE = re.compile(rb"(?<![0-9])([0-3]?\d)(?:st|nd|rd|th)? (?:of )?$")
+# A day next to a month's name: "12", "12th" or, as a consolidated entry may write it, "twelfth"
+# (longest words first, so "twenty-first" is not read as "first").
+_DAY_WORDS = b"|".join(
+    w.encode("ascii") for w in sorted(ORDINAL_DAYS, key=len, reverse=True)
+)
+_DAY = rb"(?:([0-3]?\d)(?:st|nd|rd|th)?|(" + _DAY_WORDS + rb"))"
+_DAY_AFTER = re.compile(rb" (?:the )?" + _DAY + rb"(?![0-9a-z])")
+_DAY_BEFORE = re.compile(rb"(?<![0-9a-z-])" + _DAY + rb" (?:of )?$")
+DAY_WORDS = True  # days written in words count (bench/recall_table.py turns it off: "before")
+_DIGITS_AFTER = re.compile(rb" ()([0-3]?\d)(?:st|nd|rd|th)?(?![0-9a-z])")  # the old reading
+_DIGITS_BEFORE = re.compile(rb"(?<![0-9])()([0-3]?\d)(?:st|nd|rd|th)? (?:of )?$")
+_DAY_REACH = 24  # bytes before a month's name that "the twenty-seventh of " may take
+
+
+def _day_of(m: re.Match[bytes]) -> int:
+    digits, word = m.group(1), m.group(2)
+    if not DAY_WORDS:
+        return int(word)
+    return int(digits) if digits else ORDINAL_DAYS[word.decode("ascii")]
 
 
 @dataclass(frozen=True)
@@ -57,7 +76,8 @@ class DateNeedle:
     """A lowered text naming a date: "2026-05-" (ISO), "may" (a month's name) or "2023".
 
     ``days``, when set, are the days of the month it must name: the two digits after an ISO
-    prefix, or a number just before or after a month's name ("12 may", "may 12th").
+    prefix, or a day just before or after a month's name ("12 may", "may 12th", "the twelfth of
+    may").
     """
 
     text: str
@@ -77,11 +97,13 @@ class DateNeedle:
             return None
         if self.days is None:
             return at, at + n
-        after = _DAY_AFTER.match(low, at + n)
-        if after and int(after.group(1)) in self.days:
+        after = (_DAY_AFTER if DAY_WORDS else _DIGITS_AFTER).match(low, at + n)
+        if after and _day_of(after) in self.days:
             return at, after.end()
-        before = _DAY_BEFORE.search(low, max(0, at - 10), at)
-        if before and int(before.group(1)) in self.days:
+        before = (_DAY_BEFORE if DAY_WORDS else _DIGITS_BEFORE).search(
+            low, max(0, at - (_DAY_REACH if DAY_WORDS else 10)), at
+        )
+        if before and _day_of(before) in self.days:
             return before.start(), at + n
         return None
 

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from memory.search.dates import DateNeedle, DateSpan, extract_dates
+from memory.search.numbers import MAX_NUMBER, cardinal, ordinal
 from memory.search.regex import compile_regex
 from memory.search.stems import WordForms
 from memory.store import ENTRY_STAMP
@@ -24,6 +25,7 @@ from memory.store import ENTRY_STAMP
 __all__ = ["BYTES_LAYOUT", "STOPWORDS", "Query", "SearchError", "Term", "parse_query"]
 
 MAX_TERMS = 32
+NUMBERS_IN_WORDS = True  # a number of the question also finds itself written in words
 # Sentence punctuation a user or a model glues to a keyword ("python?"); stripped from word edges.
 _EDGE_PUNCT = "?!,.;:()[]{}<>'\"`"
 _POSSESSIVE = ("'s", "\u2019s")
@@ -186,6 +188,58 @@ def _forms_term(word: str) -> Term:
     )
 
 
+_STAMP_CHARS = 18  # "[YYYY-MM-DD HH:MM]": an entry's stamp, whose digits are no number said
+
+
+def _whole_words(text: str, kind: str) -> Term:
+    """A lowered ASCII text as whole words ("five" not in "twenty-five" or "fivefold")."""
+    edge_b, edge_s = rb"[a-z0-9-]", r"[^\W_]|-"
+    pattern = re.compile(rb"(?<!" + edge_b + rb")" + re.escape(text.encode("ascii")) + rb"(?!"
+                         + edge_b + rb")")  # fmt: skip
+    marker = re.compile(rf"(?<!{edge_s}){re.escape(text)}(?!{edge_s})", re.IGNORECASE)
+
+    def spans(entry: str) -> Spans:
+        return [(m.start(), m.end(), kind) for m in marker.finditer(entry)]
+
+    return Term(text, kind, _pattern_find(pattern), _pattern_count(pattern), spans)
+
+
+def _past_stamp(term: Term) -> Term:
+    """The term, not counting what it finds in an entry's stamp."""
+
+    def weight_in(buf: bytes, s: int, e: int) -> float:
+        return term.weight_in(buf, s + _STAMP_CHARS if buf[s : s + 1] == b"[" else s, e)
+
+    def spans(entry: str) -> Spans:
+        skip = _STAMP_CHARS if entry.startswith("[") else 0
+        return [span for span in term.spans(entry) if span[0] >= skip]
+
+    return Term(term.label, term.kind, term.find, weight_in, spans, term.needle, term.forms)
+
+
+def _is_number(word: str) -> bool:
+    return word.isascii() and word.isdigit() and word[0] != "0" and int(word) <= MAX_NUMBER
+
+
+def _number_term(word: str) -> Term:
+    """A number of the question: its digits or its words ("55" or "fifty-five"; a day of the
+    month as an ordinal too, "fifth"), anywhere but in the entry's stamp."""
+    n = int(word)
+    alternatives = [_past_stamp(_forms_term(word))]
+    if n >= 2:
+        alternatives.append(_past_stamp(_whole_words(cardinal(n), "number")))
+    if 1 <= n <= 31:
+        alternatives.append(_past_stamp(_whole_words(ordinal(n), "number")))
+
+    def spans(entry: str) -> Spans:
+        return sorted(span for alt in alternatives for span in alt.spans(entry))
+
+    def never(buf: bytes, s: int, e: int) -> int:  # scanned through its alternatives
+        return -1
+
+    return Term(word, "word", never, lambda b, s, e: 0.0, spans, alternatives=alternatives)
+
+
 def _parse_keywords(query: str) -> list[tuple[str, bool]]:
     """(keyword, quoted) for each quoted phrase and bare word, case-insensitively de-duplicated."""
     words: list[tuple[str, bool]] = []
@@ -218,6 +272,8 @@ def _keyword_term(word: str, quoted: bool) -> Term:
     for ending in _POSSESSIVE:
         if word.lower().endswith(ending) and len(word) > len(ending) + 1:
             word = word[: -len(ending)]
+    if NUMBERS_IN_WORDS and _is_number(word):
+        return _number_term(word)
     if word.isascii() and word.isalnum():
         return _forms_term(word)
     return _literal_term(word, "word")
