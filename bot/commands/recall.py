@@ -146,6 +146,7 @@ _WHY = {
     "part": "{} (inside a word)",
     "date": "{} (date)",
     "number": "{} (number)",
+    "typo": "{} (spelled like it)",
 }
 
 

@@ -52,12 +52,10 @@ _COMPILED = [(kind, re.compile(p, re.IGNORECASE)) for kind, p in _PATTERNS]
 
 # A day next to a month's name: "12", "12th" or, as a consolidated entry may write it, "twelfth"
 # (longest words first, so "twenty-first" is not read as "first").
-_DAY_WORDS = b"|".join(
-    w.encode("ascii") for w in sorted(ORDINAL_DAYS, key=len, reverse=True)
-)
-_DAY = rb"(?:([0-3]?\d)(?:st|nd|rd|th)?|(" + _DAY_WORDS + rb"))"
-_DAY_AFTER = re.compile(rb" (?:the )?" + _DAY + rb"(?![0-9a-z])")
-_DAY_BEFORE = re.compile(rb"(?<![0-9a-z-])" + _DAY + rb" (?:of )?$")
+_DAY_WORDS = b"|".join(w.encode("ascii") for w in sorted(ORDINAL_DAYS, key=len, reverse=True))
+_DAY_WRITTEN = rb"(?:([0-3]?\d)(?:st|nd|rd|th)?|(" + _DAY_WORDS + rb"))"
+_DAY_AFTER = re.compile(rb" (?:the )?" + _DAY_WRITTEN + rb"(?![0-9a-z])")
+_DAY_BEFORE = re.compile(rb"(?<![0-9a-z-])" + _DAY_WRITTEN + rb" (?:of )?$")
 DAY_WORDS = True  # days written in words count (bench/recall_table.py turns it off: "before")
 _DIGITS_AFTER = re.compile(rb" ()([0-3]?\d)(?:st|nd|rd|th)?(?![0-9a-z])")  # the old reading
 _DIGITS_BEFORE = re.compile(rb"(?<![0-9])()([0-3]?\d)(?:st|nd|rd|th)? (?:of )?$")

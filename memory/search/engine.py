@@ -54,6 +54,8 @@ from memory.search.terms import (
     SearchError,
     Term,
     parse_query,
+    typo_eligible,
+    typo_term,
 )
 from memory.search.word_scan import (
     WORD_VIEW,
@@ -79,6 +81,9 @@ BM25_B = 0.0
 # Before BM25: "count" ranks an entry by how many of the keywords it holds, "all" only puts
 # those holding every keyword first, "none" leaves it to BM25 (tuned like k1 and b).
 WORDS_TIER = "count"
+# A keyword of six letters or more that no entry holds is looked for one edit away
+# (memory/search/terms.py typo_term): a second scan, only for such queries.
+TYPOS = True
 
 
 @dataclass
@@ -558,6 +563,15 @@ def search_history(
     pool = want if parsed.regex else max(want, rerank.POOL)
     try:
         tally = _scan_file(path, parsed, pool)
+        absent = [
+            i
+            for i, t in enumerate(parsed.words)
+            if TYPOS and not parsed.regex and tally.df[i] == 0 and typo_eligible(t)
+        ]
+        if absent:  # found nowhere: a slip of the keyboard? The others come from SCANS.
+            words = [typo_term(t.label) if i in absent else t for i, t in enumerate(parsed.words)]
+            parsed = Query(words, parsed.dates, parsed.date_term, False)
+            tally = _scan_file(path, parsed, pool)
     except FileNotFoundError:
         return SearchResult([], 0)
     top = _rank(tally, pool, len(parsed.words))

@@ -12,7 +12,7 @@ from typing import Any
 
 import re2
 
-__all__ = ["RegexError", "compile_regex"]
+__all__ = ["RegexError", "compile_bytes", "compile_regex", "re2_escape"]
 
 MAX_REGEX_CHARS = 500
 
@@ -68,3 +68,17 @@ def _explain(exc: Exception) -> str:
                 "run on a linear-time engine (RE2) so that none can hang the search."
             )
     return f"Invalid regular expression: {message.strip() or 'not understood'}."
+
+
+def re2_escape(raw: bytes) -> bytes:
+    """``raw`` as a literal in an RE2 pattern (every byte that is not a letter or digit escaped)."""
+    return b"".join(bytes([b]) if chr(b).isalnum() and b < 128 else b"\\x%02x" % b for b in raw)
+
+
+def compile_bytes(pattern: bytes) -> Any:
+    """A case-sensitive RE2 pattern over bytes as they are (Latin-1: one character a byte), for
+    patterns the search builds itself over lowered text."""
+    options = re2.Options()
+    options.encoding = re2.Options.Encoding.LATIN1
+    options.log_errors = False
+    return re2.compile(pattern, options)

@@ -16,13 +16,24 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from memory.search import stems
 from memory.search.dates import DateNeedle, DateSpan, extract_dates
 from memory.search.numbers import MAX_NUMBER, cardinal, ordinal
-from memory.search.regex import compile_regex
+from memory.search.regex import compile_bytes, compile_regex, re2_escape
 from memory.search.stems import WordForms
 from memory.store import ENTRY_STAMP
 
-__all__ = ["BYTES_LAYOUT", "STOPWORDS", "Query", "SearchError", "Term", "parse_query"]
+__all__ = [
+    "BYTES_LAYOUT",
+    "STOPWORDS",
+    "Query",
+    "SearchError",
+    "Term",
+    "one_edit",
+    "parse_query",
+    "typo_eligible",
+    "typo_term",
+]
 
 MAX_TERMS = 32
 NUMBERS_IN_WORDS = True  # a number of the question also finds itself written in words
@@ -238,6 +249,102 @@ def _number_term(word: str) -> Term:
         return -1
 
     return Term(word, "word", never, lambda b, s, e: 0.0, spans, alternatives=alternatives)
+
+
+MIN_TYPO_CHARS = 6  # shorter words are one edit from too many others ("stars" / "start")
+TYPO_WEIGHT = 0.5  # an occurrence one edit away counts as a keyword inside a longer word
+_ANY_CHAR = rb"(?:[a-z0-9]|[\xc0-\xf7][\x80-\xbf]{1,3})"  # one lowered letter, in UTF-8
+_WORD_CHARS = rb"[a-z0-9\x80-\xff]"
+_STR_WORD = re.compile(r"[^\W_]+")
+
+
+def one_edit(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with one letter dropped, added, changed, or two swapped."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) > len(b):
+        a, b = b, a
+    i = 0
+    while i < len(a) and a[i] == b[i]:
+        i += 1
+    if len(a) < len(b):
+        return a[i:] == b[i + 1 :]
+    return a[i + 1 :] == b[i + 1 :] or (a[i + 1 : i + 2] == b[i : i + 1] and a[i] == b[i + 1]
+                                         and a[i + 2 :] == b[i + 2 :])  # fmt: skip
+
+
+def typo_eligible(term: Term) -> bool:
+    """A bare keyword long enough that one slip of the keyboard may be forgiven."""
+    word = term.label
+    return term.kind == "word" and not term.alternatives and len(word) >= MIN_TYPO_CHARS and (
+        word.isalpha()
+    )
+
+
+def typo_term(word: str) -> Term:
+    """A keyword that no entry holds, as a slip of the keyboard: the words of the history one
+    edit away from it (a letter dropped, added, changed, or two swapped), or whose stem is one
+    edit from its stem ("recomeend" finds "recommended"). Scanned with RE2 (an alternation of
+    every edit, linear in the text), and only when the word itself is found nowhere."""
+    low = word.lower()
+    raw = low.encode("utf-8")
+    target_stem = stems.stem(low) if low.isascii() else low
+    chars = [c.encode("utf-8") for c in low]
+    variants: set[bytes] = set()
+    for i in range(len(chars) + 1):
+        head, tail = b"".join(chars[:i]), chars[i:]
+        variants.add(re2_escape(head) + _ANY_CHAR + re2_escape(b"".join(tail)))  # one added
+        if tail:
+            rest = b"".join(tail[1:])
+            variants.add(re2_escape(head + rest))  # one dropped
+            variants.add(re2_escape(head) + _ANY_CHAR + re2_escape(rest))  # one changed
+            if len(tail) > 1:
+                swapped = head + tail[1] + tail[0] + b"".join(tail[2:])
+                variants.add(re2_escape(swapped))  # two swapped
+    alternation = b"|".join(sorted(variants))
+    pattern = compile_bytes(
+        rb"(?:^|[^a-z0-9\x80-\xff])((?:" + alternation + rb")" + _WORD_CHARS + rb"*)"
+    )
+
+    def near(token: str) -> bool:
+        if one_edit(low, token):
+            return True
+        return token.isascii() and one_edit(target_stem, stems.stem(token))
+
+    accepted: dict[bytes, bool] = {}
+
+    def tokens(buf: bytes, s: int, e: int) -> list[tuple[int, bytes]]:
+        out: list[tuple[int, bytes]] = []
+        pos = s
+        while True:
+            m = pattern.search(buf, pos, e)
+            if m is None:
+                return out
+            token = m.group(1)
+            ok = accepted.get(token)
+            if ok is None:
+                if len(accepted) > 4096:
+                    accepted.clear()
+                ok = accepted[token] = token != raw and near(token.decode("utf-8", "replace"))
+            if ok:
+                out.append((m.start(1), token))
+            pos = m.end(1)
+
+    def find(buf: bytes, s: int, e: int) -> int:
+        found = tokens(buf, s, e)
+        return found[0][0] if found else -1
+
+    def weight_in(buf: bytes, s: int, e: int) -> float:
+        return TYPO_WEIGHT * len(tokens(buf, s, e))
+
+    def spans(entry: str) -> Spans:
+        return [
+            (m.start(), m.end(), "typo")
+            for m in _STR_WORD.finditer(entry)
+            if len(m.group()) >= MIN_TYPO_CHARS - 1 and near(m.group().lower())
+        ]
+
+    return Term(word, "word", find, weight_in, spans)
 
 
 def _parse_keywords(query: str) -> list[tuple[str, bool]]:
