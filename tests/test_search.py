@@ -595,3 +595,70 @@ def test_keywords_remembered_from_another_query_answer_as_a_fresh_scan(tmp_path:
         answers(first)
         for query in queries:
             assert answers(query) == fresh[query], (first, query)
+
+
+def test_keywords_in_one_sentence_beat_the_same_keywords_far_apart(history: Path) -> None:
+    """A consolidated chat names Dawit in one topic and a birthday in another; the entry that
+    says "Dawit's birthday" is the one asked about, though it is older."""
+    write_history(
+        history,
+        "[2025-01-01 09:00] Noted down that Dawit's birthday is on the fifth of June.",
+        "[2025-03-01 09:00] Dawit moved to Utrecht for a job. Also: Gift ideas for Theo's "
+        "birthday: a hammock or a star map.",
+    )
+    result = search_history(history, "when is Dawit's birthday")
+    assert stamps(result) == ["2025-01-01 09:00", "2025-03-01 09:00"]
+
+
+def test_a_number_finds_itself_written_in_words(history: Path) -> None:
+    write_history(
+        history,
+        "[2025-01-01 09:00] Transferred fifty-five euros to Mateo for the cabin.",
+        "[2025-01-02 09:00] Transferred twenty euros to Mateo for dinner.",
+        "[2025-01-03 10:55] Mateo called about nothing in particular.",
+    )
+    result = search_history(history, "did I pay Mateo 55 euros")
+    assert stamps(result)[0] == "2025-01-01 09:00"
+    assert ("number", "fifty-five") in result.hits[0].why
+    assert "fifty-five" in marked(result.hits[0])
+    # the stamp's 10:55 is no number said: the third entry matches by the name only
+    third = next(h for h in result.hits if h.timestamp == "2025-01-03 10:55")
+    assert all(kind != "number" and text != "55" for kind, text in third.why)
+
+
+def test_a_date_asked_in_digits_finds_it_written_in_words(history: Path) -> None:
+    write_history(
+        history,
+        "[2025-03-01 09:00] The Kestrel deadline is now the seventh of May.",
+        "[2025-03-02 09:00] The Kestrel launch was moved again.",
+    )
+    now = datetime(2025, 4, 1, tzinfo=UTC)
+    result = search_history(history, "is the Kestrel deadline May 7", now=now)
+    assert stamps(result)[0] == "2025-03-01 09:00"
+    assert ("date", "May 7") in result.hits[0].why
+
+
+def test_one_typo_in_a_long_word_is_forgiven_only_when_the_word_is_nowhere(history: Path) -> None:
+    write_history(
+        history,
+        "[2025-01-01 09:00] Eero recommended the podcast 'Deep Roots'.",
+        "[2025-01-02 09:00] Pablo and Carmen plan to visit Gdańsk in July.",
+        "[2025-01-03 09:00] The meeting was about the recommendation engine.",
+        "[2025-01-04 09:00] Dinner with Carmel.",
+    )
+    result = search_history(history, "podcast Eero recomeend")
+    assert stamps(result)[0] == "2025-01-01 09:00"
+    assert ("typo", "recommended") in result.hits[0].why
+    assert stamps(search_history(history, "Gdaesk trip")) == ["2025-01-02 09:00"]
+    # a word that is there is never widened to its neighbours: "Carmen" is not "Carmel"
+    assert stamps(search_history(history, "Carmen")) == ["2025-01-02 09:00"]
+
+
+def test_a_query_asked_again_after_an_append_sees_the_new_entry(history: Path) -> None:
+    """The remembered tally of a whole query belongs to one content of the file."""
+    write_history(history, "[2025-01-01 09:00] Paid 40 euros late.")
+    assert search_history(history, "paid euros late").total == 1
+    with history.open("a", encoding="utf-8") as f:
+        f.write("\n[2025-01-02 09:00] Paid 12 euros late again.\n")
+    again = search_history(history, "paid euros late")
+    assert again.total == 2 and stamps(again)[0] == "2025-01-02 09:00"

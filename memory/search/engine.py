@@ -45,7 +45,7 @@ from memory.safefs import open_binary
 from memory.search import rerank, stems
 from memory.search.dates import DateSpan
 from memory.search.regex import RegexError
-from memory.search.scan_cache import Region, ScanCache, file_version
+from memory.search.scan_cache import Region, ScanCache, Version, file_version
 from memory.search.stems import WORD_BYTES, word_end
 from memory.search.terms import (
     BYTES_LAYOUT,
@@ -321,11 +321,26 @@ def _cache_key(term: Term) -> Hashable | None:
 
 
 def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
+    """The query's tally: remembered whole, or merged from what SCANS holds, or scanned."""
+    version = file_version(path)
+    keys = [None if query.regex else _cache_key(t) for t in query.scanned]
+    whole = None if None in keys else (tuple(keys), keep, CHUNK_BYTES)
+    if whole is not None:
+        known = SCANS.queries.get(path, version, whole)
+        if known is not None:
+            return known
+    tally = _scan_regions(path, query, keep, version, keys)
+    if whole is not None and file_version(path) == version:
+        SCANS.queries.put(path, version, whole, tally)
+    return tally
+
+
+def _scan_regions(
+    path: Path, query: Query, keep: int, version: Version, keys: list[Hashable | None]
+) -> _Tally:
     terms = query.scanned
     tally = _Tally(len(terms), keep)
-    version = file_version(path)
     chunk = CHUNK_BYTES
-    keys = [None if query.regex else _cache_key(t) for t in terms]
     regions, known = SCANS.lookup(path, version, chunk, keys)
     if regions is not None and all(hits is not None for hits in known):
         for r, (_, size, entries) in enumerate(regions):  # nothing to read

@@ -7,6 +7,9 @@ required (a miss scans the file, as without it) and bounded: at most ``MAX_ROWS`
 entries in all, the least recently used keywords evicted first. It pays off where people
 repeat themselves: ``/recall … --page 2`` runs the same query again, and a question's keywords
 recur in the next one.
+
+``QueryCache`` remembers, the same way, the tally of a whole query (its few candidates and
+counts, not its hits): asking the same again, or its next page, then merges nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 from memory.safefs import open_binary
 
-__all__ = ["MAX_ROWS", "ScanCache", "file_version"]
+__all__ = ["MAX_ROWS", "QueryCache", "ScanCache", "file_version"]
 
 MAX_ROWS = 400_000  # matching entries kept in all: roughly 70 MB at the very most
 
@@ -61,6 +64,7 @@ class ScanCache:
         self._files: dict[str, _File] = {}
         self._used: OrderedDict[tuple[str, Hashable], int] = OrderedDict()  # -> rows held
         self._rows = 0
+        self.queries = QueryCache()  # whole queries' tallies, forgotten with the rest
 
     def lookup(
         self, path: Path, version: Version, chunk: int, keys: list[Hashable | None]
@@ -117,6 +121,7 @@ class ScanCache:
             self._files.clear()
             self._used.clear()
             self._rows = 0
+        self.queries.clear()
 
     @property
     def rows(self) -> int:
@@ -134,3 +139,32 @@ class ScanCache:
         for key in list(self._files[name].terms):
             self._forget(name, key)
         self._files.pop(name, None)
+
+
+class QueryCache:
+    """The last few queries' tallies per file version, least recently used dropped first."""
+
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._tallies: OrderedDict[tuple[str, Version, Hashable], Any] = OrderedDict()
+
+    def get(self, path: Path, version: Version, key: Hashable) -> Any:
+        with self._lock:
+            found = self._tallies.get((str(path), version, key))
+            if found is not None:
+                self._tallies.move_to_end((str(path), version, key))
+            return found
+
+    def put(self, path: Path, version: Version, key: Hashable, tally: Any) -> None:
+        with self._lock:
+            name = str(path)
+            for old in [k for k in self._tallies if k[0] == name and k[1] != version]:
+                del self._tallies[old]  # an older content of the file: never asked again
+            self._tallies[(name, version, key)] = tally
+            while len(self._tallies) > self.size:
+                self._tallies.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tallies.clear()
