@@ -13,6 +13,7 @@ everything lives in a temp dir; no argument runs every section)
 
 from __future__ import annotations
 
+import asyncio
 import random
 import shutil
 import statistics
@@ -186,9 +187,15 @@ def bench_search(tmp: Path) -> None:
     ratios.append(search_vs_grep(grep, path, '"electricity bill"', ["electricity bill"]))
     pattern = r"dead\w+ in (billing|search)"
     ratios.append(search_vs_grep(grep, path, pattern, [pattern], "regex", regex=True))
-    worst = max(ratios)
-    verdict = "within" if worst <= 3 else "NOT within"
-    print(f"   worst cold ratio above: {worst:.2f}×  ({verdict} the 3× target)")
+    # a number (also looked for in words) and a typo (a second scan, one edit away)
+    ratios.append(search_vs_grep(grep, path, "paid 40 euros", ["paid", "40", "euros"]))
+    ratios.append(search_vs_grep(grep, path, "Lindqvst migraines", ["Lindqvst", "migraines"]))
+    cold, warm = max(r[0] for r in ratios), max(r[1] for r in ratios)
+    verdicts = ["within" if cold <= 2 else "NOT within", "within" if warm <= 0.5 else "NOT within"]
+    print(
+        f"   worst ratios above: first search {cold:.2f}× ({verdicts[0]} the 2× target), "
+        f"repeated {warm:.2f}× ({verdicts[1]} 0.5×)"
+    )
     for pattern in (".*.*.*.*z", "(a+)+$"):
         s = median_time(lambda p=pattern: search_history(path, p, regex=True), 3)  # never kept
         print(f"   regex {pattern!r}: {s * 1e3:.0f} ms (RE2: linear in the file)")
@@ -205,7 +212,7 @@ def search_vs_grep(
     words: list[str],
     grep_label: str = "",
     regex: bool = False,
-) -> float:
+) -> tuple[float, float]:
     """Print and return how many times `grep -i -c`'s time search_history takes, same file.
 
     Several words go to grep as ``-F -e w1 -e w2 …``: lines holding any of them, like the ranking;
@@ -213,7 +220,8 @@ def search_vs_grep(
     file: the whole file is read); "warm" asks again (the next page, a keyword asked before; a
     regex is never remembered). Each run times grep, then cold, then warm, one after the other,
     and a ratio is taken per run, so a machine busy with other work slows both sides of it
-    alike; the figures are medians over the runs. Returns the cold ratio.
+    alike; the figures are medians over the runs. Returns the cold and warm ratios; the loop
+    pause is the median over three more cold searches, each run in a thread as the bot runs it.
     """
     args = [grep, "-i", "-c"] + (["-E"] if regex else ["-F"] if len(words) > 1 else [])
     args += [part for word in words for part in ("-e", word)] + [str(path)]
@@ -233,13 +241,37 @@ def search_vs_grep(
     g, c, w = (statistics.median(column) for column in zip(*times, strict=True))
     cold_ratio = statistics.median(c / g for g, c, _ in times)
     warm_ratio = statistics.median(w / g for g, _, w in times)
+    pauses = []
+    for _ in range(3):  # the median of three: a busy machine's scheduler adds its own delays
+        SCANS.clear()
+        pauses.append(longest_pause(search))
+    pause = statistics.median(pauses)
     label = grep_label or repr(query)
     print(
         f"   {label:20} grep -i -c {g * 1e3:4.0f} ms ({counted:>6} lines) | search_history cold "
         f"{c * 1e3:5.0f} ms = {cold_ratio:4.2f}×, warm {w * 1e3:4.0f} ms = {warm_ratio:4.2f}× "
-        f"({total:>7,} entries)"
+        f"({total:>7,} entries) | loop pause ≤ {pause * 1e3:3.0f} ms"
     )
-    return cold_ratio
+    return cold_ratio, warm_ratio
+
+
+def longest_pause(work: Callable[[], object]) -> float:
+    """The longest the event loop waited for its turn while ``work`` ran in a thread, as the
+    bot runs a search (asyncio.to_thread): a 1 ms timer is asked for again and again, and
+    the longest it came late is the longest any other user's turn was held up."""
+
+    async def measure() -> float:
+        loop = asyncio.get_running_loop()
+        job = loop.run_in_executor(None, work)
+        worst = 0.0
+        while not job.done():
+            started = time.perf_counter()
+            await asyncio.sleep(0.001)
+            worst = max(worst, time.perf_counter() - started - 0.001)
+        await job
+        return worst
+
+    return asyncio.run(measure())
 
 
 # --- 4. relevance ----------------------------------------------------------------------------

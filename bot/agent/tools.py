@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from memory import clock
 from memory.consolidation.checks import held_because, kept_fact_lines
 from memory.safefs import LinkRefusedError
 from memory.search.engine import SearchError, search_history
@@ -85,13 +86,22 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
         "function": {
             "name": "search_history",
             "description": (
-                "Search this person's history log of past conversations. Keywords match "
-                'case-insensitively, most relevant entries first; use "quotes" for a phrase.'
+                "Search this person's history log: summaries of past conversations that are "
+                "no longer in this chat. Use it when they ask about or refer to something "
+                "from the past that your memory above does not answer. Ask with the words "
+                "the entry would contain: names of people, places, pets and projects, "
+                "numbers, dates (\"in March\", \"last week\") and rare words — not a whole "
+                "question. Word forms, numbers written in words and one typo are found too; "
+                "entries holding more of the keywords, close together, come first (ties: "
+                'newest). "quotes" for an exact phrase. If nothing fits, try other words once.'
             ),
             "parameters": {
                 "type": "object",
                 "properties": {
-                    "query": {"type": "string", "description": "Keywords, or a regex if regex"},
+                    "query": {
+                        "type": "string",
+                        "description": "A few keywords, e.g. 'Miso vet infection', or a regex",
+                    },
                     "regex": {"type": "boolean", "description": "Treat query as a regex"},
                 },
                 "required": ["query"],
@@ -235,6 +245,7 @@ class AgentTools:
                 query,
                 limit=MAX_SEARCH_RESULTS,
                 regex=bool(args.get("regex")),
+                now=clock.now(),  # "last week" as the model was told the time: the one clock
             )
         except SearchError as exc:
             return f"Error: {exc}"
