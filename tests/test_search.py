@@ -662,3 +662,17 @@ def test_a_query_asked_again_after_an_append_sees_the_new_entry(history: Path) -
         f.write("\n[2025-01-02 09:00] Paid 12 euros late again.\n")
     again = search_history(history, "paid euros late")
     assert again.total == 2 and stamps(again)[0] == "2025-01-02 09:00"
+
+
+def test_a_regex_asked_again_is_answered_alike_and_sees_an_append(history: Path) -> None:
+    """A regex's tally is remembered by its text: the same answer, until the file changes."""
+    write_history(history, "[2025-01-01 09:00] Deadlock in billing.", "[2025-01-02 09:00] ok")
+    first = search_history(history, r"dead\w+ in (billing|search)", regex=True)
+    again = search_history(history, r"dead\w+ in (billing|search)", regex=True)
+    assert [(h.text, h.score) for h in first.hits] == [(h.text, h.score) for h in again.hits]
+    with history.open("a", encoding="utf-8") as f:
+        f.write("\n[2025-01-03 09:00] Deadlocked in search again.\n")
+    assert stamps(search_history(history, r"dead\w+ in (billing|search)", regex=True)) == [
+        "2025-01-03 09:00",
+        "2025-01-01 09:00",
+    ]

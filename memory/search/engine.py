@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from memory.safefs import open_binary
-from memory.search import rerank, stems
+from memory.search import rerank, stems, terms
 from memory.search.dates import DateSpan
 from memory.search.regex import RegexError
 from memory.search.scan_cache import Region, ScanCache, Version, file_version
@@ -324,11 +324,22 @@ def _cache_key(term: Term) -> Hashable | None:
     return term.kind, term.needle, weights, BM25_B > 0  # without a length norm: no lengths
 
 
+def _said_key(term: Term, regex: bool) -> Hashable | None:
+    if regex:
+        return "pattern", term.label
+    if term.kind == "word" and term.needle is None:  # a number, a typo, a non-ASCII word
+        return "said", term.label, bool(term.alternatives), term.typo, terms.TYPO_WEIGHT
+    return None
+
+
 def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
     """The query's tally: remembered whole, or merged from what SCANS holds, or scanned."""
     version = file_version(path)
     keys = [None if query.regex else _cache_key(t) for t in query.scanned]
-    whole = None if None in keys else (tuple(keys), keep, CHUNK_BYTES)
+    # A regex, a number or a typo means the same on any day (a date term does not: "last
+    # week"), so their tallies are remembered by what they say, though their hits are not.
+    said = [key or _said_key(t, query.regex) for key, t in zip(keys, query.scanned, strict=True)]
+    whole = None if None in said else (tuple(said), keep, CHUNK_BYTES)
     if whole is not None:
         known = SCANS.queries.get(path, version, whole)
         if known is not None:
@@ -437,10 +448,15 @@ def _scan_term(
     buf: bytes, cut: int, eof: bool, base: int, term: Term, deadline: float | None
 ) -> TermHits:
     """One term in one region: the fast loop when it can, else the careful one."""
-    if term.alternatives:  # a date: entries holding any of its texts, each once
+    if term.alternatives:  # a date or a number: entries holding any of its texts, each once
         union: dict[int, Row] = {}
         for alt in term.alternatives:
-            rows, _ = _scan_careful(buf, cut, eof, alt, base, deadline)
+            fast = _scan_fast(buf, cut, eof, alt, base) if alt.needle is not None else None
+            if fast is None:
+                rows, _ = _scan_careful(buf, cut, eof, alt, base, deadline)
+            else:  # a number's digits: the fast loop, then what only an entry's stamp held out
+                weigh = alt.weight_in
+                rows = [r for r in fast[0] if weigh(buf, r[2] - base, r[2] - base - r[0])]
             union.update(zip(map(_OFFSET, rows), rows, strict=True))
         return list(union.values()), [1.0] * len(union)
     if term.needle is not None:

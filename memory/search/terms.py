@@ -100,7 +100,8 @@ class Term:
     spans: Callable[[str], Spans]  # matches in a decoded entry, for marking
     needle: bytes | None = None
     forms: WordForms | None = None
-    alternatives: list[Term] = field(default_factory=list)  # a date: any of these
+    alternatives: list[Term] = field(default_factory=list)  # a date, a number: any of these
+    typo: bool = False  # found one edit away (typo_term)
 
 
 @dataclass
@@ -313,8 +314,9 @@ def typo_term(word: str) -> Term:
 
     accepted: dict[bytes, bool] = {}
 
-    def tokens(buf: bytes, s: int, e: int) -> list[tuple[int, bytes]]:
-        out: list[tuple[int, bytes]] = []
+    def tokens(buf: bytes, s: int, e: int, first: bool) -> list[int]:
+        """Where the words one edit away start in ``buf[s:e]`` (with ``first``: the first)."""
+        out: list[int] = []
         pos = s
         while True:
             m = pattern.search(buf, pos, e)
@@ -327,15 +329,17 @@ def typo_term(word: str) -> Term:
                     accepted.clear()
                 ok = accepted[token] = token != raw and near(token.decode("utf-8", "replace"))
             if ok:
-                out.append((m.start(1), token))
+                out.append(m.start(1))
+                if first:
+                    return out
             pos = m.end(1)
 
     def find(buf: bytes, s: int, e: int) -> int:
-        found = tokens(buf, s, e)
-        return found[0][0] if found else -1
+        found = tokens(buf, s, e, True)
+        return found[0] if found else -1
 
     def weight_in(buf: bytes, s: int, e: int) -> float:
-        return TYPO_WEIGHT * len(tokens(buf, s, e))
+        return TYPO_WEIGHT * len(tokens(buf, s, e, False))
 
     def spans(entry: str) -> Spans:
         return [
@@ -344,7 +348,7 @@ def typo_term(word: str) -> Term:
             if len(m.group()) >= MIN_TYPO_CHARS - 1 and near(m.group().lower())
         ]
 
-    return Term(word, "word", find, weight_in, spans)
+    return Term(word, "word", find, weight_in, spans, typo=True)
 
 
 def _parse_keywords(query: str) -> list[tuple[str, bool]]:
