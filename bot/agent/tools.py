@@ -86,21 +86,16 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
         "function": {
             "name": "search_history",
             "description": (
-                "Search this person's history log: summaries of past conversations that are "
-                "no longer in this chat. Use it when they ask about or refer to something "
-                "from the past that your memory above does not answer. Ask with the words "
-                "the entry would contain: names of people, places, pets and projects, "
-                "numbers, dates (\"in March\", \"last week\") and rare words — not a whole "
-                "question. Word forms, numbers written in words and one typo are found too; "
-                "entries holding more of the keywords, close together, come first (ties: "
-                'newest). "quotes" for an exact phrase. If nothing fits, try other words once.'
+                "Search this person's log of past conversations for what your memory does "
+                "not answer: a few words the entry holds (names, numbers, dates, rare words), "
+                'not the question; best first. "quotes": a phrase.'
             ),
             "parameters": {
                 "type": "object",
                 "properties": {
                     "query": {
                         "type": "string",
-                        "description": "A few keywords, e.g. 'Miso vet infection', or a regex",
+                        "description": "Keywords, or a regex if regex",
                     },
                     "regex": {"type": "boolean", "description": "Treat query as a regex"},
                 },
