@@ -136,6 +136,12 @@ def _trigger(value: str) -> bool:
     return value in ("mention", "always", "keyword")
 
 
+def _is_zone(name: str) -> bool:
+    from bot.reminders.zones import is_zone  # (zoneinfo: only when the key is checked)
+
+    return is_zone(name)
+
+
 @dataclass(repr=False)
 class AgentConfig(Section):
     max_tool_iterations: int = setting(8, rule=POSITIVE_INT)
@@ -156,6 +162,10 @@ class AgentConfig(Section):
     group_keywords: list[str] = setting(default_factory=list)
     # What a reply carries of the message it replies to, at most (characters).
     reply_context_chars: int = setting(1500, rule=POSITIVE_INT)
+    # The time zone of reminders for people who have not chosen theirs with /timezone.
+    default_timezone: str = setting(
+        "UTC", rule=Rule("an IANA time zone name, e.g. Europe/Lisbon", _is_zone)
+    )
 
 
 @dataclass(repr=False)
@@ -171,6 +181,9 @@ class LimitsConfig(Section):
     # User keys ("telegram-42", "discord-8123", "cli-alice"): one key names one person on one
     # platform, where a bare id could name someone else on another platform.
     admins: list[str] = setting(default_factory=list)
+    # Reminders one person may have waiting (0: no limit), and the shortest repeat allowed.
+    reminders_per_person: int = setting(100, rule=NON_NEGATIVE_INT)
+    reminder_min_repeat_s: int = setting(3600, rule=POSITIVE_INT)
 
 
 def is_host_port(value: str) -> bool:

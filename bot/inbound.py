@@ -81,3 +81,9 @@ class Inbound:
     # The platform says the sender may manage this chat (a Telegram administrator, Discord's
     # Manage Server or Manage Channels); always so in a private chat, which is theirs.
     chat_admin: bool = False
+    # The chat itself, for a message nobody asks for later (a reminder set here): platform ids
+    # as text (Telegram: chat and topic; Discord: channel and guild; the terminal: its user),
+    # read back only by that platform's `send_to` (bot.platform.Resender). None: not known.
+    place: dict[str, str] | None = field(default=None, hash=False)
+    # How the person is named where others read (a reminder sent to a group names them).
+    sender_name: str | None = None

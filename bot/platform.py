@@ -55,13 +55,24 @@ class PlatformAdapter(Protocol):
 
 @runtime_checkable
 class Resender(Protocol):
-    """An adapter that can send an answer by its `Inbound.destination` alone (in `lightgrep
-    ingress`: the answer of a message whose handle() call is gone, its ingress restarted)."""
+    """The port for a message nobody is waiting on: an adapter that can send by plain ids
+    alone. Two callers: in `lightgrep ingress` the answer of a message whose handle() call is
+    gone (its ingress restarted), by its `Inbound.destination`; and a reminder at its time
+    (bot/reminders/scheduler.py), by the `Inbound.place` of the message that set it. The CLI
+    registers each adapter that is one with the core that sends through it (`send_with`)."""
 
     async def send_to(self, destination: dict[str, str], reply: Reply | None) -> None:
-        """Send `reply` (None: the turn failed, say so) there; raise if the platform did not
-        take it (it is tried again later)."""
+        """Send `reply` (None: the turn failed, say so) there, waiting for the platform to be
+        connected; raise if the platform did not take it (it is tried again later)."""
         ...
+
+
+@runtime_checkable
+class OnePerson(Protocol):
+    """An adapter that serves one person (the terminal): while it runs, only that person's
+    reminders are sent (another's would have nowhere to go)."""
+
+    user_key: str
 
 
 # `create(config: Config, agent: Core, **options)`: options are the command's own (the terminal

@@ -1,4 +1,5 @@
-"""One folder per user key: MEMORY.md, HISTORY.md and sessions/."""
+"""One folder per user key: MEMORY.md, HISTORY.md, sessions/ and the rest of what is kept about
+them (preferences, usage, media, reminders)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from memory.atomic import atomic_write_text, remove_stale_temp_files
 from memory.keys import decode_key, encode_key, is_hashed_name
 from memory.media import MEDIA_DIR, MediaStore
 from memory.preferences import PREFERENCES_FILE, Preferences
+from memory.reminders import REMINDERS_FILE, ReminderFile
 from memory.safefs import is_link, make_private_dir, read_bytes
 from memory.session import SessionStore
 from memory.store import HISTORY_FILE, MEMORY_FILE, VERSIONS_DIR, MemoryStore
@@ -25,7 +27,7 @@ log = logging.getLogger(__name__)
 KEY_FILE = ".key"
 SESSIONS_DIR = "sessions"
 # Every name of a workspace that the bot opens; none of them may be a link.
-FILES = (MEMORY_FILE, HISTORY_FILE, KEY_FILE, PREFERENCES_FILE, USAGE_FILE)
+FILES = (MEMORY_FILE, HISTORY_FILE, KEY_FILE, PREFERENCES_FILE, USAGE_FILE, REMINDERS_FILE)
 FOLDERS = (SESSIONS_DIR, VERSIONS_DIR, MEDIA_DIR)
 
 
@@ -48,6 +50,7 @@ class Workspace:
         self.sessions = SessionStore(root / SESSIONS_DIR)
         self.preferences = Preferences(root)
         self.media = MediaStore(root)
+        self.reminders = ReminderFile(root)
         self._memory_lock: asyncio.Lock | None = None
 
     @property

@@ -47,7 +47,8 @@ async def test_a_private_fact_never_reaches_a_group_turn(
     agent = make_agent(fake_llm, workspaces_dir)
     await told_in_private(agent, fake_llm)
     since = len(fake_llm.requests)
-    # The model tries every way to the memory: a search, a replace, a duplicate add.
+    # The model tries every way to the memory: a search, a replace, a duplicate add, the list
+    # of reminders (which may hold private ones).
     fake_llm.queue(
         completion(None, [
             tool_call("search_history", {"query": "door"}, "c1"),
@@ -55,6 +56,7 @@ async def test_a_private_fact_never_reaches_a_group_turn(
                                       "new_text": "Door code: none"}, "c2"),
             tool_call("edit_memory", {"action": "add", "text": f"Door code: {SECRET[:4]}"}, "c3"),
             tool_call("edit_memory", {"action": "add", "text": f"Door code: {SECRET[:4]}"}, "c4"),
+            tool_call("remind", {"action": "list"}, "c5"),
         ]),
         completion("Sorry, I can't help with that here."),
     )
@@ -65,14 +67,18 @@ async def test_a_private_fact_never_reaches_a_group_turn(
     for request in requests:
         sent = json.dumps(request)
         assert SECRET not in sent and "7731" not in sent and HISTORY_SECRET not in sent
-        assert tool_names(request) == ["edit_memory"]  # no search_history
+        # No search_history; remind may only set (a list could show private reminders).
+        assert tool_names(request) == ["edit_memory", "remind"]
+        remind = request["tools"][1]["function"]["parameters"]["properties"]
+        assert remind["action"]["enum"] == ["set"] and "number" not in remind
         assert "public" in request["messages"][0]["content"]
     assert reply.text == "Sorry, I can't help with that here."
     memory = (user_home(workspaces_dir, "42") / "MEMORY.md").read_text()
     assert f"Door code: {SECRET}" in memory and "none" not in memory  # no replace
     results = [m["content"] for m in requests[1]["messages"] if m["role"] == "tool"]
-    assert len(results) == 4 and results[0].startswith("Error") and results[1].startswith("Error")
+    assert len(results) == 5 and results[0].startswith("Error") and results[1].startswith("Error")
     assert results[2] == results[3] == "Noted in their memory."  # the same, new line or not
+    assert results[4].startswith("Error: in a group chat reminders can only be set")
     assert "Door code: plat" in memory  # a new note from the group is kept
 
 

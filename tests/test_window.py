@@ -257,7 +257,7 @@ async def test_with_a_big_fixed_part_recent_turns_stay_in_the_prompt(
     unreachable target, and every consolidation emptied the conversation down to the newest
     message. The target is the fixed part plus half of the rest."""
     fake_llm.default = chat_or_save
-    agent = make_agent(fake_llm, workspaces_dir, window=1060, max_output_tokens=60)
+    agent = make_agent(fake_llm, workspaces_dir, window=1230, max_output_tokens=60)
     for i in range(14):
         await ask(agent, dm("42", f"thing {i}: " + "meow " * 25))
     await agent.aclose()
@@ -488,9 +488,9 @@ async def test_tool_results_that_fill_the_window_are_answered_without_tools(
             return completion(None, [call])
         return completion("You drink a lot of green tea.")
 
-    limited = ContextLimited(2048, answer)
+    limited = ContextLimited(2220, answer)
     fake_llm.default = limited
-    agent = make_agent(fake_llm, workspaces_dir, window=2048)
+    agent = make_agent(fake_llm, workspaces_dir, window=2220)
     reply = await ask(agent, dm("42", "What do I drink?"))
     await agent.aclose()
 

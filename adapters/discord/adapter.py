@@ -241,6 +241,8 @@ class DiscordAdapter:
             reply_to=quoted_of(message, me.id),
             chat_key=chat,
             chat_admin=chat is not None and needs_chat_admin(text) and may_manage(author),
+            place=resend.place_of(message.channel.id, author.id, guild_id),
+            sender_name=author.display_name,
         )
         out = self._answer_in(message, in_guild=guild_id is not None)
         async with _typing(message.channel, until=out.shown):
@@ -346,9 +348,11 @@ class DiscordAdapter:
         return "I sent you that in a DM."
 
     async def send_to(self, destination: dict[str, str], reply: Reply | None) -> None:
-        """An answer without its message (bot.platform.Resender): adapters/discord/resend.py."""
+        """An answer without its message, or a reminder in the channel it was set in
+        (bot.platform.Resender): adapters/discord/resend.py. A stop waits for it."""
         await asyncio.wait_for(self.ready.wait(), RESEND_WAIT_S)  # else tried again later
         assert self._client is not None
+        self._track()
         reply = reply or Reply(FAILURE)
         messages = _messages(reply, UPLOAD_LIMIT)
         await resend.send_by_destination(
@@ -426,6 +430,8 @@ class DiscordAdapter:
             else chat_of(guild, interaction.channel, interaction.channel_id),
             chat_admin=guild is not None
             and (permissions.manage_guild or permissions.manage_channels),
+            place=resend.place_of(interaction.channel_id, user.id, interaction.guild_id),
+            sender_name=user.display_name,
         )
         answer = BufferedOutbound()
         # Deferred or not, and ephemeral or not: decided here once the core has taken its time;

@@ -27,6 +27,17 @@ def of_message(message: discord.Message, guild_id: int | None) -> dict[str, str]
     return where
 
 
+def place_of(channel_id: int | None, user_id: int, guild_id: int | None) -> dict[str, str]:
+    """The channel itself (`Inbound.place`): where a reminder set there is sent later. No
+    message to reply to and no interaction token (it expires after 15 minutes)."""
+    where = {"user": str(user_id)}
+    if channel_id is not None:
+        where["channel"] = str(channel_id)
+    if guild_id is not None:
+        where["guild"] = str(guild_id)
+    return where
+
+
 def of_interaction(interaction: discord.Interaction) -> dict[str, str]:
     """Where the answer to a slash command (or a pressed button) goes: its follow-ups."""
     return {
@@ -49,7 +60,7 @@ async def send_by_destination(
             return
         except discord.NotFound:  # never deferred, so expired: the person's DMs instead
             pass
-    if "interaction" in where or (private and "guild" in where):
+    if "interaction" in where or "channel" not in where or (private and "guild" in where):
         dm = await client.create_dm(discord.Object(id=int(where["user"])))
         for chunk, extra in messages:
             await dm.send(chunk, allowed_mentions=NO_MENTIONS, **extra)

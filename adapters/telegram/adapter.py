@@ -107,6 +107,7 @@ SENT_PRIVATELY = "I've sent you the answer in our private chat."
 UPLOAD_LIMIT = 50 * 1000 * 1000  # bytes a bot may send as a document through the Bot API
 DOWNLOAD_LIMIT = 20 * 1000 * 1000  # bytes the cloud Bot API lets a bot download (getFile)
 REFUSAL_INTERVAL_S = 600.0  # at most one refusal per stranger's chat this often
+SEND_WAIT_S = 60.0  # a message to send by its place waits this long for the connection
 
 
 class TelegramAdapter:
@@ -140,6 +141,8 @@ class TelegramAdapter:
         self.intake: Intake | None = None
         # The bot's calls, and the files people send (streamed within the limits: _fetch).
         self._http = AiohttpRequest(CONNECTION_POOL_SIZE, pool_timeout=POOL_TIMEOUT_S)
+        self._bot: Bot | None = None  # while serving: for send_to
+        self._sending: set[asyncio.Task[Any]] = set()  # send_to calls under way
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -209,6 +212,7 @@ class TelegramAdapter:
             self._config.api_base or "api.telegram.org",
             self._config.mode,
         )
+        self._bot = app.bot
         self.ready.set()
         if isinstance(poller, Poller):
             await poller.run(stop)  # returns once stopped, running turns finished, acknowledged
@@ -249,7 +253,10 @@ class TelegramAdapter:
             log.warning("telegram: setMyCommands failed: %s", exc.message)
 
     async def _wind_down(self, app: Application) -> None:
-        """Stop the webhook, finish running turns, close (polling has wound itself down)."""
+        """Stop the webhook, finish running turns and sends, close (polling has wound itself
+        down)."""
+        if self._sending:
+            await asyncio.wait(set(self._sending), timeout=SEND_WAIT_S)
         with contextlib.suppress(Exception):
             if app.updater is not None and app.updater.running:
                 await app.updater.stop()
@@ -296,6 +303,7 @@ class TelegramAdapter:
             media=media,
             reply_to=quoted_of(msg, self._me.id),
             chat_admin=admin and await is_chat_admin(context.bot, place.chat_id, user.id),
+            name=user.full_name,
         )
 
     def _direct(self, bot: Bot) -> Callable[[dict[str, Any]], Callable[[], Awaitable[None]] | None]:
@@ -350,7 +358,10 @@ class TelegramAdapter:
             return
         with contextlib.suppress(TelegramError):
             await query.edit_message_reply_markup(None)  # a question is answered once
-        await self._turn(context.bot, Place.of(msg), query.data, user.id, event=f"cb:{query.id}")
+        await self._turn(
+            context.bot, Place.of(msg), query.data, user.id, event=f"cb:{query.id}",
+            name=user.full_name,
+        )  # fmt: skip
 
     async def _turn(
         self,
@@ -363,10 +374,11 @@ class TelegramAdapter:
         media: Sequence[Candidate] = (),
         reply_to: Quoted | None = None,
         chat_admin: bool = False,
+        name: str | None = None,
     ) -> None:
-        """The user `user_id` sent `text` in `place`; `event` names a button press; `media` is
-        downloaded (within the limits) while "typing…" shows; `reply_to` what it replies to;
-        `chat_admin`: Telegram says the user administers the group."""
+        """The user `user_id` (called `name`) sent `text` in `place`; `event` names a button
+        press; `media` is downloaded (within the limits) while "typing…" shows; `reply_to` what
+        it replies to; `chat_admin`: Telegram says the user administers the group."""
         private = place.private
         inbound = Inbound(
             platform=PLATFORM,
@@ -379,6 +391,8 @@ class TelegramAdapter:
             reply_to=reply_to,
             chat_key=_chat_key(place),
             chat_admin=chat_admin,
+            place=place.address(user_id),
+            sender_name=name,
         )
         out = self._answer_in(bot, place)
         try:
@@ -498,6 +512,29 @@ class TelegramAdapter:
         log.error("telegram: error while handling an update: %r", error, exc_info=error)
 
     # ---- outgoing --------------------------------------------------------------------------
+
+    async def send_to(self, destination: dict[str, str], reply: Reply | None) -> None:
+        """A message nobody waits on, by the chat's plain ids (bot.platform.Resender): a
+        reminder, in the chat and topic it was set in (a private one to the person's own
+        chat). Raises what Telegram answered if it did not take it."""
+        await asyncio.wait_for(self.ready.wait(), SEND_WAIT_S)
+        bot = self._bot
+        assert bot is not None
+        task = asyncio.current_task()
+        if task is not None:
+            self._sending.add(task)
+        try:
+            reply = reply or Reply(FAILED)
+            chat = int(destination["chat"])
+            thread = int(destination["thread"]) if destination.get("thread") else None
+            user = destination.get("user")
+            if reply.private and user and chat != int(user):
+                chat, thread = int(user), None
+            await self._send_to(bot, chat, reply.text, thread=thread, buttons=reply.buttons)
+            await self._send_files(bot, chat, reply.files)
+        finally:
+            if task is not None:
+                self._sending.discard(task)
 
     async def _answer_privately(self, bot: Bot, place: Place, reply: Reply, user_id: int) -> None:
         """/memory, /recall, /forget… asked in a group: the answer (its buttons and files too)

@@ -27,6 +27,14 @@ class Place:
     message_id: int
     thread: int | None = None
 
+    def address(self, user_id: int) -> dict[str, str]:
+        """The chat as plain ids (`Inbound.place`): where a reminder set here is sent later,
+        by `send_to` (adapters/telegram/adapter.py)."""
+        where = {"chat": str(self.chat_id), "user": str(user_id)}
+        if self.thread is not None:
+            where["thread"] = str(self.thread)
+        return where
+
     @classmethod
     def of(cls, msg: Message) -> Place:
         return cls(

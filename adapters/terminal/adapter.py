@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from bot.config import ConfigError, data_home
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
-from bot.outbound import CONSOLIDATING, Button, Notice, OutFile
+from bot.outbound import CONSOLIDATING, Button, Notice, OutFile, Reply
 from memory.keys import encode_key
 
 if TYPE_CHECKING:
@@ -157,6 +157,7 @@ class TerminalAdapter:
         self.user_key = user_key("cli", self.user)
         self.session_key = session_key("cli", "local", self.user)
         self._answering: asyncio.Task[None] | None = None
+        self._printing = asyncio.Lock()  # an answer being printed, or a reminder
 
     async def run(self, stop: asyncio.Event) -> None:
         log.info("chatting as %s (session %s)", self.user_key, self.session_key)
@@ -294,6 +295,10 @@ class TerminalAdapter:
             self._answering = None
 
     async def _answer(self, text: str) -> None:
+        async with self._printing:
+            await self._answer_now(text)
+
+    async def _answer_now(self, text: str) -> None:
         inbound = Inbound(
             platform="cli",
             session_key=self.session_key,
@@ -301,6 +306,7 @@ class TerminalAdapter:
             text=text,
             is_private=True,
             help_notes=HELP_NOTES,
+            place={"user": self.user},
         )
         out = PrintedOutbound(
             self._write, self.files_dir, _screen(self.out) if self.editor else None
@@ -316,6 +322,21 @@ class TerminalAdapter:
         except asyncio.CancelledError:
             out.close()
             raise
+
+    async def send_to(self, destination: dict[str, str], reply: Reply | None) -> None:
+        """A reminder while the chat runs (bot.platform.Resender): printed between answers,
+        above the prompt. Only this terminal's person's (another's raises: not sent)."""
+        if destination.get("user") != self.user:
+            raise LookupError("a reminder of someone else than this terminal's person")
+        await self.ready.wait()
+        text = reply.text if reply is not None else "(Something went wrong on my side.)"
+        async with self._printing:
+            if self.editor:
+                from prompt_toolkit.application import run_in_terminal
+
+                await run_in_terminal(lambda: self._write(f"{text}\n"))
+            else:
+                self._write(f"{text}\n\n")
 
     def _say_cancelled(self) -> None:
         self._write(f"\n{CANCELLED}\n\n")

@@ -64,6 +64,9 @@ from bot.media.rules import MediaRules
 from bot.media.transcribe import Transcriber
 from bot.observe.metrics import count_limit_refusal
 from bot.outbound import CONSOLIDATING, BufferedOutbound, Button, Notice, Outbound, OutFile, Reply
+from bot.platform import Resender
+from bot.reminders.desk import PersonReminders, ReminderBook
+from bot.reminders.scheduler import Scheduler
 from bot.usage import ChargedLLM, UsageBook, charged_to
 from memory import clock
 from memory.consolidation.consolidator import MemoryConsolidator, MemoryEvent
@@ -124,6 +127,7 @@ STOPPED_NOT_SAVED = (
 PERSONA_SHARE = 10  # a persona may take at most 1/PERSONA_SHARE of the context window
 CONVERSATION_START = "conversation_start"  # session metadata: where /new began the conversation
 FILING_WAITS = "filing_waits"  # session metadata: a /new whose filing waits for the token limit
+REMINDER_MARK = "reminder"  # a session message that is a reminder sent, not an answer
 _DISK_REASONS = {
     errno.ENOSPC: "the disk is full",
     errno.EDQUOT: "the disk quota is used up",
@@ -195,6 +199,9 @@ class Agent:
             drop_user=self._drop_user_if_idle,
         )
         self.confirmations = Confirmations()
+        self.reminder_book = ReminderBook(config, self.workspaces, self.limits.is_admin)
+        # Sends each reminder at its time once run() (the CLI starts it) and send_with().
+        self.reminders = Scheduler(self.reminder_book, self._note_reminder)
         # Everything that keeps state of a person in RAM: /wipe and idle eviction alike make
         # each forget them (limits too: see README, "Limits").
         self._per_user: tuple[PerUser, ...] = (
@@ -204,6 +211,7 @@ class Agent:
             self.confirmations,
             self.consolidator,
             self.prompts,
+            self.reminder_book,  # its forget_user also clears the scheduler after a /wipe
         )
         # Which keys are one person (/link): the one place a platform's key becomes the key
         # of the workspace it reads and writes (`handle`); everything after works with that.
@@ -311,6 +319,23 @@ class Agent:
     def stopping(self) -> None:
         """The process is stopping: work that can be cut short ends now (PDFs being read)."""
         self.attachments.stop()
+
+    def send_with(self, platform: str, sender: Resender) -> None:
+        """Reminders asked on `platform` are sent through `sender` (an adapter's send_to)."""
+        self.reminders.send_with(platform, sender)
+
+    async def _note_reminder(self, user_key: str, session_key: str, text: str) -> None:
+        """A reminder sent: it joins the session it was asked in, as the bot's message, so the
+        model knows it reminded them (under the session's lock, as a turn's messages)."""
+        with self.sessions.handling(user_key, session_key):
+            self.sessions.note(user_key, session_key)
+            async with self.sessions.lock(session_key):
+                if not self.workspaces.exists(user_key):
+                    return  # wiped since
+                workspace = self.workspaces.get(user_key)
+                session = workspace.sessions.get(session_key)
+                message = {"role": "assistant", "content": text, REMINDER_MARK: True}
+                workspace.sessions.append(session, message)
 
     async def aclose(self) -> None:
         """Wait for pending consolidation, then close the LLM client."""
@@ -477,7 +502,11 @@ class Agent:
             await out.notice(CONSOLIDATING)
             await self._consolidate_first(workspace, session, inbound)
             system = self._system_prompt(workspace, session, inbound)
-        tools = AgentTools(workspace, public=not self._memory_shown(workspace, inbound))
+        tools = AgentTools(
+            workspace,
+            public=not self._memory_shown(workspace, inbound),
+            reminders=PersonReminders(self.reminder_book, workspace, inbound),
+        )
         try:
             return await self._respond_with(workspace, session, inbound, out, system, tools)
         finally:
@@ -594,6 +623,8 @@ class Agent:
                 continue  # an answer /retry replaced
             if message.get("role") == "user":
                 return Reply("")
+            if message.get(REMINDER_MARK):
+                continue  # a reminder sent meanwhile is no answer to it
             if message.get("role") == "assistant" and not message.get("tool_calls"):
                 return Reply(str(message.get("content") or EMPTY_REPLY))
         log.info("answering a redelivered message of %s", inbound.session_key)
@@ -607,6 +638,7 @@ class Agent:
         tools: AgentTools,
         *,
         out: Outbound | None = None,
+        reminders: PersonReminders | None = None,
     ) -> str:
         """The tool loop, bounded in rounds, in calls (tools.room()) and by the person's token
         limits (checked before each round after the first: a turn that spent the day's tokens
@@ -799,6 +831,7 @@ class Agent:
             undo=lambda: self.undo_last(inbound),
             retry=lambda: self.retry_last(inbound),
             chat=self._chat_control(inbound, own),
+            reminders=PersonReminders(self.reminder_book, workspace, inbound),
         )
 
     def _chat_control(self, inbound: Inbound, own: str) -> ChatControl:
@@ -931,12 +964,14 @@ class Agent:
 
     @contextlib.asynccontextmanager
     async def user_exclusive(self, user_key: str, *, cancel: bool = False) -> AsyncIterator[None]:
-        """No turn, consolidation or MEMORY.md write of this user runs inside the block.
+        """No turn, consolidation, MEMORY.md write or reminder send of this user runs inside the
+        block.
 
         Takes every session lock of the user (known since start-up or with a file), after their
         background consolidation has finished (cancel=True: been cancelled), then the
-        workspace's memory lock; locks are always taken in that order (as a turn takes them),
-        so this cannot deadlock with one. On the way out, what was derived from the user's files
+        workspace's memory lock, then their reminders' lock; locks are always taken in that
+        order (as a turn takes them; the scheduler holds only the last while it sends), so this
+        cannot deadlock with one. On the way out, what was derived from the user's files
         (frozen system prompts, message-id indexes) is dropped, to be rebuilt from the disk."""
         held: list[asyncio.Lock] = []
         locked: set[str] = set()
@@ -956,7 +991,7 @@ class Agent:
                     await lock.acquire()
                     held.append(lock)
                     locked.add(key)
-            async with self.workspaces.get(user_key).memory_lock:
+            async with self.workspaces.get(user_key).memory_lock, self.reminder_book.lock(user_key):
                 yield
         finally:
             self.prompts.forget_sessions(user_key, locked)

@@ -23,6 +23,7 @@ from typing import Any
 
 from memory import clock
 from memory.consolidation.checks import held_because, kept_fact_lines
+from bot.reminders.desk import PersonReminders
 from memory.safefs import LinkRefusedError
 from memory.search.engine import SearchError, search_history
 from memory.store import (
@@ -125,6 +126,44 @@ def _public_schemas() -> list[dict[str, Any]]:
 PUBLIC_TOOL_SCHEMAS: list[dict[str, Any]] = _public_schemas()
 PUBLIC_NOTED = "Noted in their memory."
 
+REMIND_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "remind",
+        "description": (
+            "This person's reminders. set: `what` is sent in this chat at `when`, in their words "
+            "('in 10 minutes', 'tomorrow at 9', 'every monday at 9'); list; cancel `number` "
+            "(from list, or 'all')."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "action": {"type": "string", "enum": ["set", "list", "cancel"]},
+                "when": {"type": "string"},
+                "what": {"type": "string"},
+                "number": {"type": "string"},
+            },
+            "required": ["action"],
+        },
+    },
+}
+
+
+def _public_remind() -> dict[str, Any]:
+    """In a group whose answer is public: setting only (the list could show private ones)."""
+    schema = json.loads(json.dumps(REMIND_SCHEMA))
+    function = schema["function"]
+    function["description"] = (
+        "Set a reminder for this person: `what` is sent in this chat at `when`, in their words "
+        "('in 10 minutes', 'tomorrow at 9', 'every monday at 9')."
+    )
+    function["parameters"]["properties"]["action"]["enum"] = ["set"]
+    del function["parameters"]["properties"]["number"]
+    return schema
+
+
+PUBLIC_REMIND_SCHEMA = _public_remind()
+
 
 class AgentTools:
     """Executes tool calls for one turn of one user.
@@ -132,10 +171,20 @@ class AgentTools:
     public=True (a group turn that must not see the person's memory): only adding to MEMORY.md,
     with an answer that tells nothing about what the memory holds."""
 
-    def __init__(self, workspace: Workspace, *, public: bool = False) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        public: bool = False,
+        reminders: PersonReminders | None = None,
+    ) -> None:
+        """`reminders`: the person's desk (bot/reminders/desk.py), bound to this chat."""
         self._workspace = workspace
         self._public = public
+        self._reminders = reminders
         self.schemas = PUBLIC_TOOL_SCHEMAS if public else TOOL_SCHEMAS
+        if reminders is not None:
+            self.schemas = [*self.schemas, PUBLIC_REMIND_SCHEMA if public else REMIND_SCHEMA]
         self._calls = 0
         self._before: str | None = None  # MEMORY.md at the turn's first edit
         self._held: tuple[Path, str] | None = None  # the held version and its text
@@ -152,6 +201,8 @@ class AgentTools:
             args = _parse_arguments(raw_arguments)
         except ValueError as exc:
             return f"Error: {exc}"
+        if name == "remind" and self._reminders is not None:
+            return await self._remind(self._reminders, args)
         if self._public:
             return await self._public_call(name, args)
         if name == "edit_memory":
@@ -165,6 +216,23 @@ class AgentTools:
         if name == "search_history":
             return await self._search_history(args)
         return f"Error: there is no tool named {name!r}. Use edit_memory or search_history."
+
+    async def _remind(self, desk: PersonReminders, args: dict[str, Any]) -> str:
+        """Set, list or cancel this person's reminders; the answer says what happened, in the
+        words the person is told (times in their zone)."""
+        action = args.get("action")
+        if action == "set":
+            when, what = args.get("when"), args.get("what")
+            if not isinstance(when, str) or not isinstance(what, str):
+                return "Error: 'set' needs `when` and `what` as strings."
+            return await desk.set(when, what)
+        if self._public:
+            return "Error: in a group chat reminders can only be set (action 'set')."
+        if action == "list":
+            return desk.listing()
+        if action == "cancel":
+            return await desk.cancel(str(args.get("number", "")))
+        return "Error: `action` must be set, list or cancel."
 
     async def _edit_memory(self, args: dict[str, Any]) -> str:
         """The edit, written in a thread (its fsync would stall every other user's turn)."""
@@ -223,7 +291,7 @@ class AgentTools:
 
     async def _public_call(self, name: str, args: dict[str, Any]) -> str:
         if name != "edit_memory":
-            return "Error: in a group chat the only tool is edit_memory, to add a line."
+            return "Error: in a group chat the only tools are edit_memory (to add) and remind."
         if args.get("action", "add") != "add":
             return "Error: in a group chat memory can only be added to (action 'add')."
         result = await self._edit_memory({**args, "action": "add"})

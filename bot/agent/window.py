@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from bot.agent.prompt import ContextBuilder
-from bot.agent.tools import TOOL_SCHEMAS
+from bot.agent.tools import REMIND_SCHEMA, TOOL_SCHEMAS
 from bot.config import Config, LLMConfig
 from memory.consolidation.budget import EXCHANGE_TOKENS, Budget, default_margin, memory_budget
 from memory.store import MEMORY_TEMPLATE, memory_prompt_section
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 3.0
 OLLAMA_DEFAULT_NUM_CTX = 2048  # the smallest default of the versions in use; unset means this
 # The tool schemas ride on every turn, so they count towards the window too.
-TOOLS_TEXT = "\n" + json.dumps(TOOL_SCHEMAS)
+TOOLS_TEXT = "\n" + json.dumps([*TOOL_SCHEMAS, REMIND_SCHEMA])
 
 
 def llm_budget(llm: LLMConfig) -> Budget:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import TYPE_CHECKING, Any
 
 from bot.cli.common import (
     EXIT_USAGE,
@@ -17,6 +18,9 @@ from bot.cli.common import (
     require_credentials,
     workspaces_dir,
 )
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger("lightgrep")
 
@@ -61,6 +65,8 @@ async def cmd_ingress(args: argparse.Namespace) -> int:
 
 async def cmd_worker(args: argparse.Namespace) -> int:
     """The agent, answering the messages of some partitions from NATS JetStream."""
+    import asyncio
+
     from bot.cli.serve import close_agent, observed, stop_on_signals
     from bot.cluster.connection import ClusterError
     from bot.cluster.lease import this_worker
@@ -86,7 +92,12 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             worker = Worker(metered_core(agent), config.cluster, partitions, me)
             async with observed(config.metrics.listen, [], config.llm, worker.health):
                 with stop_on_signals(agent.stopping) as stop:
-                    await worker.run(stop)
+                    reminders = asyncio.ensure_future(_remind(agent, worker, config, stop))
+                    try:
+                        await worker.run(stop)
+                    finally:
+                        stop.set()
+                        await reminders
         except ClusterError as exc:
             raise UserError(str(exc)) from None
         finally:
@@ -94,6 +105,26 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             await close_agent(agent)
     log.info("stopped")
     return 0
+
+
+async def _remind(agent: Any, worker: Any, config: Any, stop: asyncio.Event) -> None:
+    """Once the worker holds its partitions: the reminders of its people, sent through the
+    ingresses (bot/cluster/push.py), one sender per platform the configuration knows."""
+    import asyncio
+
+    from bot.cli.serve import reminding
+
+    serving = asyncio.ensure_future(worker.ready.wait())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    serving.cancel()
+    stopping.cancel()
+    if stop.is_set():
+        return
+    for platform in config.platforms:
+        agent.send_with(platform, worker.sender(platform))
+    async with reminding(agent, stop, worker.owns):
+        await stop.wait()
 
 
 async def cmd_partitions(args: argparse.Namespace) -> int:

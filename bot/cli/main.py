@@ -40,9 +40,7 @@ from bot.cli.common import (
 )
 from bot.cli.doctor import cmd_doctor, warn_about_window
 from bot.config import ConfigError, data_home
-from bot.platform import (
-    PlatformStartError,
-)
+from bot.platform import OnePerson, PlatformStartError, Resender
 
 log = logging.getLogger("lightgrep")
 
@@ -94,7 +92,7 @@ def _file_handler(path: Path) -> logging.Handler:
 
 
 async def cmd_chat(args: argparse.Namespace) -> int:
-    from bot.cli.serve import close_agent, stop_on_signals
+    from bot.cli.serve import close_agent, reminding, stop_on_signals
 
     config = load(args.config)
     require_credentials(config)
@@ -108,8 +106,15 @@ async def cmd_chat(args: argparse.Namespace) -> int:
         await warn_about_window(config)
         try:
             adapter = factory(config, agent, user=args.user, log_file=args.log_file)
+            owns = None
+            if isinstance(adapter, Resender):
+                agent.send_with("cli", adapter)
+            if isinstance(adapter, OnePerson):
+                person = adapter.user_key
+                owns = lambda key: key == person  # noqa: E731
             with stop_on_signals(agent.stopping) as stop:
-                await adapter.run(stop)
+                async with reminding(agent, stop, owns):
+                    await adapter.run(stop)
         finally:
             await close_agent(agent)
     return 0
@@ -119,7 +124,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
-    from bot.cli.serve import close_agent, observed, serve, stop_on_signals
+    from bot.cli.serve import close_agent, observed, reminding, serve, stop_on_signals
 
     config = load(args.config)
     names = config.enabled_platforms()
@@ -139,9 +144,13 @@ async def cmd_run(args: argparse.Namespace) -> int:
         try:
             core = metered_core(agent)
             adapters = [factories[name](config, core) for name in names]
+            for adapter in adapters:  # reminders go out through them
+                if isinstance(adapter, Resender):
+                    agent.send_with(adapter.name, adapter)
             async with observed(config.metrics.listen, adapters, config.llm):
                 with stop_on_signals(agent.stopping) as stop:
-                    await serve(adapters, stop)
+                    async with reminding(agent, stop):
+                        await serve(adapters, stop)
         finally:
             log.info("stopping: finishing pending memory work")
             await close_agent(agent)

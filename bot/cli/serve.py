@@ -48,6 +48,23 @@ async def observed(
         await observe.stop()
 
 
+@contextlib.asynccontextmanager
+async def reminding(
+    agent: Any, stop: asyncio.Event, owns: Callable[[str], bool] | None = None
+) -> AsyncIterator[None]:
+    """The agent's reminders sent at their time during the block (bot/reminders/scheduler.py),
+    through the senders registered with `agent.send_with`; when it ends (or `stop`), the sends
+    under way finish and are recorded."""
+    task = asyncio.create_task(agent.reminders.run(stop, owns))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait({task})
+        if not task.cancelled() and task.exception() is not None:
+            log.error("reminders stopped on an error", exc_info=task.exception())
+
+
 async def serve(adapters: list[PlatformAdapter], stop: asyncio.Event) -> None:
     """Run every adapter until `stop`, each under its own supervisor (`_supervise`).
 

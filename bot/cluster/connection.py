@@ -4,7 +4,9 @@ Two JetStream streams, both work queues (a message is gone once acknowledged):
 - `<prefix>-in`, subjects `<prefix>.in.<partition>`: the users' messages, one consumer per
   partition, no age limit (a message waits however long its worker is down);
 - `<prefix>-out`, subjects `<prefix>.out.<ingress id>`: the answers' Outbound calls, one consumer
-  per ingress process; answers for an ingress that never comes back expire after a day.
+  per ingress process; answers for an ingress that never comes back expire after a day. Also
+  `<prefix>.out.reminders-<platform>`: the reminders a worker sends, one consumer shared by the
+  ingresses that serve that platform (push.py).
 A key-value bucket `<prefix>-leases` holds which worker serves which partition (lease.py),
 `<prefix>-ingresses` which ingresses run (adopt.py), and
 an object store `<prefix>-bodies` the messages too large for one NATS message (wire.py), each
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +92,12 @@ class Names:
 
     def out_subject(self, ingress_id: str) -> str:
         return f"{self.prefix}.out.{ingress_id}"
+
+    def push_subject(self, platform: str) -> str:
+        return f"{self.prefix}.out.{self.push_consumer(platform)}"
+
+    def push_consumer(self, platform: str) -> str:
+        return "reminders-" + re.sub(r"[^A-Za-z0-9_-]", "-", platform)
 
     def partition_consumer(self, partition: int) -> str:
         return f"partition-{partition}"

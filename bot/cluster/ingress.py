@@ -47,6 +47,7 @@ from bot.cluster.connection import Names, bodies, connect, ensure_streams
 from bot.cluster.lease import folder_id
 from bot.cluster.partition import partition_of
 from bot.cluster.publish import Publisher
+from bot.cluster.push import deliver_pushed
 from bot.cluster.resend import Resending, ack_soon, drop
 from bot.cluster.signing import Signer, digest
 from bot.config import ClusterConfig
@@ -95,6 +96,8 @@ class BrokerCore:
         self._adopting: asyncio.Task[None] | None = None
         self._delivering: set[str] = set()  # answered; the adapter is sending it
         self.resending = Resending(settings.max_deliveries)
+        self._js: JetStreamContext | None = None
+        self._pushes: list[asyncio.Task[None]] = []  # reminders of each platform (push.py)
 
     @property
     def waiting(self) -> int:
@@ -114,7 +117,7 @@ class BrokerCore:
         if client is None:
             return False
         self._client = client
-        js = client.jetstream()
+        js = self._js = client.jetstream()
         await ensure_streams(js, self._names, self._settings)
         self._publisher = Publisher(js, "a user's message", "message")
         self._receipts = Publisher(js, "where an answer was sent", "receipt")
@@ -131,11 +134,18 @@ class BrokerCore:
         return True
 
     def send_with(self, platform: str, adapter: Resender) -> None:
-        """Send through `adapter` the answers for `platform` whose handle() call is gone."""
+        """Send through `adapter` the answers for `platform` whose handle() call is gone, and
+        the reminders the workers send for it (push.py). After start()."""
         self.resending.senders[platform] = adapter
+        assert self._js is not None, "start() first"
+        self._pushes.append(
+            asyncio.create_task(
+                deliver_pushed(self._js, self._names, self._settings, platform, self.resending)
+            )
+        )
 
     async def close(self) -> None:
-        for task in (self._adopting, self._listener):
+        for task in (self._adopting, self._listener, *self._pushes):
             if task is not None:
                 await cancel_and_wait(task)
         await self.resending.close()

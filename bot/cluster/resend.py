@@ -1,4 +1,5 @@
-"""The answers an ingress receives that no handle() call waits for, sent by their destination.
+"""The answers an ingress receives that no handle() call waits for, sent by their destination
+(and the reminders the workers send, push.py, which arrive the same way).
 
 An answer stays in the answer stream until the ingress acknowledges it, which it does only once
 the platform took it (ingress.py). If the ingress dies before, the answer is delivered again to
@@ -128,7 +129,8 @@ class Resending:
             return
         self.sent += 1
         count_cluster(CLUSTER_RESENT)
-        log.info("ingress: sent an answer on %s whose ingress had stopped before", platform)
+        log.info("ingress: sent on %s a message nobody waited for (a reminder, or an answer whose "
+                 "ingress had stopped)", platform)  # fmt: skip
         ack_soon(answer.msgs)
 
     def _remember(self, key: str) -> None:

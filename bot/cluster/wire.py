@@ -194,7 +194,12 @@ def destination(inbound: Inbound) -> str | None:
     """The DESTINATION header of the answer to `inbound`: its platform and destination."""
     if inbound.destination is None:
         return None
-    return _dumps({**inbound.destination, "platform": inbound.platform}).decode("ascii")
+    return destination_of(inbound.platform, inbound.destination)
+
+
+def destination_of(platform: str, where: dict[str, str]) -> str:
+    """The DESTINATION header of a message for `where` on `platform` (a reminder's place)."""
+    return _dumps({**where, "platform": platform}).decode("ascii")
 
 
 def parse_destination(header: str) -> tuple[str, dict[str, str]]:

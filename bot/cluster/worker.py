@@ -33,8 +33,9 @@ from nats.js.object_store import ObjectStore
 from bot.cluster import wire
 from bot.cluster.connection import Names, bodies, connect, ensure_streams
 from bot.cluster.lease import Holder, Leases
-from bot.cluster.partition import describe_ranges
+from bot.cluster.partition import describe_ranges, partition_of
 from bot.cluster.publish import Publisher
+from bot.cluster.push import PushSender
 from bot.cluster.signing import Signer, digest
 from bot.config import ClusterConfig
 from bot.inbound import Inbound
@@ -170,6 +171,7 @@ class Worker:
         self._stores: ObjectStore  # the large bodies (set once connected)
         self._client: Client | None = None
         self._leases: Leases | None = None
+        self._js: JetStreamContext | None = None
 
     def health(self) -> dict[str, Any]:
         """For /healthz (bot/observe/server.py): healthy while connected and serving every partition
@@ -213,6 +215,7 @@ class Worker:
     async def _serve(
         self, client: Client, js: JetStreamContext, leases: Leases, stop: asyncio.Event
     ) -> None:
+        self._js = js
         publisher = Publisher(js, "an answer", "answer")
         self._stores = await bodies(js, self._names, self._settings)
         limit = max(1024, client.max_payload - wire.HEADROOM)
@@ -253,6 +256,15 @@ class Worker:
         lost = keeper.exception() if keeper.done() and not keeper.cancelled() else None
         if lost is not None:
             raise lost  # a claim lost to another worker
+
+    def owns(self, user_key: str) -> bool:
+        """Whether this worker serves the person: it sends their reminders too."""
+        return partition_of(user_key, self._settings.partitions) in self._partitions
+
+    def sender(self, platform: str) -> PushSender:
+        """What sends the reminders of `platform` (once ready): push.py."""
+        assert self._js is not None, "not serving yet"
+        return PushSender(self._js, self._names, platform)
 
     async def _subscribe(self, js: JetStreamContext, partition: int) -> Any:
         durable = self._names.partition_consumer(partition)

@@ -17,6 +17,7 @@ from bot.commands.linking import LinkPort
 from bot.inbound import Inbound
 from bot.limits import UsageReport
 from bot.outbound import Reply
+from bot.reminders.desk import PersonReminders
 from memory.control.versions import HeldUpdate
 from memory.session import Session
 from memory.workspace import Workspace
@@ -98,6 +99,7 @@ class CommandContext:
     undo: Callable[[], Awaitable[Taken]] | None = None  # /undo: withdraw the last exchange
     retry: Callable[[], Awaitable[Taken]] | None = None  # /retry: answer the last one again
     chat: ChatControl | None = None  # /group, /persona
+    reminders: PersonReminders | None = None  # this person's reminders, set from this chat
 
 
 # A handler answers with text, or with a Reply carrying files or buttons too. The privacy is

@@ -17,6 +17,7 @@ from bot.commands.control import cmd_export, cmd_forget, cmd_wipe
 from bot.commands.conversation import cmd_group, cmd_persona, cmd_retry, cmd_undo
 from bot.commands.link import cmd_link, cmd_unlink
 from bot.commands.recall import cmd_recall
+from bot.commands.reminders import cmd_remind, cmd_reminders, cmd_timezone
 from bot.outbound import Outbound, Reply
 
 _COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_]{0,31})(?:@\S+)?(?:\s+(.*))?$", re.DOTALL)
@@ -131,6 +132,30 @@ COMMANDS: tuple[Command, ...] = (
         cmd_unlink,
         private=True,
         argument=Argument("action", "confirm or cancel", required=False),
+    ),
+    Command(
+        "remind",
+        "Remind you of something: /remind <when> <what>",
+        cmd_remind,
+        argument=Argument("what", "When, then what: e.g. tomorrow at 9 call the dentist"),
+        details=(
+            "when: in 10 minutes, at 18:30, tomorrow at 9, friday 18:30, 2026-12-24 18:00, "
+            "every day at 8:00, every monday at 9"
+        ),
+    ),
+    Command(
+        "reminders",
+        "Your reminders; /reminders cancel N (or all)",
+        cmd_reminders,
+        private=True,
+        argument=Argument("action", "cancel N, or cancel all", required=False),
+    ),
+    Command(
+        "timezone",
+        "Your time zone for reminders: /timezone Europe/Lisbon",
+        cmd_timezone,
+        private=True,
+        argument=Argument("zone", "An IANA name such as Europe/Lisbon", required=False),
     ),
     Command("new", "Start a fresh conversation (the old one is filed)", cmd_new),
     Command(

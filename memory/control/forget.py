@@ -64,6 +64,7 @@ class Findings:
     messages: int = 0
     sessions: int = 0  # transcripts holding the phrase
     media: list[str] = field(default_factory=list)
+    reminders: list[str] = field(default_factory=list)  # what each reminder removed said
 
     @property
     def total(self) -> int:
@@ -73,6 +74,7 @@ class Findings:
             + self.version_lines
             + self.messages
             + len(self.media)
+            + len(self.reminders)
         )
 
     def counts(self) -> list[str]:
@@ -93,6 +95,8 @@ class Findings:
             )
         if self.media:
             parts.append(_plural(len(self.media), "media file"))
+        if self.reminders:
+            parts.append(_plural(len(self.reminders), "reminder"))
         return parts
 
 
@@ -149,6 +153,10 @@ def _run(workspace: Workspace, words: str, *, apply: bool) -> Findings:
             found.messages += removed_messages
     orphaned = refs.removed - refs.kept
     found.media = _forget_media(workspace.root / MEDIA_DIR, pattern, apply, orphaned)
+    matching = workspace.reminders.matching(pattern)
+    found.reminders = [reminder.what for reminder in matching]
+    if matching and apply:
+        workspace.reminders.remove({reminder.id for reminder in matching})
     return found
 
 

@@ -35,10 +35,14 @@ class Contents:
     messages: int
     versions: int
     media: int
+    reminders: int = 0  # pending
 
     @property
     def empty(self) -> bool:
-        return not (self.memory_lines or self.history_entries or self.messages or self.versions)
+        return not (
+            self.memory_lines or self.history_entries or self.messages or self.versions
+            or self.reminders
+        )  # fmt: skip
 
     def describe(self) -> str:
         parts = [
@@ -50,6 +54,8 @@ class Contents:
         ]
         if self.media:
             parts.append(f"{self.media} media files")
+        if self.reminders:
+            parts.append(f"{self.reminders} pending reminders")
         return ", ".join(parts)
 
 
@@ -76,6 +82,7 @@ def contents(workspace: Workspace) -> Contents:
         messages=messages,
         versions=len(workspace.memory.versions()),
         media=sum(len(files) for _, _, files in os.walk(media)) if media.is_dir() else 0,
+        reminders=sum(1 for reminder in workspace.reminders.load() if reminder.pending),
     )
 
 

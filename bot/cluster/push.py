@@ -1,0 +1,133 @@
+"""Reminders in cluster mode: the worker that owns a person sends theirs, the ingress delivers.
+
+A worker's scheduler (bot/reminders/scheduler.py) sends through a `PushSender` per platform: the
+reminder, as the Outbound calls of an answer, is published to `<prefix>.out.reminders-<platform>`
+with its place as the DESTINATION header. Every ingress that serves the platform pulls from one
+durable consumer of that subject, shared, so each reminder goes to one of them, which sends it
+through its adapter's `send_to` exactly as an answer whose ingress was gone (resend.py) and
+acknowledges it once the platform took it; one the platform refused, or whose ingress died
+holding it, is delivered again. The worker records the reminder as sent once JetStream has it
+(within the duplicate window a second publish of the same text is dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import uuid
+from typing import Any
+
+import nats.errors
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import BadRequestError, NotFoundError
+
+from bot.cluster import wire
+from bot.cluster.adopt import REPLY_BATCH, REPLY_WAIT_S
+from bot.cluster.connection import Names
+from bot.cluster.resend import Resending
+from bot.config import ClusterConfig
+from bot.outbound import Reply
+
+log = logging.getLogger(__name__)
+
+PUBLISH_TRIES = 3
+PUBLISH_TIMEOUT_S = 2.0
+
+
+class PushSender:
+    """A worker's sender of one platform's reminders (bot.platform.Resender)."""
+
+    def __init__(self, js: JetStreamContext, names: Names, platform: str) -> None:
+        self._js = js
+        self._subject = names.push_subject(platform)
+        self._platform = platform
+
+    async def send_to(self, destination: dict[str, str], reply: Reply | None) -> None:
+        """Published once JetStream has it; raises if it could not be (the scheduler tries
+        again later, rather than holding a stop up)."""
+        reply = reply or Reply("(Something went wrong on my side.)")
+        calls = [
+            wire.call("begin", reply.private),
+            wire.call("add_text", reply.text),
+            wire.call("finish"),
+        ]
+        body = wire.encode_calls(calls)
+        where = wire.destination_of(self._platform, destination)
+        digest = hashlib.blake2b(f"{where}\n{reply.text}".encode(errors="replace"), digest_size=12)
+        key = uuid.uuid4().hex
+        headers = {
+            wire.KEY: key,
+            wire.ATTEMPT: key,
+            wire.SEQ: "0",
+            wire.DESTINATION: where,
+            wire.MSG_ID: f"reminder:{digest.hexdigest()}",
+        }
+        error: Exception | None = None
+        for attempt in range(PUBLISH_TRIES):
+            try:
+                await self._js.publish(
+                    self._subject, body, timeout=PUBLISH_TIMEOUT_S, headers=headers
+                )
+                return
+            except Exception as exc:  # every failure of nats-py means "not stored yet"
+                error = exc
+                await asyncio.sleep(0.2 * (attempt + 1))
+        raise ConnectionError(f"NATS did not take the reminder ({error})")
+
+
+async def deliver_pushed(
+    js: JetStreamContext,
+    names: Names,
+    settings: ClusterConfig,
+    platform: str,
+    resending: Resending,
+) -> None:
+    """Until cancelled, in an ingress: the reminders of `platform`, sent by resending."""
+    sub: Any = None
+    while sub is None:
+        try:
+            sub = await _subscribe(js, names, settings, platform)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # NATS away: as everywhere, wait and try again
+            log.debug("ingress: cannot subscribe to the reminders of %s (%s)", platform, exc)
+            await asyncio.sleep(REPLY_WAIT_S)
+    while True:
+        try:
+            msgs = await sub.fetch(REPLY_BATCH, timeout=REPLY_WAIT_S)
+        except (nats.errors.TimeoutError, TimeoutError):
+            continue
+        except asyncio.CancelledError:
+            raise
+        except NotFoundError:
+            with contextlib.suppress(Exception):
+                sub = await _subscribe(js, names, settings, platform)
+            continue
+        except Exception as exc:
+            log.debug("ingress: fetching reminders failed (%s)", exc)
+            await asyncio.sleep(REPLY_WAIT_S)
+            continue
+        for msg in msgs:
+            resending.take((msg.headers or {}).get(wire.KEY, ""), msg)
+
+
+async def _subscribe(
+    js: JetStreamContext, names: Names, settings: ClusterConfig, platform: str
+) -> Any:
+    """The consumer every ingress of the platform shares (made by the first; kept, not made
+    afresh as an ingress's own is: the others are pulling from it)."""
+    durable = names.push_consumer(platform)
+    config = ConsumerConfig(
+        durable_name=durable,
+        filter_subject=names.push_subject(platform),
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=max(60.0, settings.ack_wait_s),
+        max_deliver=-1,
+    )
+    with contextlib.suppress(BadRequestError):  # it exists already
+        await js.add_consumer(names.out_stream, config)
+    return await js.pull_subscribe_bind(durable=durable, stream=names.out_stream)

@@ -1,0 +1,299 @@
+"""The reminders of each person: setting, listing and cancelling them, for /remind, /reminders,
+/timezone and the model's `remind` tool alike.
+
+`ReminderBook` holds what is shared: the settings, a lock per person (one writer of their
+reminders file at a time; the agent's exclusive() takes it too, so /forget and /wipe never race
+a send), the due-time index (index.py) and the scheduler to wake. `PersonReminders` is one
+person's desk, bound to the message they wrote: it can only ever reach their own reminders, and
+a reminder set through it goes back to the chat it was asked in. What is pending is read from
+their file each time (memory/reminders.py): nothing of it is kept in RAM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
+
+from bot.inbound import Inbound
+from bot.reminders.index import DueIndex
+from bot.reminders.repeat import INTERVAL, Repeat
+from bot.reminders.when import WhenError, split, too_often
+from bot.reminders.when import parse as parse_when
+from bot.reminders.zones import TIMEZONE, label, person_zone, show, zone_named
+from memory import clock
+from memory.preferences import Preferences
+from memory.reminders import CANCELLED, SET, ReminderFile, StoredReminder
+from memory.workspace import Workspace, Workspaces
+
+if TYPE_CHECKING:
+    from bot.config import Config
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A reminder still to be sent, with its next time."""
+
+    id: str
+    what: str
+    due: datetime  # UTC
+    first: datetime
+    repeat: Repeat | None
+    platform: str
+    place: dict[str, str] | None
+    session_key: str
+    private: bool
+    name: str | None
+
+
+def pending_of(stored: list[StoredReminder]) -> list[Pending]:
+    """What the records add up to, soonest first. A rule this version cannot read makes the
+    reminder a single one (sent once, not lost)."""
+    found = []
+    for reminder in stored:
+        record = reminder.record
+        first = clock.parse(record.get("due"))
+        if first is None or reminder.cancelled:
+            continue
+        repeat = Repeat.from_record(record.get("repeat"))
+        if repeat is None and reminder.delivered:
+            continue
+        due = first
+        if repeat is not None and reminder.delivered:
+            last = clock.parse(reminder.delivered[-1]) or first
+            due = repeat.next_after(last, first)
+        place = record.get("place")
+        found.append(
+            Pending(
+                id=reminder.id,
+                what=reminder.what,
+                due=due,
+                first=first,
+                repeat=repeat,
+                platform=str(record.get("platform", "")),
+                place=place if isinstance(place, dict) else None,
+                session_key=str(record.get("session", "")),
+                private=bool(record.get("private", True)),
+                name=record.get("name") if isinstance(record.get("name"), str) else None,
+            )
+        )
+    found.sort(key=lambda p: (p.due, p.id))
+    return found
+
+
+def earliest(pending: list[Pending]) -> datetime | None:
+    return min((p.due for p in pending), default=None)
+
+
+class ReminderBook:
+    """Shared by every person's desk and the scheduler (see the module docstring)."""
+
+    def __init__(self, config: Config, workspaces: Workspaces, is_admin: Callable[[str], bool]):
+        self.default_zone = config.agent.default_timezone
+        self.per_person = config.limits.reminders_per_person
+        self.shortest_repeat_s = config.limits.reminder_min_repeat_s
+        self.workspaces = workspaces
+        self.index = DueIndex(workspaces.base_dir)
+        self.is_admin = is_admin
+        self._locks: dict[str, asyncio.Lock] = {}
+        # The scheduler's: told of a person's new earliest time (bot/reminders/scheduler.py).
+        self.on_due: Callable[[str, datetime | None], None] = lambda user, due: None
+        self.on_wiped: Callable[[str], None] = lambda user: None
+
+    def lock(self, user_key: str) -> asyncio.Lock:
+        return self._locks.setdefault(user_key, asyncio.Lock())
+
+    def file_of(self, user_key: str) -> ReminderFile:
+        """The person's reminders file, without loading (or creating) their workspace."""
+        workspace = self.workspaces.cached(user_key)
+        if workspace is not None:
+            return workspace.reminders
+        return ReminderFile(self.workspaces.root_of(user_key))
+
+    def zone_of(self, user_key: str) -> ZoneInfo:
+        workspace = self.workspaces.cached(user_key)
+        preferences = (
+            workspace.preferences
+            if workspace is not None
+            else Preferences(self.workspaces.root_of(user_key))
+        )
+        return person_zone(preferences, self.default_zone)[0]
+
+    def forget_user(self, user_key: str) -> None:
+        """RAM and idle eviction: the lock goes (unless held). After a /wipe (the folder is
+        gone by then) the index and the scheduler forget the person too."""
+        lock = self._locks.get(user_key)
+        if lock is not None and not lock.locked():
+            del self._locks[user_key]
+        if not self.workspaces.exists(user_key):
+            self.index.drop(user_key)
+            self.on_wiped(user_key)
+
+    def settle(self, user_key: str, pending: list[Pending]) -> None:
+        """After a change of the person's file: the index and the scheduler learn their next
+        time (index.py: a later time is written only once the file has it)."""
+        due = earliest(pending)
+        self.index.set(user_key, due)
+        self.on_due(user_key, due)
+
+    def announce(self, user_key: str, due: datetime) -> None:
+        """Before a reminder is written: an earlier time goes into the index first."""
+        known = self.index.get(user_key)
+        if known is None or due < known:
+            self.index.set(user_key, due)
+
+
+class PersonReminders:
+    """One person's desk, bound to the message they wrote (see the module docstring)."""
+
+    def __init__(self, book: ReminderBook, workspace: Workspace, inbound: Inbound) -> None:
+        self._book = book
+        self._workspace = workspace
+        self._inbound = inbound
+
+    @property
+    def user_key(self) -> str:
+        return self._inbound.user_key
+
+    def zone(self) -> tuple[ZoneInfo, bool]:
+        """The person's zone and whether they chose it."""
+        return person_zone(self._workspace.preferences, self._book.default_zone)
+
+    def set_zone(self, name: str) -> ZoneInfo:
+        """ZoneError for a name that is not a zone."""
+        zone = zone_named(name)
+        self._workspace.preferences.set(TIMEZONE, zone.key)
+        return zone
+
+    def pending(self) -> list[Pending]:
+        return pending_of(self._workspace.reminders.load())
+
+    async def set_from_text(self, text: str) -> str:
+        """/remind <when> <what>: the answer (what was set, or why nothing was)."""
+        zone, _ = self.zone()
+        now = clock.now()
+        try:
+            when, what = split(text, now, zone)
+        except WhenError as exc:
+            return str(exc)
+        return await self._set(when.first, when.repeat, what, when.default_time, now, zone)
+
+    async def set(self, when_text: str, what: str) -> str:
+        """The tool's set: `when_text` alone is the when."""
+        zone, _ = self.zone()
+        now = clock.now()
+        try:
+            when = parse_when(when_text, now, zone)
+        except WhenError as exc:
+            return str(exc)
+        return await self._set(when.first, when.repeat, what, when.default_time, now, zone)
+
+    async def _set(
+        self,
+        first: datetime,
+        repeat: Repeat | None,
+        what: str,
+        default_time: bool,
+        now: datetime,
+        zone: ZoneInfo,
+    ) -> str:
+        what = " ".join(what.split())
+        if not what:
+            return (
+                "What should I remind you of? Put it after the time, e.g. "
+                "/remind in 10 minutes take the bread out. Nothing was set."
+            )
+        if repeat is not None and not self._admin():
+            refused = too_often(repeat, self._book.shortest_repeat_s)
+            if refused:
+                return refused
+        inbound = self._inbound
+        record: dict[str, Any] = {
+            "type": SET,
+            "id": secrets.token_hex(6),
+            "at": clock.iso(now),
+            "due": clock.iso(first),
+            "what": what[:2000],
+            "repeat": repeat.to_record() if repeat is not None else None,
+            "platform": inbound.platform,
+            "place": inbound.place,
+            "session": inbound.session_key,
+            "private": inbound.is_private,
+            "name": inbound.sender_name,
+            "zone": zone.key,
+        }
+        async with self._book.lock(self.user_key):
+            pending = self.pending()
+            limit = self._book.per_person
+            if limit and len(pending) >= limit and not self._admin():
+                return (
+                    f"You have {len(pending)} reminders waiting, the most I keep for one "
+                    "person. /reminders lists them; /reminders cancel N removes one. "
+                    "Nothing was set."
+                )
+            self._book.announce(self.user_key, first)
+            self._workspace.reminders.append(record)
+            self._book.settle(self.user_key, pending_of(self._workspace.reminders.load()))
+        when = show(first, zone, now)
+        how = f", then {repeat.describe()}" if repeat is not None else ""
+        where = "" if inbound.is_private else " here in this chat"
+        guessed = " (no time given, so at 9:00)" if default_time else ""
+        return f"OK, I'll remind you{where} {when}{guessed}{how} ({label(zone)}): {what}"
+
+    async def cancel(self, which: str) -> str:
+        """`which`: a number of the list (/reminders), or "all"."""
+        async with self._book.lock(self.user_key):
+            pending = self.pending()
+            if not pending:
+                return "You have no reminders waiting; nothing to cancel."
+            if which.strip().lower() == "all":
+                chosen = pending
+            else:
+                try:
+                    number = int(which.strip().lstrip("#"))
+                except ValueError:
+                    number = 0
+                if not 1 <= number <= len(pending):
+                    return (
+                        f"There is no reminder {which.strip() or '(none given)'}: /reminders "
+                        f"lists them, numbered 1 to {len(pending)}. Nothing was cancelled."
+                    )
+                chosen = [pending[number - 1]]
+            now = clock.iso()
+            for reminder in chosen:
+                self._workspace.reminders.append({"type": CANCELLED, "id": reminder.id, "at": now})
+            self._book.settle(self.user_key, pending_of(self._workspace.reminders.load()))
+        if len(chosen) == 1:
+            return f"Cancelled: {chosen[0].what}"
+        return f"Cancelled all {len(chosen)} of your reminders."
+
+    def listing(self) -> str:
+        """/reminders: the pending ones, numbered, with their next time."""
+        pending = self.pending()
+        zone, chosen = self.zone()
+        now = clock.now()
+        if not pending:
+            return (
+                "You have no reminders waiting. Set one with /remind, e.g. "
+                "/remind tomorrow at 9 call the dentist."
+            )
+        lines = [f"Your reminders (times in {label(zone)}):"]
+        for number, reminder in enumerate(pending, 1):
+            how = ""
+            if reminder.repeat is not None:
+                rule = reminder.repeat
+                other = rule.kind != INTERVAL and rule.zone != zone.key
+                how = f" ({rule.describe()}{f' {rule.zone}' if other else ''})"
+            where = "" if reminder.private else " [in a group]"
+            lines.append(f"{number}. {show(reminder.due, zone, now)}{how}{where}: {reminder.what}")
+        lines.append("/reminders cancel N removes one; /reminders cancel all removes them all.")
+        if not chosen:
+            lines.append("Set your time zone with /timezone, e.g. /timezone Europe/Lisbon.")
+        return "\n".join(lines)
+
+    def _admin(self) -> bool:
+        return self._book.is_admin(self.user_key)
