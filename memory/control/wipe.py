@@ -55,7 +55,7 @@ class Contents:
         if self.media:
             parts.append(f"{self.media} media files")
         if self.reminders:
-            parts.append(f"{self.reminders} pending reminders")
+            parts.append(f"{self.reminders} pending reminder{'' if self.reminders == 1 else 's'}")
         return ", ".join(parts)
 
 
