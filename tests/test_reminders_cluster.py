@@ -1,0 +1,77 @@
+"""Reminders in cluster mode, as real processes: `lightgrep ingress` and two `lightgrep worker`s
+over a real nats-server, on the fake Telegram. The worker that owns a person's partition keeps
+and sends their reminders; each reaches Telegram through the ingress, once."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bench.cluster_harness import ClusterRig
+from bench.harness import FIRST_USER_ID, BenchLLM, BenchTelegram
+from bot.cluster.connection import connect
+from bot.keys import user_key
+from tests.cluster_helpers import settings
+from tests.nats_server import NatsServer
+from tests.reminder_helpers import due_of, records, texts, until, wall_time
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path, nats_server: NatsServer) -> AsyncIterator[ClusterRig]:
+    llm = await BenchLLM(latency_s=0.05, reply_words=5).start()
+    telegram = await BenchTelegram().start()
+    rig = ClusterRig(tmp_path, llm, telegram, nats_server)
+    try:
+        yield rig
+    finally:
+        await rig.kill_all()
+        await telegram.stop()
+        await llm.stop()
+
+
+async def messages_waiting(nats: NatsServer, stream: str) -> int:
+    client = await connect(settings(nats), "test", asyncio.Event())
+    assert client is not None
+    try:
+        return (await client.jetstream().stream_info(stream)).state.messages
+    finally:
+        await client.close()
+
+
+async def test_two_workers_send_each_reminder_once_through_the_ingress(
+    rig: ClusterRig, nats_server: NatsServer
+) -> None:
+    await rig.start()
+    people = range(FIRST_USER_ID, FIRST_USER_ID + 8)
+    assert {rig.worker_of(p) for p in people} == {0, 1}
+    rng = random.Random(1)
+    for person in people:
+        rig.telegram.dm(person, f"/remind in {rng.choice((2, 3))} seconds stretch R{person}")
+    for person in people:
+        await until(
+            lambda p=person: texts(rig.telegram, p, f"⏰ Reminder: stretch R{p}"),
+            f"the reminder of {person}",
+        )
+    await asyncio.sleep(1.0)  # nothing more comes
+    for person in people:
+        assert len(texts(rig.telegram, person, f"⏰ Reminder: stretch R{person}")) == 1
+        home, other = rig.worker_of(person), 1 - rig.worker_of(person)
+        kept = records(rig.workspaces(home), user_key("telegram", person))
+        assert [r["type"] for r in kept] == ["set", "delivered"]
+        [sent] = texts(rig.telegram, person, f"⏰ Reminder: stretch R{person}")
+        due = due_of(rig.workspaces(home), user_key("telegram", person), "stretch")
+        late = wall_time(sent) - due.timestamp()
+        assert -0.05 <= late <= 1.0, f"sent {late:+.3f} s from its time"
+        assert not records(rig.workspaces(other), user_key("telegram", person))
+    for _ in range(100):  # acknowledged by the ingress once Telegram took each
+        if not await messages_waiting(nats_server, "lightgrep-out"):
+            break
+        await asyncio.sleep(0.05)
+    assert await messages_waiting(nats_server, "lightgrep-out") == 0
+    assert await rig.terminate() == [0, 0, 0]
