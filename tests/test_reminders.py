@@ -1,0 +1,258 @@
+"""Reminders without a platform: reading `when`, repeating across daylight-saving changes without
+drift, the file and the index staying loadable and never late, and the scheduler's promises (a
+reminder recorded only once its platform took it; one that failed tried again; one due while
+the bot was down sent once, late; a wiped person forgotten)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from bot.outbound import Reply
+from bot.reminders.index import DueIndex
+from bot.reminders.repeat import DAILY, INTERVAL, WEEKLY, Repeat
+from bot.reminders.when import WhenError, parse, split
+from memory import clock
+from memory.reminders import ReminderFile
+from tests.agent_helpers import ask, dm, make_agent
+from tests.fakes.openai_server import FakeOpenAI
+
+LISBON = ZoneInfo("Europe/Lisbon")
+NEW_YORK = ZoneInfo("America/New_York")
+FRIDAY = datetime(2026, 5, 1, 10, 0, 7, tzinfo=UTC)  # 11:00:07 in Lisbon
+
+
+def local(text: str, zone: ZoneInfo = LISBON, now: datetime = FRIDAY) -> tuple[str, str]:
+    when, rest = split(text, now, zone)
+    shown = when.first.astimezone(zone).strftime("%a %Y-%m-%d %H:%M:%S")
+    return (f"{shown} {when.repeat.describe()}" if when.repeat else shown), rest
+
+
+@pytest.mark.parametrize(
+    ("text", "first", "rest"),
+    [
+        ("in 10 minutes take the bread out", "Fri 2026-05-01 11:10:07", "take the bread out"),
+        ("in 30 seconds tea", "Fri 2026-05-01 11:00:37", "tea"),
+        ("in 2 hours y", "Fri 2026-05-01 13:00:07", "y"),
+        ("in 1 hour and 30 minutes go", "Fri 2026-05-01 12:30:07", "go"),
+        ("in 2h30m go", "Fri 2026-05-01 13:30:07", "go"),
+        ("in half an hour tea", "Fri 2026-05-01 11:30:07", "tea"),
+        ("me in 5 min to drink", "Fri 2026-05-01 11:05:07", "drink"),
+        ("tomorrow at 9 call the dentist", "Sat 2026-05-02 09:00:00", "call the dentist"),
+        ("at 9 tomorrow call", "Sat 2026-05-02 09:00:00", "call"),
+        ("tomorrow morning water the plants", "Sat 2026-05-02 09:00:00", "water the plants"),
+        ("tonight at 10 bins", "Fri 2026-05-01 22:00:00", "bins"),
+        ("friday 18:30 book tickets", "Fri 2026-05-01 18:30:00", "book tickets"),
+        ("friday 9am gone today", "Fri 2026-05-08 09:00:00", "gone today"),  # 9:00 has passed
+        ("next monday at 9 x", "Mon 2026-05-04 09:00:00", "x"),
+        ("at 18:30 z", "Fri 2026-05-01 18:30:00", "z"),
+        ("at 10:30 passed today", "Sat 2026-05-02 10:30:00", "passed today"),  # tomorrow's
+        ("at noon lunch", "Fri 2026-05-01 12:00:00", "lunch"),
+        ("at 7 in the evening walk", "Fri 2026-05-01 19:00:00", "walk"),
+        ("2026-12-24 18:00 call grandma", "Thu 2026-12-24 18:00:00", "call grandma"),
+        ("24 december call", "Thu 2026-12-24 09:00:00", "call"),
+        ("dec 24th, 2027 call", "Fri 2027-12-24 09:00:00", "call"),
+        ("2026-05-01T12:00:00+00:00 iso", "Fri 2026-05-01 13:00:00", "iso"),
+        ("every day at 8:00 take vitamins", "Sat 2026-05-02 08:00:00 every day at 08:00",
+         "take vitamins"),
+        ("every monday at 9 weekly report", "Mon 2026-05-04 09:00:00 every Monday at 09:00",
+         "weekly report"),
+        ("every 2 hours stretch", "Fri 2026-05-01 13:00:07 every 2 hours", "stretch"),
+        ("daily at 7pm walk", "Fri 2026-05-01 19:00:00 every day at 19:00", "walk"),
+        ("hourly drink", "Fri 2026-05-01 12:00:07 every hour", "drink"),
+    ],
+)  # fmt: skip
+def test_the_forms_of_when(text: str, first: str, rest: str) -> None:
+    assert local(text) == (first, rest)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["soon call mum", "at 25:00 x", "tomorrow at 25 x", "in a while x", "", "every week x"],
+)
+def test_a_when_that_cannot_be_read_names_the_forms(text: str) -> None:
+    with pytest.raises(WhenError) as caught:
+        split(text, FRIDAY, LISBON)
+    assert "in 10 minutes, in 2 hours, at 18:30, tomorrow at 9" in str(caught.value)
+
+
+def test_a_when_in_the_past_is_refused() -> None:
+    for text in ("2020-01-01 10:00 x", "today at 8 x", "2026-05-01T09:00:00+00:00 x"):
+        with pytest.raises(WhenError, match="has passed already"):
+            split(text, FRIDAY, LISBON)
+
+
+def test_the_tool_gives_when_alone() -> None:
+    assert parse("tomorrow at 9", FRIDAY, LISBON).first == datetime(2026, 5, 2, 8, tzinfo=UTC)
+    with pytest.raises(WhenError):
+        parse("tomorrow at 9 and the rest", FRIDAY, LISBON)
+
+
+def test_every_day_at_8_stays_at_8_across_daylight_saving_changes() -> None:
+    """Lisbon goes from UTC+0 to UTC+1 on 29 March 2026 and back on 25 October; New York on
+    8 March and 1 November. 8:00 stays 8:00 on the wall clock."""
+    for zone, start in ((LISBON, datetime(2026, 3, 26, tzinfo=UTC)),
+                        (LISBON, datetime(2026, 10, 22, tzinfo=UTC)),
+                        (NEW_YORK, datetime(2026, 3, 5, 12, tzinfo=UTC)),
+                        (NEW_YORK, datetime(2026, 10, 29, 12, tzinfo=UTC))):  # fmt: skip
+        rule = Repeat(DAILY, hour=8, minute=0, zone=zone.key)
+        moment = first = rule.next_after(start, start)
+        offsets = set()
+        for _ in range(7):
+            assert moment.astimezone(zone).strftime("%H:%M") == "08:00"
+            offsets.add(moment.astimezone(zone).utcoffset())
+            moment = rule.next_after(moment, first)
+        assert len(offsets) == 2  # the change was crossed
+
+
+def test_a_weekly_rule_and_a_skipped_local_time() -> None:
+    rule = Repeat(WEEKLY, hour=9, minute=0, weekday=0, zone="Europe/Lisbon")
+    monday = rule.next_after(FRIDAY, FRIDAY)
+    assert monday.astimezone(LISBON).strftime("%a %H:%M") == "Mon 09:00"
+    assert rule.next_after(monday, monday) - monday == timedelta(days=7)
+    # 01:30 does not exist in Lisbon on 29 March 2026 (01:00 → 02:00): sent at 02:30.
+    night = Repeat(DAILY, hour=1, minute=30, zone="Europe/Lisbon")
+    start = datetime(2026, 3, 28, 12, tzinfo=UTC)
+    skipped = night.next_after(start, start)
+    assert skipped.astimezone(LISBON).strftime("%d %H:%M") == "29 02:30"
+
+
+def test_an_interval_never_drifts_and_a_long_absence_sends_the_latest_once() -> None:
+    first = datetime(2026, 5, 1, 10, 0, 0, tzinfo=UTC)
+    rule = Repeat(INTERVAL, seconds=7200)
+    late_send = first + timedelta(minutes=17)  # sent late: the next one is not moved
+    assert rule.next_after(late_send, first) == first + timedelta(hours=2)
+    down_until = first + timedelta(days=3, minutes=5)
+    assert rule.latest_not_after(down_until, first, first) == first + timedelta(days=3)
+    daily = Repeat(DAILY, hour=8, minute=0, zone="UTC")
+    eight = datetime(2026, 5, 1, 8, tzinfo=UTC)
+    away = datetime(2026, 5, 20, 9, tzinfo=UTC)
+    assert daily.latest_not_after(away, eight, eight) == datetime(2026, 5, 20, 8, tzinfo=UTC)
+
+
+def test_the_rule_survives_its_record() -> None:
+    for rule in (Repeat(INTERVAL, seconds=90), Repeat(DAILY, hour=7, minute=5, zone="Asia/Tokyo"),
+                 Repeat(WEEKLY, hour=9, minute=0, weekday=6, zone="UTC")):  # fmt: skip
+        assert Repeat.from_record(json.loads(json.dumps(rule.to_record()))) == rule
+    assert Repeat.from_record({"kind": "fortnightly"}) is None  # a newer rule: sent once
+    assert Repeat.from_record({"kind": "daily", "at": "8:00", "zone": "Mars/Olympus"}) is None
+
+
+def test_the_file_loads_after_a_torn_line_and_forget_leaves_no_record(tmp_path: Path) -> None:
+    file = ReminderFile(tmp_path)
+    file.append({"type": "set", "id": "a", "what": "call the dentist", "due": clock.iso()})
+    with file.path.open("ab") as raw:
+        raw.write(b'{"type": "delivered", "id": "a", "du')  # a crash mid-append
+    file.append({"type": "set", "id": "b", "what": "buy milk", "due": clock.iso()})
+    file.append({"type": "cancelled", "id": "b", "at": clock.iso()})
+    loaded = {r.id: r for r in file.load()}
+    assert loaded["a"].pending and not loaded["b"].pending
+    assert file.remove({"a"}) == 1
+    assert "dentist" not in file.path.read_text() and [r.id for r in file.load()] == ["b"]
+
+
+def test_the_index_is_never_late_and_forgets_a_wiped_person(tmp_path: Path) -> None:
+    index = DueIndex(tmp_path)
+    soon, later = clock.now() + timedelta(minutes=1), clock.now() + timedelta(hours=1)
+    for person in range(3000):  # many changes: the file is rewritten, not grown
+        index.set(f"telegram-{person % 50}", later if person % 2 else soon)
+    assert index.path.stat().st_size < 50 * 200
+    index.set("telegram-7", None)
+    index.drop("telegram-8")
+    again = DueIndex(tmp_path).load()
+    assert len(again) == 48 and "telegram-7" not in again
+    assert "telegram-8" not in index.path.read_text()
+
+
+class Taken:
+    """A platform's send_to: takes what it is given, or refuses while `refuse` is set."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[dict[str, str], str]] = []
+        self.refuse = False
+        self.event = asyncio.Event()
+
+    async def send_to(self, destination: dict[str, str], reply: Reply | None) -> None:
+        self.event.set()
+        if self.refuse:
+            raise ConnectionError("the platform is away")
+        assert reply is not None
+        self.sent.append((destination, reply.text))
+
+
+async def test_a_send_the_platform_refused_is_tried_again_never_recorded_as_sent(
+    fake_llm: FakeOpenAI, workspaces_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bot.reminders.scheduler.RETRY_FIRST_S", 0.2)
+    agent = make_agent(fake_llm, workspaces_dir)
+    platform = Taken()
+    platform.refuse = True
+    agent.send_with("telegram", platform)
+    stop = asyncio.Event()
+    running = asyncio.create_task(agent.reminders.run(stop))
+    message = replace(dm("42", "/remind in 1 second stretch"), place={"chat": "42"})
+    assert (await ask(agent, message)).text.startswith("OK, I'll remind you")
+    await asyncio.wait_for(platform.event.wait(), 5)
+    file = ReminderFile(workspaces_dir / "telegram-42")
+    assert [r.delivered for r in file.load()] == [[]]  # refused: not sent
+    platform.refuse = False
+    async with asyncio.timeout(5):
+        while not platform.sent:  # noqa: ASYNC110 - the retry's time
+            await asyncio.sleep(0.01)
+    stop.set()
+    await running
+    assert platform.sent == [({"chat": "42"}, "⏰ Reminder: stretch")]
+    assert [len(r.delivered) for r in file.load()] == [1]
+    await agent.aclose()
+
+
+async def test_one_due_while_the_bot_was_down_is_sent_once_late(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)  # not running: the bot is down
+    message = replace(dm("42", "/remind in 1 second stretch"), place={"chat": "42"})
+    await ask(agent, message)
+    await asyncio.sleep(1.2)  # its time passes while nothing runs
+    platform = Taken()
+    restarted = make_agent(fake_llm, workspaces_dir)
+    restarted.send_with("telegram", platform)
+    stop = asyncio.Event()
+    running = asyncio.create_task(restarted.reminders.run(stop))
+    await asyncio.wait_for(platform.event.wait(), 5)
+    stop.set()
+    await running
+    [(_, text)] = platform.sent
+    assert text.startswith("⏰ Reminder (late: it was due today at ") and "UTC): stretch" in text
+    again = make_agent(fake_llm, workspaces_dir)  # a third start sends nothing more
+    stop = asyncio.Event()
+    again.send_with("telegram", platform)
+    running = asyncio.create_task(again.reminders.run(stop))
+    await asyncio.sleep(0.3)
+    stop.set()
+    await running
+    assert len(platform.sent) == 1
+    for each in (agent, restarted, again):
+        await each.aclose()
+
+
+async def test_the_limits_of_a_person(fake_llm: FakeOpenAI, workspaces_dir: Path) -> None:
+    from bot.config import LimitsConfig
+
+    limits = LimitsConfig(reminders_per_person=2, reminder_min_repeat_s=3600)
+    agent = make_agent(fake_llm, workspaces_dir, limits=limits)
+    for what in ("one", "two"):
+        assert (await ask(agent, dm("42", f"/remind in 1 hour {what}"))).text.startswith("OK")
+    full = await ask(agent, dm("42", "/remind in 1 hour three"))
+    assert "the most I keep for one person" in full.text and "Nothing was set" in full.text
+    often = await ask(agent, dm("43", "/remind every 30 minutes drink"))
+    assert often.text == "That repeats too often: the shortest repeat here is every hour. " \
+                         "Nothing was set."  # fmt: skip
+    empty = await ask(agent, dm("43", "/remind in 10 minutes"))
+    assert empty.text.startswith("What should I remind you of?")
+    await agent.aclose()
