@@ -211,8 +211,17 @@ async def measure_delays(args: argparse.Namespace, root: Path) -> list[Delays]:
             await asyncio.sleep(0.1)
         stop.set()
         await asyncio.gather(*chatters, return_exceptions=True)
-        turns = sum(1 for values in telegram.answers.values() if values)
-        print(f"  {turns:,} chat turns answered meanwhile", flush=True)
+        answer_s = [
+            times[0] - telegram.injected_at[name]
+            for name, times in telegram.answers.items()
+            if times and name in telegram.injected_at
+        ]
+        print(
+            f"  {len(answer_s):,} chat turns answered meanwhile: median "
+            f"{statistics.median(answer_s):.2f} s, p99 {percentile(answer_s, 99):.2f} s from "
+            f"message to answer (the model takes {args.latency:.2f} s)",
+            flush=True,
+        )
         await bot.terminate()
         for name, dues in (("quiet", quiet), (f"{args.chatters} chatting", busy)):
             run = Delays(name)

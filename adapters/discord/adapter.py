@@ -352,12 +352,14 @@ class DiscordAdapter:
         (bot.platform.Resender): adapters/discord/resend.py. A stop waits for it."""
         await asyncio.wait_for(self.ready.wait(), RESEND_WAIT_S)  # else tried again later
         assert self._client is not None
-        self._track()
         reply = reply or Reply(FAILURE)
         messages = _messages(reply, UPLOAD_LIMIT)
-        await resend.send_by_destination(
-            self._client, destination, messages, private=reply.private
+        sending = asyncio.ensure_future(
+            resend.send_by_destination(self._client, destination, messages, private=reply.private)
         )
+        self._inflight.add(sending)  # a stop waits for the send itself, not for its caller
+        sending.add_done_callback(self._inflight.discard)
+        await sending
 
     async def on_button(self, interaction: discord.Interaction) -> None:
         """A pressed button of ours: its command text, as if the presser had typed it."""

@@ -520,21 +520,20 @@ class TelegramAdapter:
         await asyncio.wait_for(self.ready.wait(), SEND_WAIT_S)
         bot = self._bot
         assert bot is not None
-        task = asyncio.current_task()
-        if task is not None:
-            self._sending.add(task)
-        try:
-            reply = reply or Reply(FAILED)
-            chat = int(destination["chat"])
-            thread = int(destination["thread"]) if destination.get("thread") else None
-            user = destination.get("user")
-            if reply.private and user and chat != int(user):
-                chat, thread = int(user), None
-            await self._send_to(bot, chat, reply.text, thread=thread, buttons=reply.buttons)
-            await self._send_files(bot, chat, reply.files)
-        finally:
-            if task is not None:
-                self._sending.discard(task)
+        reply = reply or Reply(FAILED)
+        chat = int(destination["chat"])
+        thread = int(destination["thread"]) if destination.get("thread") else None
+        user = destination.get("user")
+        if reply.private and user and chat != int(user):
+            chat, thread = int(user), None
+        sending = asyncio.ensure_future(self._send_reply(bot, chat, thread, reply))
+        self._sending.add(sending)  # a stop waits for the send itself, not for its caller
+        sending.add_done_callback(self._sending.discard)
+        await sending
+
+    async def _send_reply(self, bot: Bot, chat: int, thread: int | None, reply: Reply) -> None:
+        await self._send_to(bot, chat, reply.text, thread=thread, buttons=reply.buttons)
+        await self._send_files(bot, chat, reply.files)
 
     async def _answer_privately(self, bot: Bot, place: Place, reply: Reply, user_id: int) -> None:
         """/memory, /recall, /forget… asked in a group: the answer (its buttons and files too)

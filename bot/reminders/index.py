@@ -37,6 +37,7 @@ class DueIndex:
     def __init__(self, base_dir: Path) -> None:
         self.path = Path(base_dir) / INDEX_FILE
         self._next: dict[str, datetime] = {}
+        self._line: dict[str, bytes] = {}  # each person's line as on disk: a rewrite joins them
         self._lines = 0
         self._named: set[str] = set()  # the people some line of the file names
 
@@ -50,6 +51,7 @@ class DueIndex:
         except FileNotFoundError:
             data = b""
         found: dict[str, datetime] = {}
+        kept: dict[str, bytes] = {}
         lines = 0
         for line in data.split(b"\n"):
             if not line.strip():
@@ -66,14 +68,17 @@ class DueIndex:
             moment = clock.parse(due)
             if moment is None:
                 found.pop(user, None)
+                kept.pop(user, None)
             else:
                 found[user] = moment
-        self._next, self._lines = dict(found), lines
+                kept[user] = line.strip() + b"\n"
+        self._next, self._line, self._lines = dict(found), kept, lines
         return found
 
     def rebuild(self, entries: Iterable[tuple[str, datetime]]) -> None:
         """Write the index whole, from what the workspaces hold."""
         self._next = dict(entries)
+        self._line = {user: _line(user, due) for user, due in self._next.items()}
         self._rewrite()
 
     def get(self, user_key: str) -> datetime | None:
@@ -83,25 +88,28 @@ class DueIndex:
         """Record the person's next due time (None: nothing pending)."""
         if self._next.get(user_key) == due:
             return
+        data = _line(user_key, due)
         if due is None:
             self._next.pop(user_key, None)
+            self._line.pop(user_key, None)
         else:
             self._next[user_key] = due
-        self._append({"user": user_key, "next": clock.iso(due) if due else None})
+            self._line[user_key] = data
+        self._append(user_key, data)
         if self._lines > 2 * len(self._next) + SLACK_LINES:
             self._rewrite()
 
     def drop(self, user_key: str) -> None:
         """The person is wiped: no line of the file names them any more."""
         self._next.pop(user_key, None)
+        self._line.pop(user_key, None)
         if user_key in self._named:
             self._rewrite()
 
     def people(self) -> int:
         return len(self._next)
 
-    def _append(self, record: dict[str, object]) -> None:
-        data = json.dumps(record, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
+    def _append(self, user_key: str, data: bytes) -> None:
         fd = open_fd(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)
         try:
             size = os.fstat(fd).st_size
@@ -111,14 +119,15 @@ class DueIndex:
         finally:
             os.close(fd)
         self._lines += 1
-        self._named.add(str(record["user"]))
+        self._named.add(user_key)
 
     def _rewrite(self) -> None:
-        lines = [
-            json.dumps({"user": user, "next": clock.iso(due)}, ensure_ascii=False)
-            for user, due in sorted(self._next.items())
-        ]
-        text = "".join(line + "\n" for line in lines)
-        atomic_write_text(self.path, text.encode("utf-8", "surrogatepass"))
-        self._lines = len(lines)
-        self._named = set(self._next)
+        """The live lines, joined (each kept as written: a rewrite formats nothing)."""
+        atomic_write_text(self.path, b"".join(self._line.values()))
+        self._lines = len(self._line)
+        self._named = set(self._line)
+
+
+def _line(user_key: str, due: datetime | None) -> bytes:
+    record = {"user": user_key, "next": clock.iso(due) if due else None}
+    return json.dumps(record, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"

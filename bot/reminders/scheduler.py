@@ -172,10 +172,15 @@ class Scheduler:
         index = self.book.index
         if index.exists():
             return index.load()
-        log.info("reminders: no index of due times yet; reading every workspace's reminders once")
         workspaces = self.book.workspaces
+        people = list(workspaces.user_keys())
+        if people:
+            log.info(
+                "reminders: no index of due times yet; reading the reminders of %d "
+                "workspaces once", len(people),
+            )  # fmt: skip
         found: dict[str, datetime] = {}
-        for user in workspaces.user_keys():
+        for user in people:
             with contextlib.suppress(ValueError, OSError):
                 reminders = ReminderFile(workspaces.root_of(user))
                 if reminders.exists():
