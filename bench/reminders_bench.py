@@ -8,7 +8,8 @@ with a fixed latency, on a workspaces folder of 10,000 people with 10 pending re
   delay      how late a due reminder reaches Telegram (its receipt at the fake minus its time):
              --quiet reminders due over a few seconds with nobody talking (the baseline), then
              --due reminders due while --chatters people chat (each sends a message, waits for
-             the answer, thinks --think seconds, again); median and p99 of each, and the ratio.
+             the answer, thinks --think seconds, again); median and p99 of each, and the ratio;
+             the bot's CPU per reminder, and the chat's own answer times beside them.
 
 Every reminder must arrive exactly once and never before its time, else the exit code is 1.
 
@@ -198,9 +199,18 @@ async def measure_delays(args: argparse.Namespace, root: Path) -> list[Delays]:
         bot, _ = await start_bot(folder, llm, telegram)
         if time.time() > quiet_at.timestamp():
             print("  (the bot was not ready before the first due: raise --startup-s)", flush=True)
+        while time.time() < quiet_at.timestamp() - 0.5:  # noqa: ASYNC110 - the clock
+            await asyncio.sleep(0.05)
+        idle_cpu = bot.cpu_seconds()
         while time.time() < max(quiet.values()) + 1.0:  # noqa: ASYNC110 - the clock
             await asyncio.sleep(0.1)  # the quiet ones are sent with nobody talking
+        spent = bot.cpu_seconds() - idle_cpu
+        print(
+            f"  CPU of the bot per quiet reminder sent: {spent / max(1, len(quiet)) * 1000:.1f} ms",
+            flush=True,
+        )
         stop = asyncio.Event()
+        busy_cpu, busy_wall = bot.cpu_seconds(), time.monotonic()
         chatters = [
             asyncio.create_task(chat(telegram, FIRST_CHATTER + n, args.think, stop))
             for n in range(args.chatters)
@@ -216,6 +226,12 @@ async def measure_delays(args: argparse.Namespace, root: Path) -> list[Delays]:
             for name, times in telegram.answers.items()
             if times and name in telegram.injected_at
         ]
+        cpu_share = (bot.cpu_seconds() - busy_cpu) / (time.monotonic() - busy_wall)
+        print(
+            f"  the bot had {cpu_share * 100:.0f} % of a core while they chatted "
+            f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
+            flush=True,
+        )
         print(
             f"  {len(answer_s):,} chat turns answered meanwhile: median "
             f"{statistics.median(answer_s):.2f} s, p99 {percentile(answer_s, 99):.2f} s from "
@@ -261,7 +277,14 @@ async def chat(
 def report(starts: dict[str, list[Start]], delays: list[Delays], args: argparse.Namespace) -> int:
     print()
     print(f"{args.people:,} people, {args.people * args.per_person:,} pending reminders")
-    print("Start-up (median of each):")
+    if args.starts:
+        print("Start-up (median of each):")
+        report_starts(starts, args)
+    print("Delay of a due reminder (its arrival at Telegram minus its time):")
+    return report_delays(delays)
+
+
+def report_starts(starts: dict[str, list[Start]], args: argparse.Namespace) -> None:
     base = statistics.median(s.seconds for s in starts["none"])
     base_rss = statistics.median(s.rss_mb for s in starts["none"])
     for name, label in (
@@ -277,7 +300,9 @@ def report(starts: dict[str, list[Start]], delays: list[Delays], args: argparse.
             f"{rss:6.1f} MB ({rss - base_rss:+.1f} MB), index of {runs[-1].people:,} people "
             f"read in {read:.0f} ms"
         )
-    print("Delay of a due reminder (its arrival at Telegram minus its time):")
+
+
+def report_delays(delays: list[Delays]) -> int:
     failed = 0
     quiet_median = statistics.median(delays[0].late_s) if delays[0].late_s else float("nan")
     for run in delays:
@@ -297,13 +322,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--people", type=int, default=10_000)
     parser.add_argument("--per-person", type=int, default=10)
-    parser.add_argument("--starts", type=int, default=3, help="starts measured per folder")
+    parser.add_argument("--starts", type=int, default=3, help="starts per folder (0: none)")
     parser.add_argument("--quiet", type=int, default=200, help="reminders due with no chat")
     parser.add_argument("--due", type=int, default=400, help="reminders due while people chat")
     parser.add_argument("--spread", type=float, default=8.0, help="seconds the dues spread over")
     parser.add_argument("--chatters", type=int, default=200)
     parser.add_argument(
-        "--think", type=float, default=1.0, help="seconds between a chatter's messages"
+        "--think", type=float, default=5.0, help="seconds between a chatter's messages"
     )
     parser.add_argument("--latency", type=float, default=0.2, help="the fake model's, seconds")
     parser.add_argument("--startup-s", type=float, default=25.0, help="the first due after launch")
@@ -316,7 +341,7 @@ async def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lightgrep-reminders-") as tmp:
         root = Path(tmp)
         print("Start-up:", flush=True)
-        starts = await measure_starts(args, root)
+        starts = await measure_starts(args, root)  # (builds both folders; --starts 0: only)
         print("Delays:", flush=True)
         delays = await measure_delays(args, root)
         return report(starts, delays, args)

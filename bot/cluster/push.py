@@ -6,15 +6,13 @@ with its place as the DESTINATION header. Every ingress that serves the platform
 durable consumer of that subject, shared, so each reminder goes to one of them, which sends it
 through its adapter's `send_to` exactly as an answer whose ingress was gone (resend.py) and
 acknowledges it once the platform took it; one the platform refused, or whose ingress died
-holding it, is delivered again. The worker records the reminder as sent once JetStream has it
-(within the duplicate window a second publish of the same text is dropped).
+holding it, is delivered again. The worker records the reminder as sent once JetStream has it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import uuid
 from typing import Any
@@ -55,15 +53,15 @@ class PushSender:
             wire.call("finish"),
         ]
         body = wire.encode_calls(calls)
-        where = wire.destination_of(self._platform, destination)
-        digest = hashlib.blake2b(f"{where}\n{reply.text}".encode(errors="replace"), digest_size=12)
         key = uuid.uuid4().hex
         headers = {
             wire.KEY: key,
             wire.ATTEMPT: key,
             wire.SEQ: "0",
-            wire.DESTINATION: where,
-            wire.MSG_ID: f"reminder:{digest.hexdigest()}",
+            wire.DESTINATION: wire.destination_of(self._platform, destination),
+            # Unique: a repeating reminder's text is the same each time, and must not be taken
+            # for a duplicate of the last one (a retry of this very publish may be, and is).
+            wire.MSG_ID: f"reminder:{key}",
         }
         error: Exception | None = None
         for attempt in range(PUBLISH_TRIES):
