@@ -22,6 +22,9 @@ from memory import clock
 from memory.reminders import ReminderFile
 from tests.agent_helpers import ask, dm, make_agent
 from tests.fakes.openai_server import FakeOpenAI
+from tests.test_cli import clean_env, keep_logging
+
+__all__ = ["clean_env", "keep_logging"]  # fixtures
 
 LISBON = ZoneInfo("Europe/Lisbon")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -256,3 +259,23 @@ async def test_the_limits_of_a_person(fake_llm: FakeOpenAI, workspaces_dir: Path
     empty = await ask(agent, dm("43", "/remind in 10 minutes"))
     assert empty.text.startswith("What should I remind you of?")
     await agent.aclose()
+
+
+async def test_the_operators_wipe_leaves_no_line_of_the_person_in_the_index(
+    fake_llm: FakeOpenAI, tmp_path: Path, clean_env: None, keep_logging: None
+) -> None:
+    from bot.cli.main import main
+    from tests.cli_helpers import write_config
+
+    config = write_config(tmp_path, fake_llm)
+    agent = make_agent(fake_llm, tmp_path / "workspaces")
+    for user in ("42", "7"):
+        assert (await ask(agent, dm(user, "/remind in 1 hour stretch"))).text.startswith("OK")
+    await agent.aclose()
+    index = tmp_path / "workspaces" / ".reminders-due.jsonl"
+    assert "telegram-42" in index.read_text()
+    assert (
+        await asyncio.to_thread(main, ["wipe", "--config", str(config), "telegram-42", "--yes"])
+        == 0
+    )
+    assert "telegram-42" not in index.read_text() and "telegram-7" in index.read_text()

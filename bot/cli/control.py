@@ -123,6 +123,7 @@ def _write_atomically(target: Path, write: Callable[[IO[bytes]], ArchiveInfo]) -
 
 async def cmd_wipe(args: argparse.Namespace) -> int:
 
+    from bot.reminders.index import DueIndex
     from memory.control.wipe import contents, wipe_folder
 
     config = common.load(args.config)
@@ -134,6 +135,10 @@ async def cmd_wipe(args: argparse.Namespace) -> int:
         _confirm(args.yes, f"Erase everything of {args.user_key}?")
         workspaces.forget_user(args.user_key)
         wipe_folder(workspaces.root_of(args.user_key))
+        index = DueIndex(workspaces.base_dir)  # their line of the reminders' due times
+        if index.exists():
+            index.load()
+            index.drop(args.user_key)
     print(f"erased the workspace of {args.user_key}")
     return 0
 
