@@ -13,11 +13,26 @@ import pytest
 
 from bench.cluster_harness import ClusterRig
 from bench.harness import FIRST_USER_ID, BenchLLM, BenchTelegram
-from bot.cluster.connection import connect
+from bot.cluster.connection import Names, connect
 from bot.keys import user_key
 from tests.cluster_helpers import settings
 from tests.nats_server import NatsServer
 from tests.reminder_helpers import due_of, records, texts, until, wall_time
+from tests.test_cluster_hostile import (
+    TOKEN,
+    Taking,
+    _none_left,
+    for_channel,
+    guarded,
+    ingress,
+    publish,
+    raw_client,
+    rejected,
+    whole_answer,
+)
+from tests.test_cluster_hostile import until as hostile_until
+
+__all__ = ["guarded"]  # a fixture
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -75,3 +90,25 @@ async def test_two_workers_send_each_reminder_once_through_the_ingress(
         await asyncio.sleep(0.05)
     assert await messages_waiting(nats_server, "lightgrep-out") == 0
     assert await rig.terminate() == [0, 0, 0]
+
+
+async def test_a_reminder_from_outside_the_cluster_is_not_sent(guarded: NatsServer) -> None:
+    """Anyone who can publish to NATS could otherwise have the bot post in any chat through
+    the reminders' subject: only one a worker of this cluster signed is sent."""
+    cluster = settings(guarded, private_network=False, token=TOKEN)
+    names = Names(cluster.subject_prefix)
+    platform = Taking()
+    before = rejected("answer", "unauthenticated")
+    async with raw_client(guarded, TOKEN) as raw, ingress(cluster) as core:
+        core.send_with("discord", platform)
+        subject = names.push_subject("discord")
+        await publish(raw, subject, whole_answer("buy crypto"), for_channel("f", "66"), None)
+        await publish(raw, subject, whole_answer("stretch"), for_channel("g", "8"), "answer")
+
+        async def sent() -> bool:
+            return bool(platform.sent)
+
+        await hostile_until(sent, "the worker's reminder to be sent")
+        await hostile_until(lambda: _none_left(raw, names.out_stream), "nothing left")
+    assert platform.sent == [({"channel": "8"}, "stretch")]
+    assert rejected("answer", "unauthenticated") == before + 1

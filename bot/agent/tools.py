@@ -21,9 +21,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bot.reminders.desk import PersonReminders
 from memory import clock
 from memory.consolidation.checks import held_because, kept_fact_lines
-from bot.reminders.desk import PersonReminders
 from memory.safefs import LinkRefusedError
 from memory.search.engine import SearchError, search_history
 from memory.store import (

@@ -140,7 +140,9 @@ class BrokerCore:
         assert self._js is not None, "start() first"
         self._pushes.append(
             asyncio.create_task(
-                deliver_pushed(self._js, self._names, self._settings, platform, self.resending)
+                deliver_pushed(
+                    self._js, self._names, self._settings, platform, self.resending, self._signer
+                )
             )
         )
 

@@ -7,6 +7,8 @@ durable consumer of that subject, shared, so each reminder goes to one of them, 
 through its adapter's `send_to` exactly as an answer whose ingress was gone (resend.py) and
 acknowledges it once the platform took it; one the platform refused, or whose ingress died
 holding it, is delivered again. The worker records the reminder as sent once JetStream has it.
+Like every answer it is signed (signing.py): an ingress sends none a worker of this cluster did
+not write, so no one who can publish to NATS can have the bot post in a chat.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from nats.js.errors import BadRequestError, NotFoundError
 from bot.cluster import wire
 from bot.cluster.adopt import REPLY_BATCH, REPLY_WAIT_S
 from bot.cluster.connection import Names
-from bot.cluster.resend import Resending
+from bot.cluster.resend import Resending, drop
+from bot.cluster.signing import Signer
 from bot.config import ClusterConfig
 from bot.outbound import Reply
 
@@ -38,10 +41,11 @@ PUBLISH_TIMEOUT_S = 2.0
 class PushSender:
     """A worker's sender of one platform's reminders (bot.platform.Resender)."""
 
-    def __init__(self, js: JetStreamContext, names: Names, platform: str) -> None:
+    def __init__(self, js: JetStreamContext, names: Names, platform: str, signer: Signer) -> None:
         self._js = js
         self._subject = names.push_subject(platform)
         self._platform = platform
+        self._signer = signer
 
     async def send_to(self, destination: dict[str, str], reply: Reply | None) -> None:
         """Published once JetStream has it; raises if it could not be (the scheduler tries
@@ -63,6 +67,9 @@ class PushSender:
             # for a duplicate of the last one (a retry of this very publish may be, and is).
             wire.MSG_ID: f"reminder:{key}",
         }
+        # Signed as an answer to its own subject: an ingress sends it only if a worker of this
+        # cluster wrote it (signing.py), and no answer can be passed off as one.
+        self._signer.sign("answer", self._subject, headers, body)
         error: Exception | None = None
         for attempt in range(PUBLISH_TRIES):
             try:
@@ -82,8 +89,10 @@ async def deliver_pushed(
     settings: ClusterConfig,
     platform: str,
     resending: Resending,
+    signer: Signer,
 ) -> None:
-    """Until cancelled, in an ingress: the reminders of `platform`, sent by resending."""
+    """Until cancelled, in an ingress: the reminders of `platform`, sent by resending; one
+    not signed by a worker of this cluster is dropped, logged and counted."""
     sub: Any = None
     while sub is None:
         try:
@@ -109,7 +118,19 @@ async def deliver_pushed(
             await asyncio.sleep(REPLY_WAIT_S)
             continue
         for msg in msgs:
-            resending.take((msg.headers or {}).get(wire.KEY, ""), msg)
+            refused = signer.refusal("answer", msg.subject, msg.headers, msg.data)
+            if refused is not None:
+                log.warning(
+                    "ingress: dropping a reminder on %s, %s: not from a worker of this cluster "
+                    "(or its [cluster] signing_key differs)", msg.subject, refused,
+                )  # fmt: skip
+                drop(msg, "unauthenticated")
+                continue
+            try:
+                resending.take((msg.headers or {}).get(wire.KEY, ""), msg)
+            except Exception:  # one bad message must not stop every other
+                log.exception("ingress: dropping a reminder message that could not be taken")
+                drop(msg, "failed")
 
 
 async def _subscribe(

@@ -264,7 +264,7 @@ class Worker:
     def sender(self, platform: str) -> PushSender:
         """What sends the reminders of `platform` (once ready): push.py."""
         assert self._js is not None, "not serving yet"
-        return PushSender(self._js, self._names, platform)
+        return PushSender(self._js, self._names, platform, self._signer)
 
     async def _subscribe(self, js: JetStreamContext, partition: int) -> Any:
         durable = self._names.partition_consumer(partition)
