@@ -96,7 +96,8 @@ async def test_a_server_that_reports_usage_is_not_held_to_the_safety_factor(
 
     assert all(r.get("stream") for r in fake_llm.chat_requests)
     # Five turns of about 120 tokens fit a 2,000 window with room to spare: no consolidation.
-    assert max(session_tokens) + 256 < 1500
+    # (The fixed part, system prompt and tools, is ~680 tokens of it.)
+    assert max(session_tokens) + 256 < 1700
     assert fake_llm.consolidation_requests == []
     assert limited.rejected == []
 

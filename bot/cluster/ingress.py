@@ -129,15 +129,21 @@ class BrokerCore:
             js, self._names, self._settings, self.ingress_id, self.resending, self._signer
         )
         self._adopting = asyncio.create_task(self._adopter.run())
+        for platform in self.resending.senders:  # registered before start()
+            self._deliver_pushed(platform)
         watch_cluster(lambda: client.is_connected, lambda: self.waiting)
         log.info("ingress %s: answers come on %s", self.ingress_id, self._reply_subject)
         return True
 
     def send_with(self, platform: str, adapter: Resender) -> None:
         """Send through `adapter` the answers for `platform` whose handle() call is gone, and
-        the reminders the workers send for it (push.py). After start()."""
+        the reminders the workers send for it (push.py, from start() on)."""
         self.resending.senders[platform] = adapter
-        assert self._js is not None, "start() first"
+        if self._js is not None:
+            self._deliver_pushed(platform)
+
+    def _deliver_pushed(self, platform: str) -> None:
+        assert self._js is not None
         self._pushes.append(
             asyncio.create_task(
                 deliver_pushed(
