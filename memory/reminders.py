@@ -38,6 +38,9 @@ class StoredReminder:
     record: dict[str, Any]  # the `set` record as written
     delivered: list[str] = field(default_factory=list)  # the due stamps sent, oldest first
     cancelled: bool = False
+    # The platform ids of the messages that set or cancelled it (a `message` field of those
+    # records): one delivered again after a crash is recognised, never acted on twice.
+    messages: set[str] = field(default_factory=set)
 
     @property
     def what(self) -> str:
@@ -77,12 +80,18 @@ class ReminderFile:
                     log.warning("%s: line %d is not a reminder record; skipped", self.path, number)
                 continue
             ident, kind = record["id"], record["type"]
-            if kind == SET:
-                found.setdefault(ident, StoredReminder(ident, record))
+            if kind == SET and ident not in found:
+                found[ident] = StoredReminder(ident, record)
             elif ident in found and kind == DELIVERED and isinstance(record.get("due"), str):
                 found[ident].delivered.append(record["due"])
             elif ident in found and kind == CANCELLED:
                 found[ident].cancelled = True
+            if (
+                ident in found
+                and kind in (SET, CANCELLED)
+                and isinstance(record.get("message"), str)
+            ):
+                found[ident].messages.add(record["message"])
         return list(found.values())
 
     def append(self, record: dict[str, Any]) -> None:

@@ -279,3 +279,23 @@ async def test_the_operators_wipe_leaves_no_line_of_the_person_in_the_index(
         == 0
     )
     assert "telegram-42" not in index.read_text() and "telegram-7" in index.read_text()
+
+
+async def test_a_command_delivered_again_after_a_crash_sets_or_cancels_only_once(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Telegram delivers again what a crash kept from being acknowledged (the bot was killed
+    just after answering /remind): the same message must not set a second reminder, nor a
+    second "/reminders cancel 1" cancel the next one."""
+    agent = make_agent(fake_llm, workspaces_dir)
+    remind = replace(dm("42", "/remind in 1 hour stretch"), message_id="42:100")
+    first, again = (await ask(agent, remind)).text, (await ask(agent, remind)).text
+    assert first == again and first.startswith("OK, I'll remind you")
+    file = ReminderFile(workspaces_dir / "telegram-42")
+    assert [r.what for r in file.load()] == ["stretch"]  # set once
+    await ask(agent, replace(dm("42", "/remind in 30 minutes water the fern"), message_id="42:101"))
+    cancel = replace(dm("42", "/reminders cancel 1"), message_id="42:102")  # the fern: soonest
+    assert (await ask(agent, cancel)).text == "Cancelled: water the fern"
+    assert (await ask(agent, cancel)).text == "Cancelled: water the fern"  # stretch stays
+    assert [r.what for r in file.load() if r.pending] == ["stretch"]
+    await agent.aclose()

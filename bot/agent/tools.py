@@ -231,7 +231,7 @@ class AgentTools:
         if action == "list":
             return desk.listing()
         if action == "cancel":
-            return await desk.cancel(str(args.get("number", "")))
+            return await desk.cancel(str(args.get("number", "")), once=False)
         return "Error: `action` must be set, list or cancel."
 
     async def _edit_memory(self, args: dict[str, Any]) -> str:

@@ -226,8 +226,15 @@ class PersonReminders:
             "name": inbound.sender_name,
             "zone": zone.key,
         }
+        if inbound.message_id is not None:
+            record["message"] = inbound.message_id
         async with self._book.lock(self.user_key):
-            pending = self.pending()
+            stored = self._workspace.reminders.load()
+            again = _set_by(stored, inbound.message_id, what)
+            if again is not None:  # the same message delivered again after a crash
+                first, repeat = clock.parse(again.record.get("due")) or first, _rule_of(again)
+                return self._set_text(first, repeat, again.what, default_time, now, zone)
+            pending = pending_of(stored)
             limit = self._book.per_person
             if limit and len(pending) >= limit and not self._admin():
                 return (
@@ -238,16 +245,40 @@ class PersonReminders:
             self._book.announce(self.user_key, first)
             self._workspace.reminders.append(record)
             self._book.settle(self.user_key, pending_of(self._workspace.reminders.load()))
+        return self._set_text(first, repeat, what, default_time, now, zone)
+
+    def _set_text(
+        self,
+        first: datetime,
+        repeat: Repeat | None,
+        what: str,
+        default_time: bool,
+        now: datetime,
+        zone: ZoneInfo,
+    ) -> str:
         when = show(first, zone, now)
         how = f", then {repeat.describe()}" if repeat is not None else ""
-        where = "" if inbound.is_private else " here in this chat"
+        where = "" if self._inbound.is_private else " here in this chat"
         guessed = " (no time given, so at 9:00)" if default_time else ""
         return f"OK, I'll remind you{where} {when}{guessed}{how} ({label(zone)}): {what}"
 
-    async def cancel(self, which: str) -> str:
-        """`which`: a number of the list (/reminders), or "all"."""
+    async def cancel(self, which: str, *, once: bool = True) -> str:
+        """`which`: a number of the list (/reminders), or "all". `once`: a message delivered
+        again (after a crash) cancels nothing more; the model's tool, which may cancel twice
+        in one turn, says False (a turn already answered is never run again)."""
+        message = self._inbound.message_id if once else None
         async with self._book.lock(self.user_key):
-            pending = self.pending()
+            stored = self._workspace.reminders.load()
+            done = [
+                r for r in stored if r.cancelled and message is not None and message in r.messages
+            ]
+            if done:  # the same message delivered again after a crash: done already
+                return (
+                    f"Cancelled: {done[0].what}"
+                    if len(done) == 1
+                    else (f"Cancelled all {len(done)} of your reminders.")
+                )
+            pending = pending_of(stored)
             if not pending:
                 return "You have no reminders waiting; nothing to cancel."
             if which.strip().lower() == "all":
@@ -265,7 +296,10 @@ class PersonReminders:
                 chosen = [pending[number - 1]]
             now = clock.iso()
             for reminder in chosen:
-                self._workspace.reminders.append({"type": CANCELLED, "id": reminder.id, "at": now})
+                cancel: dict[str, Any] = {"type": CANCELLED, "id": reminder.id, "at": now}
+                if message is not None:
+                    cancel["message"] = message
+                self._workspace.reminders.append(cancel)
             self._book.settle(self.user_key, pending_of(self._workspace.reminders.load()))
         if len(chosen) == 1:
             return f"Cancelled: {chosen[0].what}"
@@ -297,3 +331,20 @@ class PersonReminders:
 
     def _admin(self) -> bool:
         return self._book.is_admin(self.user_key)
+
+
+def _set_by(
+    stored: list[StoredReminder], message_id: str | None, what: str
+) -> StoredReminder | None:
+    """The reminder this very message set already (a platform delivers a message again when a
+    crash kept it from being acknowledged); by the model, the one of the same text."""
+    if message_id is None:
+        return None
+    for reminder in stored:
+        if message_id in reminder.messages and reminder.what == what[:2000]:
+            return reminder
+    return None
+
+
+def _rule_of(reminder: StoredReminder) -> Repeat | None:
+    return Repeat.from_record(reminder.record.get("repeat"))
