@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 
 PREFERENCES_FILE = "preferences.json"
 MEMORY_IN_GROUPS = "memory_in_groups"
+TIMEZONE = "timezone"  # the IANA zone of the person's reminders (/timezone)
 
 
 class Preferences:

@@ -299,3 +299,39 @@ async def test_a_command_delivered_again_after_a_crash_sets_or_cancels_only_once
     assert (await ask(agent, cancel)).text == "Cancelled: water the fern"  # stretch stays
     assert [r.what for r in file.load() if r.pending] == ["stretch"]
     await agent.aclose()
+
+
+async def test_a_linked_accounts_reminders_follow_its_person(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """/link merges a Discord account into the Telegram account's workspace: its reminders
+    move with its files, the index and the scheduler follow (the one who holds the workspace
+    sends them, still on Discord, in the chat they were asked in)."""
+    from bot.inbound import Inbound
+    from bot.keys import session_key
+
+    agent = make_agent(fake_llm, workspaces_dir)
+    discord = Taken()
+    agent.send_with("discord", discord)
+    stop = asyncio.Event()
+    running = asyncio.create_task(agent.reminders.run(stop))
+    asked = Inbound(
+        platform="discord",
+        session_key=session_key("discord", "dm", 77),
+        user_key="discord-77",
+        text="/remind in 2 seconds stretch",
+        place={"channel": "555", "user": "77"},
+    )
+    assert (await ask(agent, asked)).text.startswith("OK, I'll remind you")
+    assert (await ask(agent, dm("42", "/remind in 1 hour call Bo"))).text.startswith("OK")
+    await agent.join_person("discord-77", "telegram-42")
+    index = DueIndex(workspaces_dir).load()
+    assert "discord-77" not in index
+    assert index["telegram-42"] <= clock.now() + timedelta(seconds=3)  # the stretch's, not 1 h
+    await asyncio.wait_for(discord.event.wait(), 10)
+    stop.set()
+    await running
+    assert discord.sent == [({"channel": "555", "user": "77"}, "⏰ Reminder: stretch")]
+    listing = (await ask(agent, dm("42", "/reminders"))).text
+    assert "call Bo" in listing and "stretch" not in listing
+    await agent.aclose()

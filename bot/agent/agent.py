@@ -19,7 +19,7 @@ import logging
 import math
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -875,9 +875,11 @@ class Agent:
         home = self.links.resolve(into)
         first, second = sorted((member, home))
         async with self.user_exclusive(first), self.user_exclusive(second):
+            moving = self._reminders_moving((member, home))
             merged = await asyncio.to_thread(merge, self.workspaces, self.links, member, home)
             forget_everywhere((*self._per_user, self.sessions), member)
             forget_everywhere(self._per_user, home)
+            self._reminders_moved(moving)
         log.info("linked %s to the workspace of %s", member, home)
         return merged
 
@@ -886,10 +888,26 @@ class Agent:
         home = self.links.resolve(member)
         others = [key for key in self.links.members(member) if key != member]
         async with self.user_exclusive(home):
+            moving = self._reminders_moving(self.links.members(member))
             await asyncio.to_thread(split, self.workspaces, self.links, member)
             forget_everywhere((*self._per_user, self.sessions), home)
+            self._reminders_moved(moving)
         log.info("unlinked %s from the workspace of %s", member, home)
         return others
+
+    def _reminders_moving(self, keys: Iterable[str]) -> list[str]:
+        """Before a merge or split moves reminders between keys: each key that may hold them
+        afterwards gets the soonest time of them all in the index, so a crash mid-way leaves it
+        early, never late (bot/reminders/index.py); `_reminders_moved` puts it right."""
+        keys = list(dict.fromkeys(keys))
+        times = [due for key in keys if (due := self.reminder_book.earliest(key)) is not None]
+        for key in keys if times else ():
+            self.reminder_book.announce(key, min(times))
+        return keys
+
+    def _reminders_moved(self, keys: list[str]) -> None:
+        for key in keys:
+            self.reminder_book.refresh(key)
 
     async def start_new_session(self, inbound: Inbound) -> NewSession:
         """/new: the next message starts fresh; the old messages are filed in the background.

@@ -140,6 +140,21 @@ class ReminderBook:
         self.index.set(user_key, due)
         self.on_due(user_key, due)
 
+    def earliest(self, user_key: str) -> datetime | None:
+        """The person's next due time, read from their file (None: nothing, or no workspace)."""
+        if not self.workspaces.exists(user_key):
+            return None
+        return earliest(pending_of(self.file_of(user_key).load()))
+
+    def refresh(self, user_key: str) -> None:
+        """After their files moved (/link, /unlink): the index and the scheduler read the
+        person's next time from their file again (none: the key holds no workspace now)."""
+        if self.workspaces.exists(user_key):
+            self.settle(user_key, pending_of(self.file_of(user_key).load()))
+        else:
+            self.index.drop(user_key)
+            self.on_wiped(user_key)
+
     def announce(self, user_key: str, due: datetime) -> None:
         """Before a reminder is written: an earlier time goes into the index first."""
         known = self.index.get(user_key)

@@ -13,9 +13,8 @@ from datetime import datetime
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from memory.preferences import Preferences
+from memory.preferences import TIMEZONE, Preferences
 
-TIMEZONE = "timezone"  # the preference holding the person's zone
 EXAMPLES = "Europe/Lisbon, America/New_York or Asia/Tokyo"
 
 

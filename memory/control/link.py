@@ -4,8 +4,9 @@ Merging `member` into `into`'s workspace moves everything of the member over wit
 anything: MEMORY.md facts join the surviving MEMORY.md's sections (the version before is kept,
 so /memory undo takes the merge back), HISTORY.md entries are merged by time, sessions, media
 and earlier memory versions move, usage lines join, preferences the survivor has not chosen are
-taken. Each file is written atomically (or moved by one rename) before the member's copy goes,
-and every step can run again without doing anything twice, so a journal file beside the
+taken, reminders join (each keeps its own records). Each file is written atomically (or moved
+by one rename) before the member's copy goes, and every step can run again without doing
+anything twice, so a journal file beside the
 workspaces (`.link-journal.json`, written first, removed last) is all a crash needs: the next
 writer to open the folder (`finish_pending`) runs the step it names again to its end.
 
@@ -27,6 +28,7 @@ from memory.control.forget import history_entries
 from memory.control.wipe import delete, hide
 from memory.links import LinkTable
 from memory.media import MEDIA_DIR
+from memory.preferences import MEMORY_IN_GROUPS, TIMEZONE
 from memory.safefs import make_private_dir, read_bytes
 from memory.store import VERSIONS_DIR, merged_memory
 from memory.usage import USAGE_FILE
@@ -111,6 +113,7 @@ def _merge_files(source: Workspace, target: Workspace) -> Merged:
     entries = _merge_history(source, target)
     files = sum(_move_folder(source.root / name, target.root / name) for name in _MOVED_FOLDERS)
     _merge_usage(source.root / USAGE_FILE, target.root / USAGE_FILE)
+    _merge_usage(source.reminders.path, target.reminders.path)  # records: the same union
     _merge_preferences(source, target)
     return Merged(facts, entries, files)
 
@@ -182,7 +185,7 @@ def _merge_usage(source: Path, target: Path) -> None:
 
 
 def _merge_preferences(source: Workspace, target: Workspace) -> None:
-    for name in ("memory_in_groups",):
+    for name in (MEMORY_IN_GROUPS, TIMEZONE):
         theirs = source.preferences.get(name)
         if theirs is not None and target.preferences.get(name) is None:
             target.preferences.set(name, theirs)
