@@ -50,7 +50,7 @@ from bot.keys import session_key, user_key
 from bot.reminders.index import DueIndex
 from memory import clock
 from memory.keys import encode_key
-from memory.reminders import ReminderFile
+from memory.reminders.records import ReminderFile
 
 FIRST_PERSON = 100_000  # the people holding reminders; chatters and the timed ones apart
 FIRST_CHATTER = 20_000

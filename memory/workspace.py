@@ -13,7 +13,7 @@ from memory.atomic import atomic_write_text, remove_stale_temp_files
 from memory.keys import decode_key, encode_key, is_hashed_name
 from memory.media import MEDIA_DIR, MediaStore
 from memory.preferences import PREFERENCES_FILE, Preferences
-from memory.reminders import REMINDERS_FILE, ReminderFile
+from memory.reminders.records import REMINDERS_FILE, ReminderFile
 from memory.safefs import is_link, make_private_dir, read_bytes
 from memory.session import SessionStore
 from memory.store import HISTORY_FILE, MEMORY_FILE, VERSIONS_DIR, MemoryStore

@@ -19,7 +19,7 @@ from bot.reminders.index import DueIndex
 from bot.reminders.repeat import DAILY, INTERVAL, WEEKLY, Repeat
 from bot.reminders.when import WhenError, parse, split
 from memory import clock
-from memory.reminders import ReminderFile
+from memory.reminders.records import ReminderFile
 from tests.agent_helpers import ask, dm, make_agent
 from tests.fakes.openai_server import FakeOpenAI
 from tests.test_cli import clean_env, keep_logging

@@ -6,7 +6,7 @@ reminders file at a time; the agent's exclusive() takes it too, so /forget and /
 a send), the due-time index (index.py) and the scheduler to wake. `PersonReminders` is one
 person's desk, bound to the message they wrote: it can only ever reach their own reminders, and
 a reminder set through it goes back to the chat it was asked in. What is pending is read from
-their file each time (memory/reminders.py): nothing of it is kept in RAM.
+their file each time (memory/reminders/records.py): nothing of it is kept in RAM.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from bot.reminders.when import parse as parse_when
 from bot.reminders.zones import TIMEZONE, label, person_zone, show, zone_named
 from memory import clock
 from memory.preferences import Preferences
-from memory.reminders import CANCELLED, SET, ReminderFile, StoredReminder
+from memory.reminders.records import CANCELLED, SET, ReminderFile, StoredReminder
 from memory.workspace import Workspace, Workspaces
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from bot.outbound import Reply
 from bot.reminders.desk import Pending, ReminderBook, earliest, pending_of
 from bot.reminders.zones import label, show
 from memory import clock
-from memory.reminders import DELIVERED, ReminderFile
+from memory.reminders.records import DELIVERED, ReminderFile
 
 if TYPE_CHECKING:
     from bot.platform import Resender
