@@ -14,13 +14,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from bot.inbound import Inbound
 from bot.outbound import Reply
 from bot.reminders.index import DueIndex
 from bot.reminders.repeat import DAILY, INTERVAL, WEEKLY, Repeat
 from bot.reminders.when import WhenError, parse, split
 from memory import clock
 from memory.reminders.records import ReminderFile
-from tests.agent_helpers import ask, dm, make_agent
+from tests.agent_helpers import ask, make_agent
+from tests.agent_helpers import dm as private_message
 from tests.fakes.openai_server import FakeOpenAI
 from tests.test_cli import clean_env, keep_logging
 
@@ -29,6 +31,11 @@ __all__ = ["clean_env", "keep_logging"]  # fixtures
 LISBON = ZoneInfo("Europe/Lisbon")
 NEW_YORK = ZoneInfo("America/New_York")
 FRIDAY = datetime(2026, 5, 1, 10, 0, 7, tzinfo=UTC)  # 11:00:07 in Lisbon
+
+
+def dm(user: str, text: str) -> Inbound:
+    """A Telegram private message, with its chat as the adapter gives it (Inbound.place)."""
+    return replace(private_message(user, text), place={"chat": user, "user": user})
 
 
 def local(text: str, zone: ZoneInfo = LISBON, now: datetime = FRIDAY) -> tuple[str, str]:
@@ -199,7 +206,7 @@ async def test_a_send_the_platform_refused_is_tried_again_never_recorded_as_sent
     agent.send_with("telegram", platform)
     stop = asyncio.Event()
     running = asyncio.create_task(agent.reminders.run(stop))
-    message = replace(dm("42", "/remind in 1 second stretch"), place={"chat": "42"})
+    message = dm("42", "/remind in 1 second stretch")
     assert (await ask(agent, message)).text.startswith("OK, I'll remind you")
     await asyncio.wait_for(platform.event.wait(), 5)
     file = ReminderFile(workspaces_dir / "telegram-42")
@@ -210,7 +217,7 @@ async def test_a_send_the_platform_refused_is_tried_again_never_recorded_as_sent
             await asyncio.sleep(0.01)
     stop.set()
     await running
-    assert platform.sent == [({"chat": "42"}, "⏰ Reminder: stretch")]
+    assert platform.sent == [({"chat": "42", "user": "42"}, "⏰ Reminder: stretch")]
     assert [len(r.delivered) for r in file.load()] == [1]
     await agent.aclose()
 
@@ -219,7 +226,7 @@ async def test_one_due_while_the_bot_was_down_is_sent_once_late(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
     agent = make_agent(fake_llm, workspaces_dir)  # not running: the bot is down
-    message = replace(dm("42", "/remind in 1 second stretch"), place={"chat": "42"})
+    message = dm("42", "/remind in 1 second stretch")
     await ask(agent, message)
     await asyncio.sleep(1.2)  # its time passes while nothing runs
     platform = Taken()
@@ -307,7 +314,6 @@ async def test_a_linked_accounts_reminders_follow_its_person(
     """/link merges a Discord account into the Telegram account's workspace: its reminders
     move with its files, the index and the scheduler follow (the one who holds the workspace
     sends them, still on Discord, in the chat they were asked in)."""
-    from bot.inbound import Inbound
     from bot.keys import session_key
 
     agent = make_agent(fake_llm, workspaces_dir)
@@ -334,4 +340,16 @@ async def test_a_linked_accounts_reminders_follow_its_person(
     assert discord.sent == [({"channel": "555", "user": "77"}, "⏰ Reminder: stretch")]
     listing = (await ask(agent, dm("42", "/reminders"))).text
     assert "call Bo" in listing and "stretch" not in listing
+    await agent.aclose()
+
+
+async def test_a_chat_the_bot_cannot_write_to_later_gets_no_reminder(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    refused = await ask(agent, private_message("42", "/remind in 1 hour stretch"))  # no place
+    assert refused.text == (
+        "I can't send a message to this chat later, so I can't set reminders here."
+    )
+    assert not ReminderFile(workspaces_dir / "telegram-42").exists()
     await agent.aclose()

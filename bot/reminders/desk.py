@@ -222,6 +222,8 @@ class PersonReminders:
                 "What should I remind you of? Put it after the time, e.g. "
                 "/remind in 10 minutes take the bread out. Nothing was set."
             )
+        if self._inbound.place is None:  # its platform cannot send here later
+            return "I can't send a message to this chat later, so I can't set reminders here."
         if repeat is not None and not self._admin():
             refused = too_often(repeat, self._book.shortest_repeat_s)
             if refused:
