@@ -131,9 +131,8 @@ REMIND_SCHEMA: dict[str, Any] = {
     "function": {
         "name": "remind",
         "description": (
-            "This person's reminders. set: `what` is sent in this chat at `when`, in their words "
-            "('in 10 minutes', 'tomorrow at 9', 'every monday at 9'); list; cancel `number` "
-            "(from list, or 'all')."
+            "Set (`what`, sent here at `when`: 'in 10 minutes', 'tomorrow at 9', 'every monday "
+            "at 9'), list or cancel (`number` from list, or 'all') this person's reminders."
         ),
         "parameters": {
             "type": "object",
@@ -154,8 +153,8 @@ def _public_remind() -> dict[str, Any]:
     schema = json.loads(json.dumps(REMIND_SCHEMA))
     function = schema["function"]
     function["description"] = (
-        "Set a reminder for this person: `what` is sent in this chat at `when`, in their words "
-        "('in 10 minutes', 'tomorrow at 9', 'every monday at 9')."
+        "Set a reminder for this person: `what`, sent here at `when` ('in 10 minutes', "
+        "'tomorrow at 9', 'every monday at 9')."
     )
     function["parameters"]["properties"]["action"]["enum"] = ["set"]
     del function["parameters"]["properties"]["number"]
