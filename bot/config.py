@@ -70,8 +70,10 @@ class LLMConfig(Section):
     base_url: str | None = setting(None, url=HTTP, env="OPENAI_BASE_URL")
     api_key: str | None = setting(None, secret=True, env="OPENAI_API_KEY")
     model: str = setting("gpt-4o-mini", rule=NON_EMPTY)
-    context_window_tokens: int = setting(65536, rule=POSITIVE_INT)
-    max_output_tokens: int = setting(2048, rule=POSITIVE_INT)
+    # Unset: automatic (bot/agent/sizing.py): the window the server tells, else a known one for
+    # well-known hosted models, else 65,536; the answer an eighth of it, at most 2,048.
+    context_window_tokens: int | None = setting(None, rule=POSITIVE_INT)
+    max_output_tokens: int | None = setting(None, rule=POSITIVE_INT)
     # Tokens of the window kept free for estimate error; None: about 5 % of the window.
     context_margin_tokens: int | None = setting(None, rule=NON_NEGATIVE_INT)
     temperature: float = setting(0.7, rule=Rule("a number from 0 to 2", lambda v: 0 <= v <= 2))
@@ -125,7 +127,7 @@ class MemoryConfig(Section):
     # Left unset, load_config puts it in the user's data folder: data_home() / "workspaces".
     workspaces_dir: Path = Path("workspaces")
     keep_memory_versions: int = setting(10, rule=NON_NEGATIVE_INT)
-    # MEMORY.md's size budget in tokens; 0: a quarter of [llm] context_window_tokens.
+    # MEMORY.md's size budget in tokens; 0: a tenth of the context window, at most 1,500.
     max_memory_tokens: int = setting(0, rule=NON_NEGATIVE_INT)
     # Sessions (with their users' workspaces) kept loaded; the least recently used idle ones
     # beyond it are dropped from RAM and read again from disk when their user comes back.

@@ -136,7 +136,10 @@ async def test_above_the_window_a_chunk_up_to_a_user_turn_is_consolidated(
 async def test_several_rounds_until_under_the_target(llm, fake_llm, workspace) -> None:
     session = workspace.sessions.get("telegram:dm:42")
     add_turns(workspace, session, 12)
-    consolidator, estimator = consolidator_for(llm, workspace, session)
+    # (A budget the growing memory stays within: condensing it is not this test's subject.)
+    consolidator, estimator = consolidator_for(
+        llm, workspace, session, memory_budget_tokens=10_000
+    )
     # The new memory is bigger than a turn, so after round one the prompt is still above target.
     big_memory = ALPHA_MEMORY + "- gamma fact\n" * 60
     fake_llm.default = lambda req: save_memory_call("[2024-05-01 10:00] Summary.", big_memory)
@@ -152,7 +155,7 @@ async def test_several_rounds_until_under_the_target(llm, fake_llm, workspace) -
 async def test_at_most_five_rounds(llm, fake_llm, workspace) -> None:
     session = workspace.sessions.get("telegram:dm:42")
     add_turns(workspace, session, 40)
-    consolidator, _ = consolidator_for(llm, workspace, session)
+    consolidator, _ = consolidator_for(llm, workspace, session, memory_budget_tokens=10_000)
     grown: list[int] = []
 
     def growing_memory(req: dict[str, Any]) -> dict[str, Any]:

@@ -29,9 +29,9 @@ from bot.agent.conversation import supersede_last, withdraw_last
 from bot.agent.prompt import ContextBuilder, FrozenPrompts, with_media
 from bot.agent.replies import reply_record
 from bot.agent.residency import LoadedSessions, PerUser, forget_everywhere
+from bot.agent.sizing import Sizing, plan, tools_text
 from bot.agent.streaming import AnswerStream
 from bot.agent.tools import AgentTools
-from bot.agent.window import TOOLS_TEXT, llm_budget
 from bot.chats import ChatBook, chat_of
 from bot.commands.confirm import Confirmations
 from bot.commands.context import (
@@ -149,9 +149,21 @@ def disk_reason(error: OSError) -> str:
 
 
 class Agent:
-    def __init__(self, config: Config, llm: ChatLLM | None = None, *, writer: bool = True) -> None:
+    def __init__(
+        self,
+        config: Config,
+        llm: ChatLLM | None = None,
+        *,
+        writer: bool = True,
+        sizing: Sizing | None = None,
+    ) -> None:
         """writer=False: for a process without the folder lock, which must not write (only
-        commands that read, like /recall, are then sent to it)."""
+        commands that read, like /recall, are then sent to it). `sizing`: the window and its
+        shares as bot.agent.sizing.size found them with the server's help; None: planned from
+        the config alone."""
+        self.estimator = TokenEstimator(image_tokens=config.llm.image_tokens)
+        self.sizing = sizing or plan(config, estimator=self.estimator)
+        config = self.sizing.applied(config)  # the automatic figures, filled in
         self.config = config
         self.workspaces = Workspaces(
             config.memory.workspaces_dir,
@@ -161,7 +173,6 @@ class Agent:
         # Every model call, the consolidator's too, is booked to the user it was made for.
         self.usage = UsageBook(self.workspaces)
         self.limits = Limits(config.limits, self.usage)
-        self.estimator = TokenEstimator(image_tokens=config.llm.image_tokens)
         self.llm = ChargedLLM(
             llm or LLMClient.from_config(config.llm), self.usage, self._estimated_usage
         )
@@ -174,17 +185,17 @@ class Agent:
         )
         # [llm] vision, until the provider refuses pictures (then they go as text, as with false).
         self._sees_pictures = config.llm.vision
-        self.window = config.llm.context_window_tokens
-        self.budget = llm_budget(config.llm)
+        self.window = self.sizing.window
+        self.budget = self.sizing.budget
         self.consolidator = MemoryConsolidator(
             self.llm,
             self.estimator,
             self.window,
             answer_tokens=self.budget.answer,
             margin_tokens=self.budget.margin,
-            memory_budget_tokens=config.memory.max_memory_tokens,
+            memory_budget_tokens=self.sizing.memory,
         )
-        self.context = ContextBuilder(config.agent.bot_name)
+        self.context = ContextBuilder(config.agent.bot_name, self.sizing.form)
         self.chats = ChatBook.of(config.memory.workspaces_dir)  # personas, group triggers
         self.prompts = FrozenPrompts()
         self.background = BackgroundWork()
@@ -213,7 +224,7 @@ class Agent:
         if writer:
             sweep_wiped(self.workspaces.base_dir)  # what a crash mid-/wipe left behind
             finish_pending(self.workspaces, self.links)  # what a crash mid-/link left undone
-        self._tools_text = TOOLS_TEXT
+        self._tools_text = tools_text(self.sizing.form)
 
     def _estimated_usage(
         self, messages: list[dict[str, Any]], result: ChatResult
@@ -477,7 +488,8 @@ class Agent:
             await out.notice(CONSOLIDATING)
             await self._consolidate_first(workspace, session, inbound)
             system = self._system_prompt(workspace, session, inbound)
-        tools = AgentTools(workspace, public=not self._memory_shown(workspace, inbound))
+        public = not self._memory_shown(workspace, inbound)
+        tools = AgentTools(workspace, public=public, form=self.sizing.form)
         try:
             return await self._respond_with(workspace, session, inbound, out, system, tools)
         finally:
@@ -925,6 +937,9 @@ class Agent:
             memory_tokens=self.consolidator.memory_tokens(workspace.memory.read()),
             memory_budget_tokens=self.consolidator.memory_budget,
             held=held_update(workspace.memory),
+            window_from=self.sizing.window_from,
+            fixed_tokens=self.sizing.fixed,
+            margin_tokens=self.budget.margin,
         )
 
     # ---- one user's files, held still: /memory undo, /forget, /wipe --------------------------

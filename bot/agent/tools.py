@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bot.agent.prompt import PromptForm
 from memory import clock
 from memory.consolidation.checks import held_because, kept_fact_lines
 from memory.safefs import LinkRefusedError
@@ -126,16 +127,53 @@ PUBLIC_TOOL_SCHEMAS: list[dict[str, Any]] = _public_schemas()
 PUBLIC_NOTED = "Noted in their memory."
 
 
+def _schema(name: str, description: str, parameter: str) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {parameter: {"type": "string"}},
+                "required": [parameter],
+            },
+        },
+    }
+
+
+# The tools for a small window (bot/agent/sizing.py): one string parameter each, less than
+# half the tokens of the full schemas. edit_memory only adds there (a line under the default
+# section); a stale fact is corrected by consolidation.
+COMPACT_TOOL_SCHEMAS: list[dict[str, Any]] = [
+    _schema("edit_memory", "Add a lasting fact about this person to their memory.", "text"),
+    _schema("search_history", "Search earlier conversations for keywords.", "query"),
+]
+COMPACT_PUBLIC_SCHEMAS: list[dict[str, Any]] = COMPACT_TOOL_SCHEMAS[:1]
+
+
+def tool_schemas(form: PromptForm, *, public: bool = False) -> list[dict[str, Any]]:
+    """The schemas a turn offers in this prompt form ("none": no tools)."""
+    if form == "none":
+        return []
+    if form == "compact":
+        return COMPACT_PUBLIC_SCHEMAS if public else COMPACT_TOOL_SCHEMAS
+    return PUBLIC_TOOL_SCHEMAS if public else TOOL_SCHEMAS
+
+
 class AgentTools:
     """Executes tool calls for one turn of one user.
 
     public=True (a group turn that must not see the person's memory): only adding to MEMORY.md,
     with an answer that tells nothing about what the memory holds."""
 
-    def __init__(self, workspace: Workspace, *, public: bool = False) -> None:
+    def __init__(
+        self, workspace: Workspace, *, public: bool = False, form: PromptForm = "full"
+    ) -> None:
         self._workspace = workspace
         self._public = public
-        self.schemas = PUBLIC_TOOL_SCHEMAS if public else TOOL_SCHEMAS
+        self._form = form
+        self.schemas = tool_schemas(form, public=public)
         self._calls = 0
         self._before: str | None = None  # MEMORY.md at the turn's first edit
         self._held: tuple[Path, str] | None = None  # the held version and its text
@@ -152,6 +190,8 @@ class AgentTools:
             args = _parse_arguments(raw_arguments)
         except ValueError as exc:
             return f"Error: {exc}"
+        if self._form == "compact" and name == "edit_memory":
+            args = {**args, "action": args.get("action") or "add"}  # its schema only adds
         if self._public:
             return await self._public_call(name, args)
         if name == "edit_memory":

@@ -36,9 +36,10 @@ from bot.cli.common import (
     platform_factory,
     require_credentials,
     require_workspace,
+    sized,
     workspaces_dir,
 )
-from bot.cli.doctor import cmd_doctor, warn_about_window
+from bot.cli.doctor import cmd_doctor
 from bot.config import ConfigError, data_home
 from bot.platform import (
     PlatformStartError,
@@ -103,9 +104,9 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     log.info("connecting to %s; memory in %s", describe_endpoint(config), where)
     logs = f"; log in {args.log_file}" if args.log_file else ""
     print(f"{describe_endpoint(config)}; memory in {where}{logs}", file=sys.stderr, flush=True)
+    sizing = await sized(config)
     with only_writer(config):
-        agent = new_agent(config)
-        await warn_about_window(config)
+        agent = new_agent(config, sizing=sizing)
         try:
             adapter = factory(config, agent, user=args.user, log_file=args.log_file)
             with stop_on_signals(agent.stopping) as stop:
@@ -133,9 +134,9 @@ async def cmd_run(args: argparse.Namespace) -> int:
     require_credentials(config)
     factories = {name: platform_factory(name) for name in names}
     log.info("connecting to %s; memory in %s", describe_endpoint(config), workspaces_dir(config))
+    sizing = await sized(config)
     with only_writer(config):
-        agent = new_agent(config, metered=True)
-        await warn_about_window(config)
+        agent = new_agent(config, metered=True, sizing=sizing)
         try:
             core = metered_core(agent)
             adapters = [factories[name](config, core) for name in names]

@@ -6,9 +6,9 @@ answer in prose, so a second attempt uses "auto". A session whose chunk keeps fa
 raw-archived after `max_failures` attempts so the prompt cannot grow without bound; the JSONL
 keeps every message regardless.
 
-MEMORY.md has a budget (`memory_budget_tokens`, by default a quarter of the window): the request
-states it and the current size, and an update over it gets one request to condense. What is
-refused, held or written, in which order, is memory.consolidation.checks' docstring.
+MEMORY.md has a budget (`memory_budget_tokens`, by default a share of the window: budget.py):
+the request states it and the current size, and an update over it gets one request to condense.
+What is refused, held or written, in which order, is memory.consolidation.checks' docstring.
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ class MemoryConsolidator:
         self._pieces_done: dict[tuple[str, str], tuple[int, int, int]] = {}
         self._echoes = echo_fragments(SYSTEM_PROMPT, *_descriptions(SAVE_MEMORY_TOOL))
         self._condense_echoes = echo_fragments(CONDENSE_PROMPT)
-        self._memory_budget = max(0, memory_budget_tokens)  # 0: a quarter of the window
+        self._memory_budget = max(0, memory_budget_tokens)  # 0: a share of the window
         # The newest event of each user not yet told (taken by their next answer).
         self._events: dict[str, MemoryEvent] = {}
 
@@ -263,7 +263,7 @@ class MemoryConsolidator:
 
     @property
     def memory_budget(self) -> int:
-        """Tokens MEMORY.md may take: as configured, else a quarter of the window."""
+        """Tokens MEMORY.md may take: as configured, else a share of the window (budget.py)."""
         return memory_budget(self.window, self._memory_budget)
 
     def memory_tokens(self, memory: str) -> int:
