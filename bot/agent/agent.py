@@ -225,6 +225,8 @@ class Agent:
             sweep_wiped(self.workspaces.base_dir)  # what a crash mid-/wipe left behind
             finish_pending(self.workspaces, self.links)  # what a crash mid-/link left undone
         self._tools_text = tools_text(self.sizing.form)
+        self._draining: set[tuple[str, str]] = set()  # sessions consolidating in the background
+        self._closing = False  # aclose(): a backlog's background work stops after its round
 
     def _estimated_usage(
         self, messages: list[dict[str, Any]], result: ChatResult
@@ -324,7 +326,9 @@ class Agent:
         self.attachments.stop()
 
     async def aclose(self) -> None:
-        """Wait for pending consolidation, then close the LLM client."""
+        """Wait for pending consolidation (a backlog's only for its current round), then close
+        the LLM client."""
+        self._closing = True
         self.attachments.stop()
         await self.background.wait_all()
         await self.llm.aclose()
@@ -338,7 +342,8 @@ class Agent:
         async with self.sessions.lock(inbound.session_key):
             # Looked up under the lock: a /wipe that held it has replaced the workspace.
             workspace = self.workspaces.get(inbound.user_key)
-            session = workspace.sessions.get(inbound.session_key)
+            session = await workspace.sessions.load(inbound.session_key)
+            await self.estimator.warm(session)  # a backlog: counted in a thread, once
             earlier = self._earlier_copy(session, inbound.message_id)
             if earlier is not None:
                 return await self._redelivered(workspace, session, inbound, earlier, out)
@@ -483,15 +488,25 @@ class Agent:
         margin) does. A provider that still refuses the request as too long gets one retry
         after consolidating; an outage is told apart from a conversation grown too long."""
         system = self._system_prompt(workspace, session, inbound)
+        since = None  # answered from the whole conversation, else from this message on
         if not self.budget.fits(self._estimate(system, session)):
-            # The prompt cannot fit at all: make room before calling the model.
+            # The prompt cannot fit at all: make room before calling the model, when one
+            # consolidation request does it. A backlog (a migrated transcript, a long outage)
+            # is not waited for: the newest turns that fit are answered, and the rest is
+            # worked through in the background.
             await out.notice(CONSOLIDATING)
-            await self._consolidate_first(workspace, session, inbound)
-            system = self._system_prompt(workspace, session, inbound)
+            tools_text = system + self._tools_text
+            if self.consolidator.one_request_will_do(workspace.memory.read(), tools_text, session):
+                await self._consolidate_first(workspace, session, inbound)
+                system = self._system_prompt(workspace, session, inbound)
+            if not self.budget.fits(self._estimate(system, session)):
+                since = self.consolidator.tail_start(session, system + self._tools_text)
+                log.info("a backlog in %s: answering from its newest turns", inbound.session_key)
+                self._consolidate_later(workspace, session, inbound, system)
         public = not self._memory_shown(workspace, inbound)
         tools = AgentTools(workspace, public=public, form=self.sizing.form)
         try:
-            return await self._respond_with(workspace, session, inbound, out, system, tools)
+            return await self._respond_with(workspace, session, inbound, out, system, tools, since)
         finally:
             if tools.held is not None:  # told under this answer, or the next private one
                 self.consolidator.note_event(
@@ -507,11 +522,14 @@ class Agent:
         out: Outbound,
         system: str,
         tools: AgentTools,
+        since: int | None = None,
     ) -> Reply:
-        """_respond's model calls, with the turn's tools (one set: their bounds are the turn's)."""
+        """_respond's model calls, with the turn's tools (one set: their bounds are the turn's);
+        `since`: the conversation from that message on (the newest part of a backlog)."""
         try:
             try:
-                text = await self._run_model(workspace, session, system, tools, out=out)
+                run = self._run_model
+                text = await run(workspace, session, system, tools, out=out, since=since)
             except LLMContextOverflow as exc:
                 log.warning("the provider found the prompt too long for %s", inbound.session_key)
                 self._learn_from_overflow(exc, system, session)
@@ -522,12 +540,16 @@ class Agent:
                 if not rounds:
                     raise
                 system = self._system_prompt(workspace, session, inbound)
-                text = await self._run_model(workspace, session, system, tools, out=out)
+                text = await self._run_model(
+                    workspace, session, system, tools, out=out, since=since
+                )
             except LLMImagesRefused as exc:
                 if not await self._pictures(workspace, session):  # not about pictures
                     raise
                 self._stop_sending_pictures(exc)
-                text = await self._run_model(workspace, session, system, tools, out=out)
+                text = await self._run_model(
+                    workspace, session, system, tools, out=out, since=since
+                )
                 text = f"{text}\n\n{PICTURES_REFUSED}"
         except _NotSaved as failure:
             log.error("could not save the answer of %s: %s", inbound.session_key, failure.error)
@@ -551,20 +573,32 @@ class Agent:
         self, workspace: Workspace, session: Session, inbound: Inbound, system: str
     ) -> None:
         """After a turn (answered or not): consolidate in the background if the next prompt
-        would not fit, so the next turn does not fail the same way."""
-        if self.budget.fits(self._estimate(system, session)):
+        would not fit, so the next turn does not fail the same way; round after round until
+        it fits (a backlog), one background task per session."""
+        key = (inbound.user_key, session.key)
+        if key in self._draining or self.budget.fits(self._estimate(system, session)):
             return
         if self.limits.check_tokens(inbound.user_key) is not None:
             # Past the person's limit (or the bot's): it waits, and the first turn they may
             # have again makes room before it answers.
             log.info("consolidation of %s waits for the token limit", inbound.session_key)
             return
-        self.background.start(
-            self.consolidator.maybe_consolidate(
-                workspace, session, self._cost_of_prompt(workspace, inbound)
-            ),
-            inbound.user_key,
-        )
+        self._draining.add(key)
+
+        async def drain() -> None:
+            prompt = self._cost_of_prompt(workspace, inbound)
+            try:
+                while not self._closing and not self.budget.fits(
+                    self.estimator.prompt_tokens(prompt(), session)
+                ):
+                    if self.limits.check_tokens(inbound.user_key) is not None:
+                        break  # the person's (or the bot's) tokens are spent: it waits
+                    if not await self.consolidator.maybe_consolidate(workspace, session, prompt):
+                        break  # failed (retried on a later turn) or only the newest turn left
+            finally:
+                self._draining.discard(key)
+
+        self.background.start(drain(), inbound.user_key)
 
     def _learn_from_overflow(self, exc: LLMContextOverflow, system: str, session: Session) -> None:
         """A rejection that says how long the provider found the prompt is a usage report."""
@@ -619,11 +653,13 @@ class Agent:
         tools: AgentTools,
         *,
         out: Outbound | None = None,
+        since: int | None = None,
     ) -> str:
         """The tool loop, bounded in rounds, in calls (tools.room()) and by the person's token
         limits (checked before each round after the first: a turn that spent the day's tokens
         stops there); every assistant and tool message is persisted as sent. A group turn
-        without the person's memory has the tools that cannot read it (AgentTools public)."""
+        without the person's memory has the tools that cannot read it (AgentTools public).
+        `since`: the conversation from that message on (the newest part of a backlog)."""
         pictures = await self._pictures(workspace, session)  # once per turn, off the loop
         for round_ in range(self.config.agent.max_tool_iterations):
             spent = self.limits.mid_turn(workspace.user_key) if round_ else None
@@ -633,9 +669,10 @@ class Agent:
                 stop = {"role": "assistant", "content": spent.text}
                 _append(workspace, session, stop, spent.text)
                 return spent.text
-            raw = self.estimator.raw_prompt_tokens(system + self._tools_text, session)
-            messages = self.context.messages(system, with_media(session.history(), pictures))
-            full = not self.budget.fits(self._estimate(system, session))
+            raw = self.estimator.raw_prompt_tokens(system + self._tools_text, session, since)
+            history = with_media(session.history(since), pictures)
+            messages = self.context.messages(system, history)
+            full = not self.budget.fits(self._estimate(system, session, since))
             if round_ and (full or not tools.room()):
                 # This turn's tool results filled the window (a weak model calling tools
                 # round after round), or it made all the calls a turn may: it answers from
@@ -743,9 +780,10 @@ class Agent:
         """For the consolidator: the text whose tokens every request carries besides history."""
         return lambda: self._fresh_prompt(workspace, inbound) + self._tools_text
 
-    def _estimate(self, system: str, session: Session) -> int:
-        """Estimated prompt tokens of the next request: system prompt, tools, history."""
-        return self.estimator.prompt_tokens(system + self._tools_text, session)
+    def _estimate(self, system: str, session: Session, since: int | None = None) -> int:
+        """Estimated prompt tokens of the next request: system prompt, tools, history (from
+        `since` on, when given)."""
+        return self.estimator.prompt_tokens(system + self._tools_text, session, since)
 
     def _fresh_prompt(self, workspace: Workspace, inbound: Inbound) -> str:
         shown = self._memory_shown(workspace, inbound)

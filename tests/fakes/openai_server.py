@@ -143,9 +143,19 @@ def is_condense(request: dict[str, Any]) -> bool:
 
 
 def is_consolidation(request: dict[str, Any]) -> bool:
-    """True for the consolidator's request (it offers the save_memory tool)."""
+    """True for the consolidator's requests: the one that offers the save_memory tool, and the
+    one in plain text (is_plain_consolidation) asked when that tool's answer was refused."""
     tools = request.get("tools") or []
-    return any(t.get("function", {}).get("name") == "save_memory" for t in tools)
+    if any(t.get("function", {}).get("name") == "save_memory" for t in tools):
+        return True
+    return is_plain_consolidation(request)
+
+
+def is_plain_consolidation(request: dict[str, Any]) -> bool:
+    """The consolidator's request in plain text (memory/consolidation/plain.py)."""
+    messages = request.get("messages") or [{}]
+    system = str(messages[0].get("content") or "")
+    return not request.get("tools") and system.startswith("You summarise conversations")
 
 
 class FakeOpenAI:
