@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bot import logsafe
-from bot.cli import control, links
+from bot.cli import control, init, links
 from bot.cli.cluster import cmd_ingress, cmd_partitions, cmd_worker
 from bot.cli.common import (
     EXIT_BROKEN_PIPE,
@@ -256,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", parents=[common], help="check config, endpoint, tokenizer")
     doctor.set_defaults(func=cmd_doctor)
 
+    init.add_command(sub, common)
     control.add_commands(sub, common)  # forget, export, wipe
     links.add_commands(sub, common)  # link, unlink, links
     return parser
