@@ -18,7 +18,7 @@ import pytest
 from bot.cli.common import new_agent, sized
 from bot.cli.main import main
 from bot.config import load_config
-from tests.agent_helpers import ask, dm
+from tests.agent_helpers import ask, dm, make_agent
 from tests.cli_helpers import run_chat
 from tests.fakes.openai_server import (
     ContextLimited,
@@ -231,3 +231,29 @@ async def test_the_issues_config_stops_run_at_start_with_the_fix(
     assert fake_llm.chat_requests == []
     code, line = await doctor(path, capsys)
     assert code == 1 and line.startswith("FAIL") and "smaller [llm] max_output_tokens" in line
+
+
+@pytest.mark.parametrize("server", ["llama-cpp-python", "llama.cpp", "openai"])
+async def test_a_server_that_names_its_window_only_when_refusing_sizes_the_bot_then(
+    fake_llm: FakeOpenAI, workspaces_dir: Path, server: str
+) -> None:
+    """llama-cpp-python has no /props: its window shows only in its refusal of a request over
+    it ("This model's maximum context length is 2048 tokens"). From then on the bot is sized
+    to it (answer 256, MEMORY.md 204, the lean prompt), and every message is answered."""
+    limited = ContextLimited(2048, chatty, server=server)
+    fake_llm.default = limited
+    agent = make_agent(fake_llm, workspaces_dir, window=None, max_output_tokens=None)
+    assert agent.window == 65536  # the server does not say, the model is not known
+    replies = [
+        (await ask(agent, dm("42", f"My tomato number {i} is red. " * 4))).text for i in range(16)
+    ]
+    await agent.aclose()
+
+    assert all(text.startswith("That sounds lovely") for text in replies), replies
+    assert (agent.window, agent.budget.answer, agent.consolidator.memory_budget) == (2048, 256, 204)
+    assert agent.sizing.fixed * 8 <= 2048  # the lean prompt, as the server counts it
+    # Only the first request asked for an answer of 2,048 (llama-cpp-python's empty stream is
+    # asked again whole, for its reason); after it, 256, or a consolidation's memory + entry.
+    big = [i for i, r in enumerate(fake_llm.chat_requests) if r["max_tokens"] > 404]
+    assert big == ([0, 1] if server == "llama-cpp-python" else [0])
+    assert all(fake_llm.chat_requests[i] in limited.rejected for i in big)

@@ -29,9 +29,10 @@ from bot.agent.conversation import supersede_last, withdraw_last
 from bot.agent.prompt import ContextBuilder, FrozenPrompts, with_media
 from bot.agent.replies import reply_record
 from bot.agent.residency import LoadedSessions, PerUser, forget_everywhere
-from bot.agent.sizing import Sizing, plan, tools_text
+from bot.agent.sizing import Sizing, describe, plan, tools_text
 from bot.agent.streaming import AnswerStream
 from bot.agent.tools import AgentTools
+from bot.agent.window import ServerWindow
 from bot.chats import ChatBook, chat_of
 from bot.commands.confirm import Confirmations
 from bot.commands.context import (
@@ -162,6 +163,7 @@ class Agent:
         shares as bot.agent.sizing.size found them with the server's help; None: planned from
         the config alone."""
         self.estimator = TokenEstimator(image_tokens=config.llm.image_tokens)
+        self._asked = config  # as configured: what is automatic is planned again (_learn_window)
         self.sizing = sizing or plan(config, estimator=self.estimator)
         config = self.sizing.applied(config)  # the automatic figures, filled in
         self.config = config
@@ -532,12 +534,14 @@ class Agent:
                 text = await run(workspace, session, system, tools, out=out, since=since)
             except LLMContextOverflow as exc:
                 log.warning("the provider found the prompt too long for %s", inbound.session_key)
-                self._learn_from_overflow(exc, system, session)
+                resized = self._learn_from_overflow(exc, system, session)
                 await out.notice(CONSOLIDATING)
+                # Sized to the window the server named, the estimate is right again: what
+                # does not fit is consolidated as usual (else at least half is shed).
                 rounds = await self.consolidator.maybe_consolidate(
-                    workspace, session, self._cost_of_prompt(workspace, inbound), force=True
+                    workspace, session, self._cost_of_prompt(workspace, inbound), force=not resized
                 )
-                if not rounds:
+                if not rounds and not resized:
                     raise
                 system = self._system_prompt(workspace, session, inbound)
                 text = await self._run_model(
@@ -600,11 +604,33 @@ class Agent:
 
         self.background.start(drain(), inbound.user_key)
 
-    def _learn_from_overflow(self, exc: LLMContextOverflow, system: str, session: Session) -> None:
-        """A rejection that says how long the provider found the prompt is a usage report."""
+    def _learn_from_overflow(self, exc: LLMContextOverflow, system: str, session: Session) -> bool:
+        """A rejection that says how long the provider found the prompt is a usage report; one
+        that names the window tells it (llama-cpp-python tells it no other way). True if the
+        bot was sized to it."""
         if exc.prompt_tokens:
             raw = self.estimator.raw_prompt_tokens(system + self._tools_text, session)
             self.estimator.observe_usage(raw, exc.prompt_tokens)
+        return bool(exc.window) and self._learn_window(exc.window or 0)
+
+    def _learn_window(self, tokens: int) -> bool:
+        """The server named its window, smaller than the one assumed: the bot is sized to it
+        from now on (the answer, MEMORY.md's budget, the prompt's form), unless the window is
+        configured (an explicit setting wins; doctor says it is too large)."""
+        if self.sizing.window_from == "configured" or tokens >= self.window:
+            return False
+        told = ServerWindow(tokens, "named by the server refusing a longer request")
+        sizing = plan(self._asked, told, self.estimator)
+        log.warning("context window: %s", describe(sizing))
+        self.sizing = sizing
+        self.config = sizing.applied(self._asked)
+        self.window = sizing.window
+        self.budget = sizing.budget
+        self.consolidator.resize(self.budget, sizing.memory)
+        self.context.form = sizing.form
+        self._tools_text = tools_text(sizing.form)
+        self.prompts.clear()  # built for the other form
+        return True
 
     async def _consolidate_first(
         self, workspace: Workspace, session: Session, inbound: Inbound
@@ -729,6 +755,7 @@ class Agent:
     ) -> ChatResult:
         """One model call; streamed through `out` when it is the turn's AnswerStream (bot/
         streaming.py: each call is a round of the answer shown as it is written)."""
+        options.setdefault("max_tokens", self.budget.answer)  # (the window may be learnt later)
         if not isinstance(out, AnswerStream):
             return await self.llm.chat(messages, tools=tools, **options)
         out.new_round()

@@ -169,6 +169,10 @@ class FrozenPrompts:
         self._kept[key] = (stamp, prompt)
         return prompt
 
+    def clear(self) -> None:
+        """Every prompt is built anew (the prompt's form changed)."""
+        self._kept.clear()
+
     def forget_sessions(self, user_key: str, session_keys: set[str]) -> None:
         for session_key in session_keys:
             self._kept.pop((user_key, session_key), None)

@@ -286,6 +286,11 @@ class MemoryConsolidator:
     def window(self, tokens: int) -> None:
         self.budget = replace(self.budget, window=tokens)
 
+    def resize(self, budget: Budget, memory_budget_tokens: int) -> None:
+        """The window turned out another size: its shares from now on."""
+        self.budget = budget
+        self._memory_budget = max(0, memory_budget_tokens)
+
     @property
     def memory_budget(self) -> int:
         """Tokens MEMORY.md may take: as configured, else a share of the window (budget.py)."""
