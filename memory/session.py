@@ -38,6 +38,7 @@ from memory import clock
 from memory.atomic import PRIVATE_FILE_MODE
 from memory.keys import decode_key, encode_key
 from memory.safefs import append_all, make_private_dir, open_binary, open_fd
+from memory.threads import polite
 
 log = logging.getLogger(__name__)
 
@@ -679,7 +680,7 @@ def _records(data: bytes, base: int, path: Path) -> Iterator[tuple[int, dict[str
     lines = data.split(b"\n")  # only "\n" ends a line; U+2028 etc. are content
     last_line = len(lines) - 1
     position = base
-    for number, raw in enumerate(lines):
+    for number, raw in enumerate(polite(lines)):  # (SessionStore.load reads in a thread)
         at = position
         position += len(raw) + 1
         if not raw.strip():

@@ -22,6 +22,7 @@ from weakref import WeakKeyDictionary
 
 from memory import clock
 from memory.session import HIDDEN, reply_context
+from memory.threads import polite
 
 if TYPE_CHECKING:
     from memory.session import Session
@@ -347,7 +348,9 @@ class SpanCounts:
         stamp = (session.epoch, session.offset)
         import asyncio  # (not at the top: the reading commands run without an event loop)
 
-        counts = await asyncio.to_thread(lambda: [self._count(m, remember=False) for m in todo])
+        counts = await asyncio.to_thread(
+            lambda: [self._count(m, remember=False) for m in polite(todo)]
+        )
         sums = self._current(session)
         if (session.epoch, session.offset) != stamp:
             return  # consolidated or reloaded meanwhile: counted again when needed

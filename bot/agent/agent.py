@@ -504,7 +504,6 @@ class Agent:
             if not self.budget.fits(self._estimate(system, session)):
                 since = self.consolidator.tail_start(session, system + self._tools_text)
                 log.info("a backlog in %s: answering from its newest turns", inbound.session_key)
-                self._consolidate_later(workspace, session, inbound, system)
         public = not self._memory_shown(workspace, inbound)
         tools = AgentTools(workspace, public=public, form=self.sizing.form)
         try:
