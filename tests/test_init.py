@@ -117,14 +117,20 @@ async def test_init_at_a_terminal_asks_and_never_shows_the_token(
         await terminal.expect("Base URL of an OpenAI-compatible server")
         terminal.type(f"{fake_llm.base_url}\r")
         await terminal.expect("Context window: 8,192 tokens (told by the server, vLLM")
-        await terminal.expect("Serve discord? [y/N]: ")
-        terminal.type("\r")
-        await terminal.expect("Serve telegram? [y/N]: ")
-        terminal.type("y\r")
-        await terminal.expect("telegram token (create a bot with @BotFather to get one) (hidden): ")
-        terminal.type(f"{TOKEN}\r")
-        await terminal.expect("telegram allow_from, comma-separated")
-        terminal.type("42\r")
+        for _ in range(2):  # the platforms, in the order their plugins are installed
+            await terminal.expect("Serve ")
+            platform = (await terminal.expect("? [y/N]: ")).split("?")[0]
+            if platform == "discord":
+                terminal.type("\r")
+                continue
+            assert platform == "telegram"
+            terminal.type("y\r")
+            await terminal.expect(
+                "telegram token (create a bot with @BotFather to get one) (hidden): "
+            )
+            terminal.type(f"{TOKEN}\r")
+            await terminal.expect("telegram allow_from, comma-separated")
+            terminal.type("42\r")
         shown = await terminal.expect("context window")
         await asyncio.wait_for(proc.wait(), 30)
     finally:
