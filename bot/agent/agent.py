@@ -685,7 +685,7 @@ class Agent:
         stops there); every assistant and tool message is persisted as sent. A group turn
         without the person's memory has the tools that cannot read it (AgentTools public).
         `since`: the conversation from that message on (the newest part of a backlog)."""
-        pictures = await self._pictures(workspace, session)  # once per turn, off the loop
+        pictures = await self._pictures(workspace, session, since)  # once per turn, off the loop
         for round_ in range(self.config.agent.max_tool_iterations):
             spent = self.limits.mid_turn(workspace.user_key) if round_ else None
             if spent is not None:
@@ -762,11 +762,14 @@ class Agent:
         out.end_round()
         return result
 
-    async def _pictures(self, workspace: Workspace, session: Session) -> Pictures:
-        """The pictures the turn's requests carry (bot/media/pictures.py)."""
+    async def _pictures(
+        self, workspace: Workspace, session: Session, since: int | None = None
+    ) -> Pictures:
+        """The pictures the turn's requests carry (bot/media/pictures.py), of the conversation
+        from `since` on when given (a backlog's tail: the whole would be built on the loop)."""
         llm = self.config.llm
         return await load_pictures(
-            session.history(),
+            session.history(since),
             workspace.media.read,
             max_images=llm.max_images_in_context if self._sees_pictures else 0,
             max_bytes=llm.max_image_bytes_in_context,
