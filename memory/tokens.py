@@ -280,6 +280,11 @@ class TokenEstimator:
         """Learn from the provider's `prompt_tokens` for a request whose raw count was `raw`."""
         self.calibration(kind).observe(raw, actual)
 
+    def forget_calibration(self, kind: str = "turn") -> None:
+        """What the provider's reports taught about `kind`, dropped: its requests changed (the
+        tool schemas a server counted are no longer sent), so the offset learnt is stale."""
+        self._calibrations.pop(kind, None)
+
     def observe_no_usage(self, kind: str = "turn") -> None:
         """A request of `kind` was answered without usage: its estimate cannot learn from it."""
         self._unreported.add(kind)

@@ -240,7 +240,7 @@ async def test_a_server_that_names_its_window_only_when_refusing_sizes_the_bot_t
     """llama-cpp-python has no /props: its window shows only in its refusal of a request over
     it ("This model's maximum context length is 2048 tokens"). From then on the bot is sized
     to it (answer 256, MEMORY.md 204, the lean prompt), and every message is answered."""
-    limited = ContextLimited(2048, chatty, server=server)
+    limited = ContextLimited(2048, chatty, server=server, tool_template=400)
     fake_llm.default = limited
     agent = make_agent(fake_llm, workspaces_dir, window=None, max_output_tokens=None)
     assert agent.window == 65536  # the server does not say, the model is not known
@@ -252,6 +252,8 @@ async def test_a_server_that_names_its_window_only_when_refusing_sizes_the_bot_t
     assert all(text.startswith("That sounds lovely") for text in replies), replies
     assert (agent.window, agent.budget.answer, agent.consolidator.memory_budget) == (2048, 256, 204)
     assert agent.sizing.fixed * 8 <= 2048  # the lean prompt, as the server counts it
+    # (not as it counted the full tools before: more than half is left to the conversation)
+    assert agent.sizing.conversation * 2 >= 2048, agent.sizing.shares()
     # Only the first request asked for an answer of 2,048 (llama-cpp-python's empty stream is
     # asked again whole, for its reason); after it, 256, or a consolidation's memory + entry.
     big = [i for i, r in enumerate(fake_llm.chat_requests) if r["max_tokens"] > 404]

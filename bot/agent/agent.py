@@ -620,6 +620,11 @@ class Agent:
             return False
         told = ServerWindow(tokens, "named by the server refusing a longer request")
         sizing = plan(self._asked, told, self.estimator)
+        if sizing.form != self.sizing.form:
+            # Other tool schemas from now on: how the server counted the old ones (its tool
+            # template: ~400 tokens of llama-cpp-python's function calling) no longer holds.
+            self.estimator.forget_calibration()
+            sizing = plan(self._asked, told, self.estimator)
         log.warning("context window: %s", describe(sizing))
         self.sizing = sizing
         self.config = sizing.applied(self._asked)

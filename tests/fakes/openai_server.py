@@ -555,6 +555,7 @@ class ContextLimited:
         default_max_tokens: int = 0,
         scale: float = 1.0,
         real_streams: bool = True,
+        tool_template: int = 0,
     ) -> None:
         self.length = length
         self.answer = answer
@@ -563,6 +564,9 @@ class ContextLimited:
         self.default_max_tokens = default_max_tokens
         self.scale = scale
         self.real_streams = real_streams and server == "llama-cpp-python"
+        # Tokens a chat format adds to a request that carries tools (llama-cpp-python's
+        # chatml-function-calling writes ~400 of instructions around them).
+        self.tool_template = tool_template
         self.rejected: list[dict[str, Any]] = []
         self.largest = 0  # the largest prompt + max_tokens it was asked for
 
@@ -575,7 +579,8 @@ class ContextLimited:
             parts.append(f"<|im_start|>{message.get('role')}\n{text}{calls}<|im_end|>")
         if self.render_tools and request.get("tools"):
             parts.append(json.dumps(request["tools"]))
-        return math.ceil(_server_tokens("\n".join(parts)) * self.scale) + 3
+        template = self.tool_template if request.get("tools") else 0
+        return math.ceil(_server_tokens("\n".join(parts)) * self.scale) + 3 + template
 
     def __call__(self, request: dict[str, Any]) -> Any:
         prompt = self.prompt_tokens(request)
