@@ -36,6 +36,10 @@ from memory.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenEstimator
 log = logging.getLogger(__name__)
 
 DEFAULT_WINDOW = 65536  # a server that does not tell, a model we do not know
+NOT_TOLD = (
+    "the server does not say its own window (llama-cpp-python does not: the bot is sized to it "
+    "when it first refuses a request as too long; or set [llm] context_window_tokens)"
+)
 FIXED_SHARE = 8  # the fixed part takes at most an eighth of the window
 # Context windows of well-known hosted models, by the start of the model's name (the longest
 # match wins; a "provider/" prefix is ignored). Only where the provider documents one size.
@@ -242,5 +246,5 @@ async def check_window(config: Config, estimator: TokenEstimator | None = None) 
     found, too_small = problems(config, sizing)
     detail = describe(sizing)
     if sizing.server is None and config.llm.base_url:
-        detail += "; the server does not say its own window"
+        detail += f"; {NOT_TOLD}"
     return WindowCheck(sizing, detail, tuple(found), too_small)

@@ -37,7 +37,8 @@ from bot.config import (
 from bot.settings import key_spec
 
 LOCAL_SERVERS = {11434: "Ollama", 8080: "llama.cpp", 8000: "vLLM"}
-PROBE_TIMEOUT_S = 2.0
+PROBE_TIMEOUT_S = 2.0  # a port with no server answers at once
+LIST_TIMEOUT_S = 20.0  # a busy local server (generating for someone) answers slowly
 OPENAI_API = "https://api.openai.com/v1"
 OPENAI_DEFAULT_MODEL = "gpt-4o-mini"
 
@@ -99,12 +100,12 @@ class Questions:
         return self.text(f"{question} [y/N]").lower() in ("y", "yes")
 
 
-async def _get(url: str, key: str | None) -> tuple[int, Any]:
+async def _get(url: str, key: str | None, wait_s: float = LIST_TIMEOUT_S) -> tuple[int, Any]:
     """(HTTP status, JSON body or None); status 0 when nothing answered."""
     import aiohttp
 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
+    timeout = aiohttp.ClientTimeout(total=wait_s)
     try:
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
@@ -130,7 +131,7 @@ async def find_local_server(ports: list[int]) -> str | None:
     import asyncio
 
     urls = [f"http://127.0.0.1:{port}/v1" for port in ports]
-    answers = await asyncio.gather(*(_get(f"{url}/models", None) for url in urls))
+    answers = await asyncio.gather(*(_get(f"{url}/models", None, PROBE_TIMEOUT_S) for url in urls))
     for url, (status, body) in zip(urls, answers, strict=True):
         if status == 200 and _model_ids(body):
             return url
@@ -274,13 +275,15 @@ async def _the_model(
         raise UserError(f"{where}/models answered HTTP {status}: is it an OpenAI-compatible URL?")
     model = args.model or _choose_model(ask, _model_ids(body), base_url)
 
-    from bot.agent.sizing import describe, plan
+    from bot.agent.sizing import NOT_TOLD, describe, plan
     from bot.agent.window import server_window
     from bot.config import Config, LLMConfig
 
     found = await server_window(base_url, model) if base_url else None
     sizing = plan(Config(llm=LLMConfig(base_url=base_url, model=model)), found)
     print(f"Context window: {describe(sizing)} (left automatic in the config).")
+    if base_url and found is None:
+        print(f"Note: {NOT_TOLD}.")
     return base_url, model
 
 
