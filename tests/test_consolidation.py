@@ -136,10 +136,7 @@ async def test_above_the_window_a_chunk_up_to_a_user_turn_is_consolidated(
 async def test_several_rounds_until_under_the_target(llm, fake_llm, workspace) -> None:
     session = workspace.sessions.get("telegram:dm:42")
     add_turns(workspace, session, 12)
-    # (A budget the growing memory stays within: condensing it is not this test's subject.)
-    consolidator, estimator = consolidator_for(
-        llm, workspace, session, memory_budget_tokens=10_000
-    )
+    consolidator, estimator = consolidator_for(llm, workspace, session)
     # The new memory is bigger than a turn, so after round one the prompt is still above target.
     big_memory = ALPHA_MEMORY + "- gamma fact\n" * 60
     fake_llm.default = lambda req: save_memory_call("[2024-05-01 10:00] Summary.", big_memory)
@@ -155,7 +152,7 @@ async def test_several_rounds_until_under_the_target(llm, fake_llm, workspace) -
 async def test_at_most_five_rounds(llm, fake_llm, workspace) -> None:
     session = workspace.sessions.get("telegram:dm:42")
     add_turns(workspace, session, 40)
-    consolidator, _ = consolidator_for(llm, workspace, session, memory_budget_tokens=10_000)
+    consolidator, _ = consolidator_for(llm, workspace, session)
     grown: list[int] = []
 
     def growing_memory(req: dict[str, Any]) -> dict[str, Any]:
@@ -266,8 +263,7 @@ async def test_no_tool_call_is_a_failure(llm, fake_llm, workspace) -> None:
 
     assert await consolidator.maybe_consolidate(workspace, session, prompt_of(workspace)) == 0
 
-    # forced, then auto, then once in plain text (chatter, not a summary); then give up
-    assert len(fake_llm.requests) == 3
+    assert len(fake_llm.requests) == 2  # forced, then auto; then give up for this turn
     assert session.last_consolidated == 0
     assert consolidator.failures(workspace, session) == 1
     assert history(workspace) == ""
@@ -338,13 +334,11 @@ async def test_three_failures_archive_the_chunk_raw(llm, fake_llm, workspace) ->
     prompt = prompt_of(workspace)
     no_tool = completion("no")
     fake_llm.queue(
-        Status(500, {"error": {"message": "overloaded"}}),  # attempt 1: provider outage,
-        Status(500, {"error": {"message": "overloaded"}}),  # also in plain text
+        Status(500, {"error": {"message": "overloaded"}}),  # attempt 1: provider outage
         no_tool,
-        no_tool,  # attempt 2: no tool call, forced nor auto,
-        no_tool,  # and "no" is not a summary
+        no_tool,  # attempt 2: no tool call, forced nor auto
         Status(400, {"error": {"message": "bad"}}),
-        Status(400, {"error": {"message": "bad"}}),  # attempt 3: then GOOD, which has no text
+        Status(400, {"error": {"message": "bad"}}),
     )
 
     assert await consolidator.maybe_consolidate(workspace, session, prompt) == 0
@@ -382,8 +376,7 @@ async def test_a_success_resets_the_failure_counter(llm, fake_llm, workspace) ->
         return await consolidator.maybe_consolidate(workspace, session, prompt)
 
     consolidator = MemoryConsolidator(llm, estimator, 1)
-    # A failed attempt asks three times: forced, auto, plain text.
-    fake_llm.queue(*[fail] * 6, GOOD, *[fail] * 6)
+    fake_llm.queue(fail, fail, fail, fail, GOOD, fail, fail, fail, fail)
     results = [await one_call() for _ in range(5)]
 
     assert results == [0, 0, 1, 0, 0]
@@ -456,7 +449,7 @@ async def test_archive_all_falls_back_to_raw(llm, fake_llm, workspace) -> None:
 
     await consolidator.archive_all(workspace, session)
 
-    assert len(fake_llm.requests) == 6  # three attempts, each with the tool and in plain text
+    assert len(fake_llm.requests) == 3
     assert RAW_HEADER.findall(history(workspace)) == ["4"]
     assert session.last_consolidated == 4
     assert consolidator.failures(workspace, session) == 0
