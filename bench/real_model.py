@@ -1,16 +1,20 @@
 """Consolidation against a real model: a scripted conversation with planted facts.
 
-    python bench/real_model.py --base-url http://127.0.0.1:8777/v1 [--model M] [--window 2048]
-        [--no-stream] [--dump requests.jsonl]
+    python bench/real_model.py --base-url http://127.0.0.1:8777/v1 [--model M] [--window N]
+        [--max-output N] [--no-stream] [--dump requests.jsonl]
 
 Any OpenAI-compatible endpoint. The real Agent (real openai client) talks to it through a small
 recording proxy on 127.0.0.1, so every request and the server's answer are counted as the
-server saw them. The window is small, so consolidation runs. Printed: turns answered / failed,
-requests rejected for length, consolidation requests (forced, auto) and outcomes (failed, raw),
-MEMORY.md sections intact after each write, planted facts in MEMORY.md / HISTORY.md, the
-answers to the questions, and time per turn. Streaming follows LIGHTGREP_AGENT_STREAM (default
-on) unless --stream / --no-stream says otherwise; --dump writes every request and the server's
-raw answer, one JSON line each (to see what a failing answer looked like).
+server saw them. Without --window and --max-output the bot sizes itself as `lightgrep run`
+does (bot/agent/sizing.py: the window the server tells, else learnt from its first refusal).
+Printed: turns answered / failed / refused as too long, requests rejected for length,
+consolidation requests (forced, auto, plain text) and outcomes by kind (save_memory, plain
+text, raw archive, failed attempts, answers refused by the checks), MEMORY.md sections intact
+after each write, planted facts in MEMORY.md and in the history entries that are not raw
+archives, the answers to the questions, and time per turn. Streaming follows
+LIGHTGREP_AGENT_STREAM (default on) unless --stream / --no-stream says otherwise; --dump writes
+every request and the server's raw answer, one JSON line each (to see what a failing answer
+looked like).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
 
 from bot.agent.agent import TOO_LONG_REPLY, Agent  # noqa: E402
+from bot.agent.sizing import describe, size  # noqa: E402
 from bot.config import AgentConfig, Config, LLMConfig, MemoryConfig  # noqa: E402
 from bot.inbound import Inbound  # noqa: E402
 from bot.llm.overflow import context_overflow  # noqa: E402
@@ -73,7 +78,6 @@ QUESTIONS: list[tuple[str, str]] = [
     ("What do I like to drink?", "tea"),
     ("How old is my tortoise?", "12"),
 ]
-ENTRY = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d\]", re.M)  # (a [RAW] copy's lines have a T)
 FACTS = ["marisol", "biologist", "pebble", "green tea", "lisbon"]
 
 
@@ -87,7 +91,8 @@ class Recorder:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        url = self.upstream.rstrip("/") + "/" + request.match_info["tail"]
+        root = re.sub(r"/v1/?$", "", self.upstream.rstrip("/"))
+        url = root + request.path_qs
         headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
         started = time.monotonic()
         async with aiohttp.ClientSession() as session, session.request(
@@ -113,9 +118,12 @@ class Recorder:
         tools = [t.get("function", {}).get("name") for t in sent.get("tools") or []]
         overflow = status != 200 and context_overflow(answer)[0]
         usage = answer.get("usage") if isinstance(answer, dict) else None
+        messages = sent.get("messages") or [{}]
+        plain = str(messages[0].get("content") or "").startswith("You summarise conversations")
         self.rows.append(
             {
-                "consolidation": "save_memory" in tools,
+                "consolidation": "save_memory" in tools or plain,
+                "plain": plain,
                 "forced": isinstance(sent.get("tool_choice"), dict),
                 "status": status,
                 "overflow": overflow,
@@ -163,7 +171,7 @@ async def first_model(base_url: str) -> str:
 async def run(args: argparse.Namespace) -> None:
     recorder = Recorder(args.base_url, args.dump)
     app = web.Application(client_max_size=64 * 1024**2)
-    app.router.add_route("*", "/v1/{tail:.*}", recorder.handle)
+    app.router.add_route("*", "/{tail:.*}", recorder.handle)  # /v1/… and /props, /api/show
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -179,7 +187,7 @@ async def run(args: argparse.Namespace) -> None:
             base_url=f"http://127.0.0.1:{port}/v1",
             api_key="bench",
             model=model,
-            context_window_tokens=args.window,
+            context_window_tokens=args.window,  # None: automatic
             max_output_tokens=args.max_output,
             temperature=0.2,
             timeout_s=args.timeout,
@@ -188,7 +196,11 @@ async def run(args: argparse.Namespace) -> None:
         memory=MemoryConfig(workspaces_dir=folder, keep_memory_versions=1000),
         agent=AgentConfig(stream=args.stream),
     )
-    agent = Agent(config)
+    sizing = await size(config)
+    agent = Agent(config, sizing=sizing)
+    ways: list[str] = []
+    agent.consolidator.on_way = ways.append
+    print(f"sized at start: {describe(sizing)}")
     workspace = agent.workspaces.get("bench-user")
     inbound = Inbound(
         platform="terminal", session_key="terminal:bench", user_key="bench-user", text=""
@@ -219,6 +231,8 @@ async def run(args: argparse.Namespace) -> None:
 
     memory = workspace.memory.read()
     history = workspace.history_path.read_text() if workspace.history_path.exists() else ""
+    entries = [e for e in re.split(r"\n\s*\n(?=\[\d{4}-)", history) if e.strip()]
+    summaries = "\n".join(e for e in entries if "[RAW]" not in e.splitlines()[0]).lower()
     versions = [p.read_text() for p in workspace.memory.versions()]
     writes = [*versions[1:], memory] if versions else ([memory] if memory else [])
     rows = recorder.rows
@@ -226,8 +240,8 @@ async def run(args: argparse.Namespace) -> None:
     cons = [r for r in rows if r["consolidation"]]
     mode = "streamed" if args.stream else "not streamed"
     print(
-        f"model {model} at {args.base_url}, window {args.window}, answer {args.max_output}, "
-        f"turns {mode}"
+        f"model {model} at {args.base_url}; turns {mode}; window at the end: "
+        f"{describe(agent.sizing)}"
     )
     print(f"turns: {len(turns)}  answered {answered}  failed {failed}  too long {too_long}")
     print(
@@ -236,17 +250,28 @@ async def run(args: argparse.Namespace) -> None:
         f"consolidation {sum(r['overflow'] for r in cons)}); other errors "
         f"{sum(r['status'] != 200 and not r['overflow'] for r in rows)}"
     )
+    tool_requests = [r for r in cons if not r["plain"]]
     print(
-        f"consolidation requests: forced {sum(r['forced'] for r in cons)}, auto "
-        f"{sum(not r['forced'] for r in cons)}; failed attempts "
+        f"consolidation requests: forced {sum(r['forced'] for r in tool_requests)}, auto "
+        f"{sum(not r['forced'] for r in tool_requests)}, plain text "
+        f"{sum(r['plain'] for r in cons)}"
+    )
+    print(
+        f"consolidations: by save_memory {ways.count('save_memory')}, in plain text "
+        f"{ways.count('plain text')}, raw archives {history.count('[RAW]')}; failed attempts "
         f"{logs.count('consolidation failed')}, answers refused by the checks "
-        f"{logs.count('answer not written')}, raw archives {history.count('[RAW]')}, "
-        f"history entries {len(ENTRY.findall(history))}"
+        f"{logs.count('answer not written')}; asked first at the end: "
+        f"{agent.consolidator.ways[0]}; history entries {len(entries)}"
     )
     intact = sum(sections_intact(w) for w in writes)
     print(f"MEMORY.md writes: {len(writes)}, sections intact in {intact}")
-    print("facts in MEMORY.md: " + ", ".join(f"{f} {f in memory.lower()}" for f in FACTS))
-    print("facts in HISTORY.md: " + ", ".join(f"{f} {f in history.lower()}" for f in FACTS))
+    in_memory = [f for f in FACTS if f in memory.lower()]
+    in_summaries = [f for f in FACTS if f in summaries]
+    print(f"facts in MEMORY.md: {len(in_memory)} of {len(FACTS)} ({', '.join(in_memory)})")
+    print(
+        f"facts in history entries that are not raw archives: {len(in_summaries)} of "
+        f"{len(FACTS)} ({', '.join(in_summaries)})"
+    )
     print(f"questions answered right: {sum(ok for *_, ok in answers)} of {len(answers)}")
     peak = max((r["prompt_tokens"] or 0) for r in rows) if rows else 0
     unknown = sum(r["prompt_tokens"] is None and r["status"] == 200 for r in rows)
@@ -255,6 +280,7 @@ async def run(args: argparse.Namespace) -> None:
         f"time per turn: median {statistics.median(times):.2f} s, max {max(times):.2f} s, "
         f"total {sum(times):.0f} s"
     )
+    print(f"memory:\n{memory}")
     print(f"workspace kept in {folder}")
 
 
@@ -262,8 +288,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8777/v1")
     parser.add_argument("--model", help="default: the first model the server lists")
-    parser.add_argument("--window", type=int, default=2048, help="context_window_tokens")
-    parser.add_argument("--max-output", type=int, default=256, help="max_output_tokens")
+    parser.add_argument("--window", type=int, help="context_window_tokens (default: automatic)")
+    parser.add_argument("--max-output", type=int, help="max_output_tokens (default: automatic)")
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("-v", "--verbose", action="store_true")
     stream = os.environ.get("LIGHTGREP_AGENT_STREAM", "true").strip().lower() != "false"

@@ -37,6 +37,10 @@ from bot.settings import (
 from memory.safefs import make_private_dir
 
 DEFAULT_CONFIG = Path("config.toml")
+# Beside the config file: the secrets as KEY=value lines (OPENAI_API_KEY=…, TELEGRAM_BOT_TOKEN=…),
+# the same file compose (env_file) and systemd (EnvironmentFile) read; what `lightgrep init`
+# writes. Its values count as the environment's, which wins over them.
+SECRETS_FILE = "lightgrep.env"
 ENV_PREFIX = "LIGHTGREP_"
 APP_FOLDER = "lightgrep"
 
@@ -70,8 +74,10 @@ class LLMConfig(Section):
     base_url: str | None = setting(None, url=HTTP, env="OPENAI_BASE_URL")
     api_key: str | None = setting(None, secret=True, env="OPENAI_API_KEY")
     model: str = setting("gpt-4o-mini", rule=NON_EMPTY)
-    context_window_tokens: int = setting(65536, rule=POSITIVE_INT)
-    max_output_tokens: int = setting(2048, rule=POSITIVE_INT)
+    # Unset: automatic (bot/agent/sizing.py): the window the server tells, else a known one for
+    # well-known hosted models, else 65,536; the answer an eighth of it, at most 2,048.
+    context_window_tokens: int | None = setting(None, rule=POSITIVE_INT)
+    max_output_tokens: int | None = setting(None, rule=POSITIVE_INT)
     # Tokens of the window kept free for estimate error; None: about 5 % of the window.
     context_margin_tokens: int | None = setting(None, rule=NON_NEGATIVE_INT)
     temperature: float = setting(0.7, rule=Rule("a number from 0 to 2", lambda v: 0 <= v <= 2))
@@ -125,7 +131,7 @@ class MemoryConfig(Section):
     # Left unset, load_config puts it in the user's data folder: data_home() / "workspaces".
     workspaces_dir: Path = Path("workspaces")
     keep_memory_versions: int = setting(10, rule=NON_NEGATIVE_INT)
-    # MEMORY.md's size budget in tokens; 0: a quarter of [llm] context_window_tokens.
+    # MEMORY.md's size budget in tokens; 0: a tenth of the context window, at most 1,500.
     max_memory_tokens: int = setting(0, rule=NON_NEGATIVE_INT)
     # Sessions (with their users' workspaces) kept loaded; the least recently used idle ones
     # beyond it are dropped from RAM and read again from disk when their user comes back.
@@ -349,13 +355,16 @@ def load_config(
     """The configuration from `path` (default ./config.toml if present) and the environment.
 
     Precedence: LIGHTGREP_<SECTION>_<KEY> variables, then the file, then vendor variables
-    (OPENAI_API_KEY, and those the plugins declare for their secrets), then the defaults.
+    (OPENAI_API_KEY, and those the plugins declare for their secrets), then the defaults. The
+    variables come from the environment, else from lightgrep.env beside the file (SECRETS_FILE).
     Raises ConfigError (one line). Every secret it holds is masked in logs from now on.
     writer=False (a command that only reads, maybe beside a live bot): the workspaces folder is
     resolved but neither created nor written to, so it may be read-only.
     """
     if path is None and DEFAULT_CONFIG.is_file():
         path = DEFAULT_CONFIG
+    if path is not None:
+        env = {**read_secrets_file(Path(path).expanduser().parent / SECRETS_FILE), **env}
     loader = _Loader(path, _plugins())
     if path is not None:
         loader.apply_file(_read_toml(path))
@@ -364,6 +373,35 @@ def load_config(
     loader.validate()
     logsafe.hide(*loader.config.secrets())
     return loader.config
+
+
+def read_secrets_file(path: Path) -> dict[str, str]:
+    """The KEY=value lines of a secrets file (# comments and blank lines skipped, quotes around
+    a value taken off); {} when there is none. A file others may read is used, with a warning."""
+    try:
+        text = path.read_text("utf-8")
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the secrets file: {exc}") from None
+    if mode & 0o077:
+        import logging  # (only for this warning)
+
+        logging.getLogger(__name__).warning("%s can be read by others: chmod 600 %s", path, path)
+    found: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, equals, value = line.removeprefix("export ").partition("=")
+        key, value = key.strip(), value.strip()
+        if not equals or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise ConfigError(f"{path}, line {number}: not a KEY=value line")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        found[key] = value
+    return found
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -56,8 +56,12 @@ class ChatLLM(Protocol):
 class LLMContextOverflow(LLMBadRequest):
     """The provider refused the request as longer than the model's context window.
 
-    `prompt_tokens` is the prompt size the provider counted, when its message says so."""
+    `prompt_tokens` is the prompt size the provider counted and `window` its context window,
+    when its message says so."""
 
-    def __init__(self, message: str, prompt_tokens: int | None = None) -> None:
+    def __init__(
+        self, message: str, prompt_tokens: int | None = None, window: int | None = None
+    ) -> None:
         super().__init__(message)
         self.prompt_tokens = prompt_tokens
+        self.window = window

@@ -38,6 +38,7 @@ from memory import clock
 from memory.atomic import PRIVATE_FILE_MODE
 from memory.keys import decode_key, encode_key
 from memory.safefs import append_all, make_private_dir, open_binary, open_fd
+from memory.threads import polite
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,10 @@ RECENT_IDS = 32  # platform ids of consolidated user messages remembered per ses
 FILED = -1  # index_of(): the message was consolidated (it is no longer in RAM)
 _METADATA_PREFIXES = (b'{"_type": "metadata"', b'{"_type":"metadata"')
 _SCAN_BLOCK = 1 << 16
+# A session file that reads its past from here on is loaded in a thread (session_for): reading
+# 20,000 messages took ~0.3 s, during which nobody else was answered.
+LOAD_IN_THREAD_BYTES = 1 << 20
+MIN_MESSAGE_LINE = len(b'{"role":"x"}\n')  # the shortest line a message can have
 
 
 def _now() -> str:
@@ -168,8 +173,9 @@ class Session:
             if answer is not None and isinstance(ids, list):
                 self.sent.update((str(i), answer) for i in ids)
 
-    def history(self) -> list[dict[str, Any]]:
-        """The unconsolidated messages as the LLM should see them.
+    def history(self, since: int | None = None) -> list[dict[str, Any]]:
+        """The unconsolidated messages (from absolute index `since`, when later than the
+        cursor: the newest part of a backlog) as the LLM should see them.
 
         Starts at a user message (a provider rejects a conversation that opens with a tool result
         or a dangling assistant turn), drops tool results whose call is not in the slice, and keeps
@@ -180,6 +186,8 @@ class Session:
         right until the cursor moves or the session is reloaded, and appended plain messages
         (no tool call or result, which could change what is kept before them) extend it.
         """
+        if since is not None and since > self.last_consolidated:
+            return self._build_history(self.span(since))  # a backlog's tail: not kept
         shape = (self.epoch, self.offset, self.last_consolidated)
         built = self._history
         if built is not None and built[0] == shape and built[2]:
@@ -194,8 +202,9 @@ class Session:
         self._history = (shape, self.total, result)
         return list(result)
 
-    def _build_history(self) -> list[dict[str, Any]]:
-        pending = [message for message in self.unconsolidated() if not message.get(HIDDEN)]
+    def _build_history(self, pending: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        pending = self.unconsolidated() if pending is None else pending
+        pending = [message for message in pending if not message.get(HIDDEN)]
         first_user = next(
             (i for i, message in enumerate(pending) if message.get("role") == "user"), None
         )
@@ -351,6 +360,7 @@ def _metadata_record(session: Session, cursor_byte: int | None = None) -> dict[s
     }
     if cursor_byte is not None:
         record["cursor_byte"] = cursor_byte
+        record["total"] = session.total  # the messages before this record, to check it by
     if session.filed_ids:
         record["recent_ids"] = list(session.filed_ids)
     return record
@@ -384,6 +394,24 @@ class SessionStore:
             session = _load(key, path) if path.exists() else Session(key=key, path=path)
             self._cache[key] = session
         return session
+
+    async def load(self, key: str) -> Session:
+        """get(), with a large file read in a thread (a backlog: the event loop serves
+        everyone else meanwhile)."""
+        session = self._cache.get(key)
+        if session is not None:
+            return session
+        path = self.path_for(key)
+        try:
+            large = path.stat().st_size > LOAD_IN_THREAD_BYTES
+        except OSError:
+            large = False
+        if large:
+            import asyncio  # (not at the top: the reading commands run without an event loop)
+
+            loaded = await asyncio.to_thread(_load, key, path)
+            return self._cache.setdefault(key, loaded)
+        return self.get(key)
 
     def loaded(self) -> list[str]:
         """The keys of the sessions held in RAM."""
@@ -557,7 +585,7 @@ def _load(key: str, path: Path) -> Session:
         last = _last_metadata(file, size)
         start = _seek_point(file, last, size, key)
         if last is not None and start is not None:
-            record, _ = last
+            record, at = last
             _apply_metadata(session, record, path)
             session.offset = session.last_consolidated
             recent = record.get("recent_ids")
@@ -565,7 +593,13 @@ def _load(key: str, path: Path) -> Session:
                 session.filed_ids.extend(str(i) for i in recent[-RECENT_IDS:])
             file.seek(start)
             _read_tail(session, file.read(), start, session.offset, path)
-        else:
+            if not _tail_agrees(session, record, at):
+                log.warning(
+                    "session %s: its cursor disagrees with the file; read whole", path.name
+                )
+                session = Session(key=key, path=path)
+                start = None
+        if last is None or start is None:
             file.seek(0)
             keep_from = last[0].get("last_consolidated") if last is not None else None
             if not isinstance(keep_from, int) or isinstance(keep_from, bool):
@@ -579,6 +613,20 @@ def _load(key: str, path: Path) -> Session:
     if newest is not None and newest > (clock.parse(session.updated_at) or newest):
         session.updated_at = session.messages[-1]["timestamp"]
     return session
+
+
+def _tail_agrees(session: Session, record: dict[str, Any], at: int) -> bool:
+    """Whether the messages read from the record's cursor_byte are the ones it calls
+    unconsolidated: as many before the record as it counted ("total"; older records have no
+    count: then the past before cursor_byte must at least have room for the messages it
+    claims). A cursor that says a position before messages it claims are consolidated would
+    put those messages back into the conversation under the wrong numbers."""
+    total = record.get("total")
+    if _natural(total):
+        assert isinstance(total, int)
+        before = sum(1 for position in session.positions if position < at)
+        return before == total - session.last_consolidated
+    return int(record.get("cursor_byte") or 0) >= session.last_consolidated * MIN_MESSAGE_LINE
 
 
 def _read_tail(session: Session, data: bytes, base: int, index: int, path: Path) -> None:
@@ -632,7 +680,7 @@ def _records(data: bytes, base: int, path: Path) -> Iterator[tuple[int, dict[str
     lines = data.split(b"\n")  # only "\n" ends a line; U+2028 etc. are content
     last_line = len(lines) - 1
     position = base
-    for number, raw in enumerate(lines):
+    for number, raw in enumerate(polite(lines)):  # (SessionStore.load reads in a thread)
         at = position
         position += len(raw) + 1
         if not raw.strip():

@@ -15,12 +15,14 @@ import os
 import tempfile
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from hashlib import sha1
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from memory import clock
 from memory.session import HIDDEN, reply_context
+from memory.threads import polite
 
 if TYPE_CHECKING:
     from memory.session import Session
@@ -47,6 +49,9 @@ OUTLIER_RATIO = 3.0
 # tokens per counted one until some request of it does: the top of the range above, since
 # erring low is what overflows the window.
 UNREPORTED_FACTOR = FACTOR_BOUNDS[1]
+# Messages not counted yet beyond which a session's counts are made in a thread: a backlog of
+# 20,000 messages took ~1 s to count, and every other person's answer waited for it.
+COUNT_IN_THREAD_FROM = 500
 
 # Where tiktoken's own cl100k_base file would be cached after a download (tiktoken.load).
 _CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
@@ -122,7 +127,7 @@ class TokenEstimator:
         # carry different tool schemas, which a server may not render (a different offset).
         self._calibrations: dict[str, Calibration] = {}
         self._unreported: set[str] = set()  # kinds whose answers came without usage
-        self._prefix: WeakKeyDictionary[Session, tuple[int, int, list[int]]] = WeakKeyDictionary()
+        self.messages = SpanCounts(self.count_message)  # per session: the prompt's messages
         # Long texts seen again (each session's system prompt, between consolidations): with many
         # users at once, one remembered text would be evicted by every other user's turn.
         self._long_texts: OrderedDict[str, int] = OrderedDict()
@@ -132,10 +137,13 @@ class TokenEstimator:
 
     # -- single pieces --------------------------------------------------------------------------
 
-    def count_text(self, text: str) -> int:
-        """Tokens in `text`; at least 1 for any non-empty text."""
+    def count_text(self, text: str, remember: bool = True) -> int:
+        """Tokens in `text`; at least 1 for any non-empty text. remember=False: neither looked
+        up nor kept in the caches (safe in a thread other than the event loop's)."""
         if not text:
             return 0
+        if not remember:
+            return max(1, self._count_raw(text))
         if len(text) <= LONG_TEXT_CHARS:
             known = self._short_texts.get(text)
             if known is None:
@@ -158,91 +166,75 @@ class TokenEstimator:
             return len(self._encoding.encode(text, disallowed_special=()))
         return math.ceil(len(text) / 4)
 
-    def count_message(self, message: dict[str, Any]) -> int:
+    def count_message(self, message: dict[str, Any], remember: bool = True) -> int:
         """Everything of one message the provider will see, plus the per-message overhead
         (nothing for a message that left the conversation: /undo, /retry)."""
         if message.get(HIDDEN):
             return 0
+        count = self.count_text if remember else self._count_fresh
         n = MESSAGE_OVERHEAD
-        n += self._count_content(message.get("content"))
+        n += self._count_content(message.get("content"), count)
         if message.get("role") == "user":  # the time it was written, added when it is sent
-            n += self.count_text(clock.told(message.get("timestamp")))
+            n += count(clock.told(message.get("timestamp")))
             context = reply_context(message)  # and what it replied to
             if context:
-                n += self.count_text(context)
+                n += count(context)
         tool_calls = message.get("tool_calls")
         if tool_calls:
-            n += self.count_text(json.dumps(tool_calls, ensure_ascii=False, default=str))
+            n += count(json.dumps(tool_calls, ensure_ascii=False, default=str))
         for field in ("tool_call_id", "name"):
             value = message.get(field)
             if value:
-                n += self.count_text(str(value))
+                n += count(str(value))
         return n
 
-    def _count_content(self, content: Any) -> int:
+    def _count_fresh(self, text: str) -> int:
+        return self.count_text(text, remember=False)
+
+    def _count_content(self, content: Any, count: Callable[[str], int]) -> int:
         if content is None:
             return 0
         if isinstance(content, str):
-            return self.count_text(content)
+            return count(content)
         if isinstance(content, list):
-            return sum(self._count_part(part) for part in content)
-        return self.count_text(json.dumps(content, ensure_ascii=False, default=str))
+            return sum(self._count_part(part, count) for part in content)
+        return count(json.dumps(content, ensure_ascii=False, default=str))
 
-    def _count_part(self, part: Any) -> int:
+    def _count_part(self, part: Any, count: Callable[[str], int]) -> int:
         if isinstance(part, str):
-            return self.count_text(part)
+            return count(part)
         if isinstance(part, dict):
             if isinstance(part.get("text"), str):
-                return self.count_text(part["text"])
+                return count(part["text"])
             if part.get("type") in ("image_url", "input_image", "image", "image_ref"):
                 return self.image_tokens
-        return self.count_text(json.dumps(part, ensure_ascii=False, default=str))
+        return count(json.dumps(part, ensure_ascii=False, default=str))
 
     # -- sessions -------------------------------------------------------------------------------
-
-    def _prefix_sums(self, session: Session) -> list[int]:
-        """sums[i] = tokens of the messages in RAM before messages[i] (from session.offset),
-        extended by the messages appended since last time; shifted, not recounted, when the
-        consolidated ones leave RAM."""
-        messages = session.messages
-        cached = self._prefix.get(session)
-        if cached is not None and cached[0] == session.epoch and cached[1] < session.offset:
-            shift = session.offset - cached[1]
-            old = cached[2]
-            if shift < len(old):
-                base = old[shift]
-                cached = (session.epoch, session.offset, [s - base for s in old[shift:]])
-            else:
-                cached = None
-        if (
-            cached is None
-            or cached[:2] != (session.epoch, session.offset)
-            or len(cached[2]) > len(messages) + 1
-        ):
-            cached = (session.epoch, session.offset, [0])
-        self._prefix[session] = cached
-        sums = cached[2]
-        for i in range(len(sums) - 1, len(messages)):
-            sums.append(sums[-1] + self.count_message(messages[i]))
-        return sums
 
     def session_tokens(self, session: Session, start: int, end: int | None = None) -> int:
         """Raw tokens of the messages start..end by absolute index (no correction factor);
         the consolidated ones, no longer in RAM, count as nothing."""
-        sums = self._prefix_sums(session)
-        last = len(sums) - 1
-        rel_end = last if end is None else max(0, min(end - session.offset, last))
-        rel_start = max(0, min(start - session.offset, rel_end))
-        return sums[rel_end] - sums[rel_start]
+        return self.messages.tokens(session, start, end)
 
-    def raw_prompt_tokens(self, system_prompt: str, session: Session) -> int:
-        """Uncorrected count of the next request: system + unconsolidated messages."""
+    async def warm(self, session: Session) -> None:
+        """Count what the session holds uncounted, in a thread when it is a backlog."""
+        await self.messages.warm(session)
+
+    def raw_prompt_tokens(
+        self, system_prompt: str, session: Session, since: int | None = None
+    ) -> int:
+        """Uncorrected count of the next request: system + unconsolidated messages (from
+        `since` on, when given: the newest part of a backlog)."""
         raw = MESSAGE_OVERHEAD + self.count_text(system_prompt) + REPLY_PRIMING
-        return raw + self.session_tokens(session, session.last_consolidated)
+        start = (
+            session.last_consolidated if since is None else max(since, session.last_consolidated)
+        )
+        return raw + self.session_tokens(session, start)
 
-    def prompt_tokens(self, system_prompt: str, session: Session) -> int:
+    def prompt_tokens(self, system_prompt: str, session: Session, since: int | None = None) -> int:
         """Estimated prompt of the next turn, as the provider will count it."""
-        return self.corrected(self.raw_prompt_tokens(system_prompt, session))
+        return self.corrected(self.raw_prompt_tokens(system_prompt, session, since))
 
     def raw_request_tokens(self, messages: list[dict[str, object]], tools_text: str = "") -> int:
         """Uncorrected count of a request given whole (the consolidator's)."""
@@ -288,9 +280,87 @@ class TokenEstimator:
         """Learn from the provider's `prompt_tokens` for a request whose raw count was `raw`."""
         self.calibration(kind).observe(raw, actual)
 
+    def forget_calibration(self, kind: str = "turn") -> None:
+        """What the provider's reports taught about `kind`, dropped: its requests changed (the
+        tool schemas a server counted are no longer sent), so the offset learnt is stale."""
+        self._calibrations.pop(kind, None)
+
     def observe_no_usage(self, kind: str = "turn") -> None:
         """A request of `kind` was answered without usage: its estimate cannot learn from it."""
         self._unreported.add(kind)
+
+
+class SpanCounts:
+    """One count per message of each session (its tokens in a prompt, its tokens as a line of
+    a consolidation request), kept as prefix sums: a span's count costs O(1), a turn counts only
+    the messages appended since, and when the consolidated messages leave RAM the sums are
+    shifted, not recounted. WHY kept: a span of a 20,000-message backlog was counted again in
+    every round of consolidation, on the event loop, and every other person waited.
+
+    `count(message, remember=…)`: remember=False must touch no shared state (warm() calls it in
+    a thread)."""
+
+    def __init__(self, count: Callable[..., int]) -> None:
+        self._count = count
+        self._kept: WeakKeyDictionary[Session, tuple[int, int, list[int]]] = WeakKeyDictionary()
+
+    def _current(self, session: Session) -> list[int]:
+        """sums[i] = the count of the messages in RAM before messages[i] (from session.offset),
+        as far as counted; shifted to the session's offset when its past left RAM."""
+        cached = self._kept.get(session)
+        if cached is not None and cached[0] == session.epoch and cached[1] < session.offset:
+            shift = session.offset - cached[1]
+            old = cached[2]
+            if shift < len(old):
+                base = old[shift]
+                cached = (session.epoch, session.offset, [s - base for s in old[shift:]])
+            else:
+                cached = None
+        if (
+            cached is None
+            or cached[:2] != (session.epoch, session.offset)
+            or len(cached[2]) > len(session.messages) + 1
+        ):
+            cached = (session.epoch, session.offset, [0])
+        self._kept[session] = cached
+        return cached[2]
+
+    def sums(self, session: Session) -> list[int]:
+        """The prefix sums over every message in RAM (the uncounted ones counted now)."""
+        sums = self._current(session)
+        messages = session.messages
+        for i in range(len(sums) - 1, len(messages)):
+            sums.append(sums[-1] + self._count(messages[i]))
+        return sums
+
+    def tokens(self, session: Session, start: int, end: int | None = None) -> int:
+        """The count of the messages start..end by absolute index; the consolidated ones, no
+        longer in RAM, count as nothing."""
+        sums = self.sums(session)
+        last = len(sums) - 1
+        rel_end = last if end is None else max(0, min(end - session.offset, last))
+        rel_start = max(0, min(start - session.offset, rel_end))
+        return sums[rel_end] - sums[rel_start]
+
+    async def warm(self, session: Session) -> None:
+        """Count the session's uncounted messages in a thread when there are many (a backlog
+        loaded from disk), so the event loop serves everyone else meanwhile."""
+        sums = self._current(session)
+        first = len(sums) - 1
+        todo = session.messages[first:]
+        if len(todo) < COUNT_IN_THREAD_FROM:
+            return
+        stamp = (session.epoch, session.offset)
+        import asyncio  # (not at the top: the reading commands run without an event loop)
+
+        counts = await asyncio.to_thread(
+            lambda: [self._count(m, remember=False) for m in polite(todo)]
+        )
+        sums = self._current(session)
+        if (session.epoch, session.offset) != stamp:
+            return  # consolidated or reloaded meanwhile: counted again when needed
+        for count in counts[len(sums) - 1 - first :]:
+            sums.append(sums[-1] + count)
 
 
 class Calibration:

@@ -19,7 +19,7 @@ def make_agent(
     llm: FakeOpenAI | str,
     workspaces: Path,
     *,
-    window: int = 50_000,
+    window: int | None = 50_000,
     limits: LimitsConfig | None = None,
     memory: dict[str, Any] | None = None,
     media: dict[str, Any] | None = None,
@@ -27,13 +27,14 @@ def make_agent(
 ) -> Agent:
     """An Agent whose real openai client talks to `llm` (a fake server or its base URL).
     Retries are off unless asked for, so failures show at once; `settings` are [llm] keys. The
-    answer's budget is an eighth of the window unless given: it shares the window. `memory`:
-    [memory] keys besides the folder; `media`: [media] keys."""
+    answer's budget is an eighth of the window unless given: it shares the window (window=None
+    and max_output_tokens=None: both automatic, bot/agent/sizing.py). `memory`: [memory] keys
+    besides the folder; `media`: [media] keys."""
     base_url = llm if isinstance(llm, str) else llm.base_url
     options: dict[str, Any] = {
         "max_retries": 0,
         "timeout_s": 5,
-        "max_output_tokens": min(2048, window // 8),
+        "max_output_tokens": min(2048, window // 8) if window else None,
         **settings,
     }
     config = Config(

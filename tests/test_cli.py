@@ -108,7 +108,9 @@ async def test_chat_waits_for_consolidation_before_exiting(
         return completion("ok")
 
     fake_llm.default = answer
-    fake_llm.queue(completion("ok"), completion("tea " * 1000))
+    # An answer that leaves the next prompt over the window (with the lean fixed part of a
+    # 1,500-token window), so a consolidation is pending when the person leaves.
+    fake_llm.queue(completion("ok"), completion("tea " * 1400))
     settings = "context_window_tokens = 1500\nmax_output_tokens = 100\n"
     config = write_config(tmp_path, fake_llm, settings)
 

@@ -288,3 +288,30 @@ def test_a_reader_resolves_the_workspaces_dir_without_creating_it(tmp_path: Path
     assert not (tmp_path / "ws").exists()
     assert load_config(path, {}).memory.workspaces_dir == tmp_path / "ws"
     assert (tmp_path / "ws").is_dir()
+
+
+# ---- lightgrep.env beside the config file (what `lightgrep init` writes) -------------------------
+
+
+def test_the_secrets_file_beside_the_config_fills_what_the_environment_leaves_unset(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path, '[telegram]\nenabled = true\nallow_from = ["42"]\n')
+    secrets = tmp_path / "lightgrep.env"
+    secrets.write_text(
+        "# the bot's secrets\nTELEGRAM_BOT_TOKEN='123:from-the-file'\n\n"
+        "export LIGHTGREP_LLM_MODEL=qwen2.5:7b\nOPENAI_API_KEY=sk-file\n"
+    )
+    secrets.chmod(0o600)
+    config = load_config(path, env={"OPENAI_API_KEY": "sk-environment"})
+    assert config.platforms["telegram"].token == "123:from-the-file"
+    assert config.llm.model == "qwen2.5:7b"
+    assert config.llm.api_key == "sk-environment"  # the environment wins
+
+
+def test_a_bad_line_in_the_secrets_file_is_named(tmp_path: Path) -> None:
+    path = write(tmp_path, "[llm]\n")
+    (tmp_path / "lightgrep.env").write_text("OPENAI_API_KEY=sk-1\nthis is not a setting\n")
+    message = error_of(path, {})
+    assert message.endswith("lightgrep.env, line 2: not a KEY=value line")
+    assert "sk-1" not in message

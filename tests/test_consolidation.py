@@ -136,7 +136,10 @@ async def test_above_the_window_a_chunk_up_to_a_user_turn_is_consolidated(
 async def test_several_rounds_until_under_the_target(llm, fake_llm, workspace) -> None:
     session = workspace.sessions.get("telegram:dm:42")
     add_turns(workspace, session, 12)
-    consolidator, estimator = consolidator_for(llm, workspace, session)
+    # (A budget the growing memory stays within: condensing it is not this test's subject.)
+    consolidator, estimator = consolidator_for(
+        llm, workspace, session, memory_budget_tokens=10_000
+    )
     # The new memory is bigger than a turn, so after round one the prompt is still above target.
     big_memory = ALPHA_MEMORY + "- gamma fact\n" * 60
     fake_llm.default = lambda req: save_memory_call("[2024-05-01 10:00] Summary.", big_memory)
@@ -152,7 +155,7 @@ async def test_several_rounds_until_under_the_target(llm, fake_llm, workspace) -
 async def test_at_most_five_rounds(llm, fake_llm, workspace) -> None:
     session = workspace.sessions.get("telegram:dm:42")
     add_turns(workspace, session, 40)
-    consolidator, _ = consolidator_for(llm, workspace, session)
+    consolidator, _ = consolidator_for(llm, workspace, session, memory_budget_tokens=10_000)
     grown: list[int] = []
 
     def growing_memory(req: dict[str, Any]) -> dict[str, Any]:
@@ -263,7 +266,8 @@ async def test_no_tool_call_is_a_failure(llm, fake_llm, workspace) -> None:
 
     assert await consolidator.maybe_consolidate(workspace, session, prompt_of(workspace)) == 0
 
-    assert len(fake_llm.requests) == 2  # forced, then auto; then give up for this turn
+    # forced, then auto, then once in plain text (chatter, not a summary); then give up
+    assert len(fake_llm.requests) == 3
     assert session.last_consolidated == 0
     assert consolidator.failures(workspace, session) == 1
     assert history(workspace) == ""
@@ -334,11 +338,13 @@ async def test_three_failures_archive_the_chunk_raw(llm, fake_llm, workspace) ->
     prompt = prompt_of(workspace)
     no_tool = completion("no")
     fake_llm.queue(
-        Status(500, {"error": {"message": "overloaded"}}),  # attempt 1: provider outage
+        Status(500, {"error": {"message": "overloaded"}}),  # attempt 1: provider outage,
+        Status(500, {"error": {"message": "overloaded"}}),  # also in plain text
         no_tool,
-        no_tool,  # attempt 2: no tool call, forced nor auto
+        no_tool,  # attempt 2: no tool call, forced nor auto,
+        no_tool,  # and "no" is not a summary
         Status(400, {"error": {"message": "bad"}}),
-        Status(400, {"error": {"message": "bad"}}),
+        Status(400, {"error": {"message": "bad"}}),  # attempt 3: then GOOD, which has no text
     )
 
     assert await consolidator.maybe_consolidate(workspace, session, prompt) == 0
@@ -376,7 +382,8 @@ async def test_a_success_resets_the_failure_counter(llm, fake_llm, workspace) ->
         return await consolidator.maybe_consolidate(workspace, session, prompt)
 
     consolidator = MemoryConsolidator(llm, estimator, 1)
-    fake_llm.queue(fail, fail, fail, fail, GOOD, fail, fail, fail, fail)
+    # A failed attempt asks three times: forced, auto, plain text.
+    fake_llm.queue(*[fail] * 6, GOOD, *[fail] * 6)
     results = [await one_call() for _ in range(5)]
 
     assert results == [0, 0, 1, 0, 0]
@@ -449,7 +456,7 @@ async def test_archive_all_falls_back_to_raw(llm, fake_llm, workspace) -> None:
 
     await consolidator.archive_all(workspace, session)
 
-    assert len(fake_llm.requests) == 3
+    assert len(fake_llm.requests) == 6  # three attempts, each with the tool and in plain text
     assert RAW_HEADER.findall(history(workspace)) == ["4"]
     assert session.last_consolidated == 4
     assert consolidator.failures(workspace, session) == 0

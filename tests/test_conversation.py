@@ -8,10 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bot.agent.window import fixed_prompt_tokens
+from bot.agent.sizing import fixed_tokens
 from bot.config import AgentConfig, Config
 from bot.inbound import Delivered, Quoted
 from memory.session import SENT, SUPERSEDED, WITHDRAWN
+from memory.tokens import TokenEstimator
 from tests.agent_helpers import ask, dm, group, make_agent, session_records
 from tests.fakes.openai_server import FakeOpenAI, completion, is_consolidation, save_memory_call
 
@@ -261,7 +262,10 @@ def test_the_operators_system_prompt_counts_in_the_fixed_part_doctor_measures() 
     instructed = Config(
         agent=AgentConfig(system_prompt="Answer as the help desk of Example. " * 20)
     )
-    assert fixed_prompt_tokens(instructed) - fixed_prompt_tokens(plain) >= 100
+    for form in ("full", "compact", "none"):  # (bot/agent/sizing.py measures each form)
+        estimator = TokenEstimator()
+        grown = fixed_tokens(instructed, form, estimator) - fixed_tokens(plain, form, estimator)
+        assert grown >= 100
 
 
 async def test_a_reply_to_a_retried_answer_finds_it_after_consolidation(

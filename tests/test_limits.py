@@ -103,7 +103,8 @@ async def test_consolidation_is_charged_to_the_user_whose_memory_it_folds(
 
     fake_llm.default = answer
     agent = make_agent(fake_llm, workspaces_dir, window=1200)
-    for i in range(8):
+    # (12 turns: with the lean fixed part of a small window, 8 did not fill it.)
+    for i in range(12):
         await ask(agent, dm("42", f"My cat Miso did thing number {i}. " + "meow " * 30))
     await agent.aclose()
     consolidations = len(fake_llm.consolidation_requests)

@@ -105,7 +105,7 @@ async def test_the_consolidation_request_states_the_budget_and_the_current_size(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
     seed(workspaces_dir, MEMORY)
-    agent = make_agent(fake_llm, workspaces_dir, window=40_000)  # budget: a quarter, 10,000
+    agent = make_agent(fake_llm, workspaces_dir, window=40_000)  # budget: a tenth, capped: 1,500
     fake_llm.default = answers(MEMORY)
     await file_a_conversation(agent)
     size = agent.consolidator.memory_tokens(MEMORY)
@@ -113,7 +113,7 @@ async def test_the_consolidation_request_states_the_budget_and_the_current_size(
 
     (request,) = fake_llm.consolidation_requests
     sent = request["messages"][1]["content"]
-    assert f"MEMORY.md may take about 10,000 tokens; it takes about {size:,} now" in sent
+    assert f"MEMORY.md may take about 1,500 tokens; it takes about {size:,} now" in sent
     assert 20 < size < 200
     assert fake_llm.condense_requests == []
 

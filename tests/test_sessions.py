@@ -460,6 +460,43 @@ def test_a_file_without_a_cursor_byte_loads_the_same_tail(sessions_dir: Path) ->
     assert [m["content"] for m in store.read_all(again)] == [f"message {i}" for i in range(7)]
 
 
+def rewritten(session: Session, change: dict) -> None:
+    """The newest metadata record of the file with `change` applied."""
+    lines = session.path.read_bytes().split(b"\n")
+    newest = max(i for i, line in enumerate(lines) if b'"_type": "metadata"' in line)
+    record = json.loads(lines[newest])
+    record.update(change)
+    for key in [k for k, v in change.items() if v is None]:
+        del record[key]
+    lines[newest] = json.dumps(record).encode()
+    session.path.write_bytes(b"\n".join(lines))
+
+
+@pytest.mark.parametrize("counted", [True, False], ids=["with-total", "older-record"])
+def test_a_cursor_that_disagrees_with_the_file_is_read_the_safe_way(
+    sessions_dir: Path, caplog: pytest.LogCaptureFixture, counted: bool
+) -> None:
+    """The newest metadata record says 10 messages are consolidated but points (cursor_byte)
+    at message 4, or at the header: read from there, messages 4-9 came back into the
+    conversation under the numbers 10-15, and the real 10-13 under 16-19 (issue 23)."""
+    store = fresh(sessions_dir)
+    session = fill(store, 14)
+    store.set_last_consolidated(session, 10)
+    data = session.path.read_bytes()
+    at = data.index(b'"message 4"') if counted else 0
+    cursor_byte = data.rindex(b"\n", 0, at) + 1 if counted else 0
+    rewritten(session, {"cursor_byte": cursor_byte, **({} if counted else {"total": None})})
+
+    with caplog.at_level(logging.WARNING, logger="memory.session"):
+        reloaded = fresh(sessions_dir).get(KEY)
+
+    assert "disagrees with the file" in caplog.text
+    assert (reloaded.last_consolidated, reloaded.total) == (10, 14)
+    assert [m["content"] for m in reloaded.unconsolidated()] == [
+        f"message {i}" for i in range(10, 14)
+    ]
+
+
 def test_appends_after_a_consolidation_keep_absolute_indexes(sessions_dir: Path) -> None:
     store = fresh(sessions_dir)
     session = fill(store, 4)

@@ -432,22 +432,24 @@ async def test_doctor_reports_the_servers_window_and_fails_when_configured_large
 async def test_doctor_fails_when_the_window_cannot_hold_one_turn(
     fake_llm: FakeOpenAI, tmp_path: Path, clean_env: None, capsys: Any
 ) -> None:
-    code, line = await doctor(write_config(tmp_path, fake_llm, 1024, answer=512), capsys)
+    # (1,024 with an answer of 512 fits since the fixed part is lean for small windows.)
+    code, line = await doctor(write_config(tmp_path, fake_llm, 1024, answer=900), capsys)
     assert code != 0 and line.startswith("FAIL") and "cannot hold" in line
+    assert "smaller [llm] max_output_tokens" in line
 
 
 async def test_doctor_counts_the_configured_memory_budget(
     fake_llm: FakeOpenAI, tmp_path: Path, clean_env: None, capsys: Any
 ) -> None:
-    """A MEMORY.md allowed 3,000 tokens does not fit in 4,096 with the rest of a turn; one of
+    """A MEMORY.md allowed 3,500 tokens does not fit in 4,096 with the rest of a turn; one of
     100 tokens leaves room in 1,300 that a fixed 512 would not have."""
-    code, line = await doctor(write_config(tmp_path, fake_llm, 4096, memory=3000), capsys)
+    code, line = await doctor(write_config(tmp_path, fake_llm, 4096, memory=3500), capsys)
     assert code != 0 and line.startswith("FAIL") and "cannot hold" in line
-    assert "memory 3,000" in line
+    assert "memory 3,500" in line and "smaller [memory] max_memory_tokens" in line
     code, line = await doctor(write_config(tmp_path, fake_llm, 4096), capsys)
-    assert code == 0 and "memory 1,024" in line  # unset: a quarter of the window
+    assert code == 0 and "memory 409 (10 %)" in line  # unset: a tenth of the window
     code, line = await doctor(write_config(tmp_path, fake_llm, 1300, memory=100), capsys)
-    assert code == 0 and line.startswith("OK") and "memory 100," in line
+    assert code == 0 and line.startswith("OK") and "memory 100 (" in line
 
 
 async def test_ollama_without_num_ctx_is_flagged(

@@ -1,9 +1,11 @@
 """The agent core: one turn of a person's conversation, from the inbound message to the answer.
 
-Public: `agent` (the `Agent`, which only the CLI builds) and `window` (how the context window is
-shared between the fixed part, MEMORY.md, the conversation and the answer; `doctor` reads it).
-`prompt` (building the messages sent to the model), `tools` (the tools confined to the person's
-workspace) and `streaming` (an answer's text as it is written) are its own.
+Public: `agent` (the `Agent`, which only the CLI builds), `sizing` (how big the context window
+is and how it is shared between the fixed part, MEMORY.md, the conversation and the answer;
+`doctor`, `init` and the start of `run` and `chat` read it) and `window` (what the server says
+about its window). `prompt` (building the messages sent to the model), `tools` (the tools
+confined to the person's workspace) and `streaming` (an answer's text as it is written) are its
+own.
 """
 
-__all__ = ["agent", "window"]
+__all__ = ["agent", "sizing", "window"]

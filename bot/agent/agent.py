@@ -29,9 +29,10 @@ from bot.agent.conversation import supersede_last, withdraw_last
 from bot.agent.prompt import ContextBuilder, FrozenPrompts, with_media
 from bot.agent.replies import reply_record
 from bot.agent.residency import LoadedSessions, PerUser, forget_everywhere
+from bot.agent.sizing import Sizing, describe, plan, tools_text
 from bot.agent.streaming import AnswerStream
 from bot.agent.tools import AgentTools
-from bot.agent.window import TOOLS_TEXT, llm_budget
+from bot.agent.window import ServerWindow
 from bot.chats import ChatBook, chat_of
 from bot.commands.confirm import Confirmations
 from bot.commands.context import (
@@ -153,9 +154,22 @@ def disk_reason(error: OSError) -> str:
 
 
 class Agent:
-    def __init__(self, config: Config, llm: ChatLLM | None = None, *, writer: bool = True) -> None:
+    def __init__(
+        self,
+        config: Config,
+        llm: ChatLLM | None = None,
+        *,
+        writer: bool = True,
+        sizing: Sizing | None = None,
+    ) -> None:
         """writer=False: for a process without the folder lock, which must not write (only
-        commands that read, like /recall, are then sent to it)."""
+        commands that read, like /recall, are then sent to it). `sizing`: the window and its
+        shares as bot.agent.sizing.size found them with the server's help; None: planned from
+        the config alone."""
+        self.estimator = TokenEstimator(image_tokens=config.llm.image_tokens)
+        self._asked = config  # as configured: what is automatic is planned again (_learn_window)
+        self.sizing = sizing or plan(config, estimator=self.estimator)
+        config = self.sizing.applied(config)  # the automatic figures, filled in
         self.config = config
         self.workspaces = Workspaces(
             config.memory.workspaces_dir,
@@ -165,7 +179,6 @@ class Agent:
         # Every model call, the consolidator's too, is booked to the user it was made for.
         self.usage = UsageBook(self.workspaces)
         self.limits = Limits(config.limits, self.usage)
-        self.estimator = TokenEstimator(image_tokens=config.llm.image_tokens)
         self.llm = ChargedLLM(
             llm or LLMClient.from_config(config.llm), self.usage, self._estimated_usage
         )
@@ -178,17 +191,17 @@ class Agent:
         )
         # [llm] vision, until the provider refuses pictures (then they go as text, as with false).
         self._sees_pictures = config.llm.vision
-        self.window = config.llm.context_window_tokens
-        self.budget = llm_budget(config.llm)
+        self.window = self.sizing.window
+        self.budget = self.sizing.budget
         self.consolidator = MemoryConsolidator(
             self.llm,
             self.estimator,
             self.window,
             answer_tokens=self.budget.answer,
             margin_tokens=self.budget.margin,
-            memory_budget_tokens=config.memory.max_memory_tokens,
+            memory_budget_tokens=self.sizing.memory,
         )
-        self.context = ContextBuilder(config.agent.bot_name)
+        self.context = ContextBuilder(config.agent.bot_name, self.sizing.form)
         self.chats = ChatBook.of(config.memory.workspaces_dir)  # personas, group triggers
         self.prompts = FrozenPrompts()
         self.background = BackgroundWork()
@@ -221,7 +234,9 @@ class Agent:
         if writer:
             sweep_wiped(self.workspaces.base_dir)  # what a crash mid-/wipe left behind
             finish_pending(self.workspaces, self.links)  # what a crash mid-/link left undone
-        self._tools_text = TOOLS_TEXT
+        self._tools_text = tools_text(self.sizing.form)
+        self._draining: set[tuple[str, str]] = set()  # sessions consolidating in the background
+        self._closing = False  # aclose(): a backlog's background work stops after its round
 
     def _estimated_usage(
         self, messages: list[dict[str, Any]], result: ChatResult
@@ -338,7 +353,9 @@ class Agent:
                 workspace.sessions.append(session, message)
 
     async def aclose(self) -> None:
-        """Wait for pending consolidation, then close the LLM client."""
+        """Wait for pending consolidation (a backlog's only for its current round), then close
+        the LLM client."""
+        self._closing = True
         self.attachments.stop()
         await self.background.wait_all()
         await self.llm.aclose()
@@ -352,7 +369,8 @@ class Agent:
         async with self.sessions.lock(inbound.session_key):
             # Looked up under the lock: a /wipe that held it has replaced the workspace.
             workspace = self.workspaces.get(inbound.user_key)
-            session = workspace.sessions.get(inbound.session_key)
+            session = await workspace.sessions.load(inbound.session_key)
+            await self.estimator.warm(session)  # a backlog: counted in a thread, once
             earlier = self._earlier_copy(session, inbound.message_id)
             if earlier is not None:
                 return await self._redelivered(workspace, session, inbound, earlier, out)
@@ -497,18 +515,28 @@ class Agent:
         margin) does. A provider that still refuses the request as too long gets one retry
         after consolidating; an outage is told apart from a conversation grown too long."""
         system = self._system_prompt(workspace, session, inbound)
+        since = None  # answered from the whole conversation, else from this message on
         if not self.budget.fits(self._estimate(system, session)):
-            # The prompt cannot fit at all: make room before calling the model.
+            # The prompt cannot fit at all: make room before calling the model, when one
+            # consolidation request does it. A backlog (a migrated transcript, a long outage)
+            # is not waited for: the newest turns that fit are answered, and the rest is
+            # worked through in the background.
             await out.notice(CONSOLIDATING)
-            await self._consolidate_first(workspace, session, inbound)
-            system = self._system_prompt(workspace, session, inbound)
+            tools_text = system + self._tools_text
+            if self.consolidator.one_request_will_do(workspace.memory.read(), tools_text, session):
+                await self._consolidate_first(workspace, session, inbound)
+                system = self._system_prompt(workspace, session, inbound)
+            if not self.budget.fits(self._estimate(system, session)):
+                since = self.consolidator.tail_start(session, system + self._tools_text)
+                log.info("a backlog in %s: answering from its newest turns", inbound.session_key)
         tools = AgentTools(
             workspace,
             public=not self._memory_shown(workspace, inbound),
+            form=self.sizing.form,
             reminders=PersonReminders(self.reminder_book, workspace, inbound),
         )
         try:
-            return await self._respond_with(workspace, session, inbound, out, system, tools)
+            return await self._respond_with(workspace, session, inbound, out, system, tools, since)
         finally:
             if tools.held is not None:  # told under this answer, or the next private one
                 self.consolidator.note_event(
@@ -524,27 +552,36 @@ class Agent:
         out: Outbound,
         system: str,
         tools: AgentTools,
+        since: int | None = None,
     ) -> Reply:
-        """_respond's model calls, with the turn's tools (one set: their bounds are the turn's)."""
+        """_respond's model calls, with the turn's tools (one set: their bounds are the turn's);
+        `since`: the conversation from that message on (the newest part of a backlog)."""
         try:
             try:
-                text = await self._run_model(workspace, session, system, tools, out=out)
+                run = self._run_model
+                text = await run(workspace, session, system, tools, out=out, since=since)
             except LLMContextOverflow as exc:
                 log.warning("the provider found the prompt too long for %s", inbound.session_key)
-                self._learn_from_overflow(exc, system, session)
+                resized = self._learn_from_overflow(exc, system, session)
                 await out.notice(CONSOLIDATING)
+                # Sized to the window the server named, the estimate is right again: what
+                # does not fit is consolidated as usual (else at least half is shed).
                 rounds = await self.consolidator.maybe_consolidate(
-                    workspace, session, self._cost_of_prompt(workspace, inbound), force=True
+                    workspace, session, self._cost_of_prompt(workspace, inbound), force=not resized
                 )
-                if not rounds:
+                if not rounds and not resized:
                     raise
                 system = self._system_prompt(workspace, session, inbound)
-                text = await self._run_model(workspace, session, system, tools, out=out)
+                text = await self._run_model(
+                    workspace, session, system, tools, out=out, since=since
+                )
             except LLMImagesRefused as exc:
                 if not await self._pictures(workspace, session):  # not about pictures
                     raise
                 self._stop_sending_pictures(exc)
-                text = await self._run_model(workspace, session, system, tools, out=out)
+                text = await self._run_model(
+                    workspace, session, system, tools, out=out, since=since
+                )
                 text = f"{text}\n\n{PICTURES_REFUSED}"
         except _NotSaved as failure:
             log.error("could not save the answer of %s: %s", inbound.session_key, failure.error)
@@ -568,26 +605,65 @@ class Agent:
         self, workspace: Workspace, session: Session, inbound: Inbound, system: str
     ) -> None:
         """After a turn (answered or not): consolidate in the background if the next prompt
-        would not fit, so the next turn does not fail the same way."""
-        if self.budget.fits(self._estimate(system, session)):
+        would not fit, so the next turn does not fail the same way; round after round until
+        it fits (a backlog), one background task per session."""
+        key = (inbound.user_key, session.key)
+        if key in self._draining or self.budget.fits(self._estimate(system, session)):
             return
         if self.limits.check_tokens(inbound.user_key) is not None:
             # Past the person's limit (or the bot's): it waits, and the first turn they may
             # have again makes room before it answers.
             log.info("consolidation of %s waits for the token limit", inbound.session_key)
             return
-        self.background.start(
-            self.consolidator.maybe_consolidate(
-                workspace, session, self._cost_of_prompt(workspace, inbound)
-            ),
-            inbound.user_key,
-        )
+        self._draining.add(key)
 
-    def _learn_from_overflow(self, exc: LLMContextOverflow, system: str, session: Session) -> None:
-        """A rejection that says how long the provider found the prompt is a usage report."""
+        async def drain() -> None:
+            prompt = self._cost_of_prompt(workspace, inbound)
+            try:
+                while not self._closing and not self.budget.fits(
+                    self.estimator.prompt_tokens(prompt(), session)
+                ):
+                    if self.limits.check_tokens(inbound.user_key) is not None:
+                        break  # the person's (or the bot's) tokens are spent: it waits
+                    if not await self.consolidator.maybe_consolidate(workspace, session, prompt):
+                        break  # failed (retried on a later turn) or only the newest turn left
+            finally:
+                self._draining.discard(key)
+
+        self.background.start(drain(), inbound.user_key)
+
+    def _learn_from_overflow(self, exc: LLMContextOverflow, system: str, session: Session) -> bool:
+        """A rejection that says how long the provider found the prompt is a usage report; one
+        that names the window tells it (llama-cpp-python tells it no other way). True if the
+        bot was sized to it."""
         if exc.prompt_tokens:
             raw = self.estimator.raw_prompt_tokens(system + self._tools_text, session)
             self.estimator.observe_usage(raw, exc.prompt_tokens)
+        return bool(exc.window) and self._learn_window(exc.window or 0)
+
+    def _learn_window(self, tokens: int) -> bool:
+        """The server named its window, smaller than the one assumed: the bot is sized to it
+        from now on (the answer, MEMORY.md's budget, the prompt's form), unless the window is
+        configured (an explicit setting wins; doctor says it is too large)."""
+        if self.sizing.window_from == "configured" or tokens >= self.window:
+            return False
+        told = ServerWindow(tokens, "named by the server refusing a longer request")
+        sizing = plan(self._asked, told, self.estimator)
+        if sizing.form != self.sizing.form:
+            # Other tool schemas from now on: how the server counted the old ones (its tool
+            # template: ~400 tokens of llama-cpp-python's function calling) no longer holds.
+            self.estimator.forget_calibration()
+            sizing = plan(self._asked, told, self.estimator)
+        log.warning("context window: %s", describe(sizing))
+        self.sizing = sizing
+        self.config = sizing.applied(self._asked)
+        self.window = sizing.window
+        self.budget = sizing.budget
+        self.consolidator.resize(self.budget, sizing.memory)
+        self.context.form = sizing.form
+        self._tools_text = tools_text(sizing.form)
+        self.prompts.clear()  # built for the other form
+        return True
 
     async def _consolidate_first(
         self, workspace: Workspace, session: Session, inbound: Inbound
@@ -638,13 +714,14 @@ class Agent:
         tools: AgentTools,
         *,
         out: Outbound | None = None,
-        reminders: PersonReminders | None = None,
+        since: int | None = None,
     ) -> str:
         """The tool loop, bounded in rounds, in calls (tools.room()) and by the person's token
         limits (checked before each round after the first: a turn that spent the day's tokens
         stops there); every assistant and tool message is persisted as sent. A group turn
-        without the person's memory has the tools that cannot read it (AgentTools public)."""
-        pictures = await self._pictures(workspace, session)  # once per turn, off the loop
+        without the person's memory has the tools that cannot read it (AgentTools public).
+        `since`: the conversation from that message on (the newest part of a backlog)."""
+        pictures = await self._pictures(workspace, session, since)  # once per turn, off the loop
         for round_ in range(self.config.agent.max_tool_iterations):
             spent = self.limits.mid_turn(workspace.user_key) if round_ else None
             if spent is not None:
@@ -653,9 +730,10 @@ class Agent:
                 stop = {"role": "assistant", "content": spent.text}
                 _append(workspace, session, stop, spent.text)
                 return spent.text
-            raw = self.estimator.raw_prompt_tokens(system + self._tools_text, session)
-            messages = self.context.messages(system, with_media(session.history(), pictures))
-            full = not self.budget.fits(self._estimate(system, session))
+            raw = self.estimator.raw_prompt_tokens(system + self._tools_text, session, since)
+            history = with_media(session.history(since), pictures)
+            messages = self.context.messages(system, history)
+            full = not self.budget.fits(self._estimate(system, session, since))
             if round_ and (full or not tools.room()):
                 # This turn's tool results filled the window (a weak model calling tools
                 # round after round), or it made all the calls a turn may: it answers from
@@ -712,6 +790,7 @@ class Agent:
     ) -> ChatResult:
         """One model call; streamed through `out` when it is the turn's AnswerStream (bot/
         streaming.py: each call is a round of the answer shown as it is written)."""
+        options.setdefault("max_tokens", self.budget.answer)  # (the window may be learnt later)
         if not isinstance(out, AnswerStream):
             return await self.llm.chat(messages, tools=tools, **options)
         out.new_round()
@@ -719,11 +798,14 @@ class Agent:
         out.end_round()
         return result
 
-    async def _pictures(self, workspace: Workspace, session: Session) -> Pictures:
-        """The pictures the turn's requests carry (bot/media/pictures.py)."""
+    async def _pictures(
+        self, workspace: Workspace, session: Session, since: int | None = None
+    ) -> Pictures:
+        """The pictures the turn's requests carry (bot/media/pictures.py), of the conversation
+        from `since` on when given (a backlog's tail: the whole would be built on the loop)."""
         llm = self.config.llm
         return await load_pictures(
-            session.history(),
+            session.history(since),
             workspace.media.read,
             max_images=llm.max_images_in_context if self._sees_pictures else 0,
             max_bytes=llm.max_image_bytes_in_context,
@@ -763,9 +845,10 @@ class Agent:
         """For the consolidator: the text whose tokens every request carries besides history."""
         return lambda: self._fresh_prompt(workspace, inbound) + self._tools_text
 
-    def _estimate(self, system: str, session: Session) -> int:
-        """Estimated prompt tokens of the next request: system prompt, tools, history."""
-        return self.estimator.prompt_tokens(system + self._tools_text, session)
+    def _estimate(self, system: str, session: Session, since: int | None = None) -> int:
+        """Estimated prompt tokens of the next request: system prompt, tools, history (from
+        `since` on, when given)."""
+        return self.estimator.prompt_tokens(system + self._tools_text, session, since)
 
     def _fresh_prompt(self, workspace: Workspace, inbound: Inbound) -> str:
         shown = self._memory_shown(workspace, inbound)
@@ -976,6 +1059,9 @@ class Agent:
             memory_tokens=self.consolidator.memory_tokens(workspace.memory.read()),
             memory_budget_tokens=self.consolidator.memory_budget,
             held=held_update(workspace.memory),
+            window_from=self.sizing.window_from,
+            fixed_tokens=self.sizing.fixed,
+            margin_tokens=self.budget.margin,
         )
 
     # ---- one user's files, held still: /memory undo, /forget, /wipe --------------------------

@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bot.agent.prompt import PromptForm
 from bot.reminders.desk import PersonReminders
 from memory import clock
 from memory.consolidation.checks import held_because, kept_fact_lines
@@ -164,6 +165,46 @@ def _public_remind() -> dict[str, Any]:
 PUBLIC_REMIND_SCHEMA = _public_remind()
 
 
+def _schema(name: str, description: str, parameter: str) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {parameter: {"type": "string"}},
+                "required": [parameter],
+            },
+        },
+    }
+
+
+# The tools for a small window (bot/agent/sizing.py): one string parameter each, less than
+# half the tokens of the full schemas. edit_memory only adds there (a line under the default
+# section); a stale fact is corrected by consolidation.
+COMPACT_TOOL_SCHEMAS: list[dict[str, Any]] = [
+    _schema("edit_memory", "Add a lasting fact about this person to their memory.", "text"),
+    _schema("search_history", "Search earlier conversations for keywords.", "query"),
+]
+COMPACT_PUBLIC_SCHEMAS: list[dict[str, Any]] = COMPACT_TOOL_SCHEMAS[:1]
+
+
+def tool_schemas(
+    form: PromptForm, *, public: bool = False, remind: bool = True
+) -> list[dict[str, Any]]:
+    """The schemas a turn offers in this prompt form ("none": no tools; `remind` only in the
+    full form, so the fixed part sizing counts holds it)."""
+    if form == "none":
+        return []
+    if form == "compact":
+        return COMPACT_PUBLIC_SCHEMAS if public else COMPACT_TOOL_SCHEMAS
+    schemas = PUBLIC_TOOL_SCHEMAS if public else TOOL_SCHEMAS
+    if remind:
+        schemas = [*schemas, PUBLIC_REMIND_SCHEMA if public else REMIND_SCHEMA]
+    return schemas
+
+
 class AgentTools:
     """Executes tool calls for one turn of one user.
 
@@ -175,15 +216,16 @@ class AgentTools:
         workspace: Workspace,
         *,
         public: bool = False,
+        form: PromptForm = "full",
         reminders: PersonReminders | None = None,
     ) -> None:
-        """`reminders`: the person's desk (bot/reminders/desk.py), bound to this chat."""
+        """`reminders`: the person's desk (bot/reminders/desk.py), bound to this chat; offered
+        to the model in the full form only (a small window keeps /remind)."""
         self._workspace = workspace
         self._public = public
-        self._reminders = reminders
-        self.schemas = PUBLIC_TOOL_SCHEMAS if public else TOOL_SCHEMAS
-        if reminders is not None:
-            self.schemas = [*self.schemas, PUBLIC_REMIND_SCHEMA if public else REMIND_SCHEMA]
+        self._form = form
+        self._reminders = reminders if form == "full" else None
+        self.schemas = tool_schemas(form, public=public, remind=self._reminders is not None)
         self._calls = 0
         self._before: str | None = None  # MEMORY.md at the turn's first edit
         self._held: tuple[Path, str] | None = None  # the held version and its text
@@ -202,6 +244,8 @@ class AgentTools:
             return f"Error: {exc}"
         if name == "remind" and self._reminders is not None:
             return await self._remind(self._reminders, args)
+        if self._form == "compact" and name == "edit_memory":
+            args = {**args, "action": args.get("action") or "add"}  # its schema only adds
         if self._public:
             return await self._public_call(name, args)
         if name == "edit_memory":

@@ -16,6 +16,7 @@ from bot.cli.common import (
     only_writer,
     platform_factory,
     require_credentials,
+    sized,
     workspaces_dir,
 )
 
@@ -85,8 +86,9 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         describe_endpoint(config),
         workspaces_dir(config),
     )
+    sizing = await sized(config)
     with only_writer(config):  # its own workspaces folder, as `run` has
-        agent = new_agent(config, metered=True)
+        agent = new_agent(config, metered=True, sizing=sizing)
         try:
             me = this_worker(workspaces_dir(config))
             worker = Worker(metered_core(agent), config.cluster, partitions, me)

@@ -101,17 +101,40 @@ def only_writer(config: Config) -> Iterator[None]:
         lock.release()
 
 
-def new_agent(config: Config, *, writer: bool = True, metered: bool = False) -> Any:
-    """The bot's core; writer=True only under only_writer (the folder lock). metered: its model
-    calls and consolidations counted for /metrics (bot.observe.metrics)."""
-    from bot.agent.agent import Agent  # heavy imports only for the commands that need them
+async def sized(config: Config) -> Any:
+    """The context window and its shares (bot.agent.sizing.Sizing), the server asked where it
+    can tell. A window too small for one turn stops the command here, with doctor's line and
+    the fix: the bot would otherwise refuse every message as too long."""
+    from bot.agent.sizing import check_window
 
+    check = await check_window(config)
+    if check.too_small:
+        raise UserError(f"context window: {check.line}")
+    if check.fine:
+        log.info("context window: %s", check.line)
+    else:
+        log.warning("context window: %s", check.line)
+    return check.sizing
+
+
+def new_agent(
+    config: Config, *, writer: bool = True, metered: bool = False, sizing: Any = None
+) -> Any:
+    """The bot's core; writer=True only under only_writer (the folder lock). metered: its model
+    calls and consolidations counted for /metrics (bot.observe.metrics). `sizing`: from
+    sized(); None: planned from the config alone."""
+    from bot.agent.agent import Agent  # heavy imports only for the commands that need them
+    from bot.agent.sizing import plan
+
+    sizing = sizing or plan(config)
+    config = sizing.applied(config)
     if not metered:
-        return Agent(config, writer=writer)
+        return Agent(config, writer=writer, sizing=sizing)
     from bot.llm.client import LLMClient
     from bot.observe.metrics import MeteredLLM, count_consolidation
 
-    agent = Agent(config, MeteredLLM(LLMClient.from_config(config.llm)), writer=writer)
+    llm = MeteredLLM(LLMClient.from_config(config.llm))
+    agent = Agent(config, llm, writer=writer, sizing=sizing)
     agent.consolidator.on_outcome = count_consolidation
     return agent
 

@@ -76,16 +76,10 @@ async def _check_endpoint(config: Config) -> tuple[bool, str, str]:
 
 
 async def _check_window(config: Config) -> tuple[bool, str, str]:
-    from bot.agent.window import check_window
+    from bot.agent.sizing import check_window
 
-    fine, detail = await check_window(config)
-    return fine, "context window", detail
-
-
-async def warn_about_window(config: Config) -> None:
-    from bot.agent.window import warn_about_window
-
-    await warn_about_window(config)
+    check = await check_window(config)
+    return check.fine, "context window", check.line
 
 
 def _endpoint_hint(reason: str) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bot import logsafe
-from bot.cli import control, links
+from bot.cli import control, init, links
 from bot.cli.cluster import cmd_ingress, cmd_partitions, cmd_worker
 from bot.cli.common import (
     EXIT_BROKEN_PIPE,
@@ -36,9 +36,10 @@ from bot.cli.common import (
     platform_factory,
     require_credentials,
     require_workspace,
+    sized,
     workspaces_dir,
 )
-from bot.cli.doctor import cmd_doctor, warn_about_window
+from bot.cli.doctor import cmd_doctor
 from bot.config import ConfigError, data_home
 from bot.platform import OnePerson, PlatformStartError, Resender
 
@@ -101,9 +102,9 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     log.info("connecting to %s; memory in %s", describe_endpoint(config), where)
     logs = f"; log in {args.log_file}" if args.log_file else ""
     print(f"{describe_endpoint(config)}; memory in {where}{logs}", file=sys.stderr, flush=True)
+    sizing = await sized(config)
     with only_writer(config):
-        agent = new_agent(config)
-        await warn_about_window(config)
+        agent = new_agent(config, sizing=sizing)
         try:
             adapter = factory(config, agent, user=args.user, log_file=args.log_file)
             owns = None
@@ -138,9 +139,9 @@ async def cmd_run(args: argparse.Namespace) -> int:
     require_credentials(config)
     factories = {name: platform_factory(name) for name in names}
     log.info("connecting to %s; memory in %s", describe_endpoint(config), workspaces_dir(config))
+    sizing = await sized(config)
     with only_writer(config):
-        agent = new_agent(config, metered=True)
-        await warn_about_window(config)
+        agent = new_agent(config, metered=True, sizing=sizing)
         try:
             core = metered_core(agent)
             adapters = [factories[name](config, core) for name in names]
@@ -264,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", parents=[common], help="check config, endpoint, tokenizer")
     doctor.set_defaults(func=cmd_doctor)
 
+    init.add_command(sub, common)
     control.add_commands(sub, common)  # forget, export, wipe
     links.add_commands(sub, common)  # link, unlink, links
     return parser

@@ -113,6 +113,7 @@ async def cmd_status(ctx: CommandContext, args: str) -> str:
         f"Messages in this conversation: {status.messages} "
         f"({status.unconsolidated} not yet filed)\n"
         f"Last consolidation: {status.last_consolidation}\n"
+        f"{_shares(status)}\n"
     )
     if not ctx.inbound.is_private:  # the memory is the person's own business
         return text + "Memory: shown by /status in a private chat"
@@ -125,6 +126,22 @@ def _linked(ctx: CommandContext) -> str:
     if len(members) < 2:
         return "\nLinked accounts: none (/link shares this memory with another platform)"
     return "\nLinked accounts (one memory): " + ", ".join(members)
+
+
+def _shares(status: SessionStatus) -> str:
+    """How the window is shared: what every prompt carries, what is left to the conversation."""
+    window = max(1, status.window_tokens)
+    rest = status.fixed_tokens + status.memory_budget_tokens + status.answer_tokens
+    conversation = max(0, window - rest - status.margin_tokens)
+    parts = [
+        ("fixed part", status.fixed_tokens),
+        ("memory", status.memory_budget_tokens),
+        ("conversation", conversation),
+        ("answer", status.answer_tokens),
+    ]
+    shown = ", ".join(f"{name} {round(n * 100 / window)}%" for name, n in parts)
+    where = f" ({status.window_from})" if status.window_from else ""
+    return f"Window {status.window_tokens:,} tokens{where}: {shown}"
 
 
 def _memory_status(status: SessionStatus) -> str:

@@ -41,6 +41,11 @@ class SessionStatus:
     memory_tokens: int = 0  # MEMORY.md's size, and its budget ([memory] max_memory_tokens)
     memory_budget_tokens: int = 0
     held: HeldUpdate | None = None  # an update held back since MEMORY.md was last written
+    # How the window is shared (bot/agent/sizing.py): where its size came from, the fixed part
+    # (system prompt and tools), the margin; the memory's share is memory_budget_tokens.
+    window_from: str = ""
+    fixed_tokens: int = 0
+    margin_tokens: int = 0
 
 
 @dataclass(frozen=True)

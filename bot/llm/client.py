@@ -24,7 +24,7 @@ from openai._models import FinalRequestOptions
 from bot import logsafe
 from bot.llm.body import encode_body
 from bot.llm.http import AiohttpTransport
-from bot.llm.overflow import context_overflow
+from bot.llm.overflow import context_overflow, overflow_window
 from bot.llm.sse import ErrorEvent, events
 from bot.llm.stream import Assembled
 from memory.llm import ChatResult, LLMBadRequest, LLMContextOverflow, LLMError, ToolCall
@@ -391,7 +391,8 @@ def _provider_errors() -> Iterator[None]:
         overflow, counted = context_overflow(exc.body, str(exc))
         if overflow:
             reason = f"the request is longer than the model's context: {_reason(exc)}"
-            raise LLMContextOverflow(reason, counted) from exc
+            window = overflow_window(exc.body, str(exc))
+            raise LLMContextOverflow(reason, counted, window) from exc
         reason = _reason(exc)
         refusal = isinstance(exc, openai.BadRequestError) or exc.status_code >= 500
         if refusal and any(word in reason.lower() for word in IMAGE_WORDS):

@@ -33,6 +33,14 @@ _PROMPT_COUNTS = (
 )
 
 
+# The window itself: "maximum context length is 2048 tokens" (OpenAI, vLLM, llama-cpp-python),
+# "exceed context window of 2048" (llama-cpp-python's own), llama.cpp's n_ctx field.
+_WINDOWS = (
+    re.compile(r"maximum context length is (\d+)"),
+    re.compile(r"exceed context window of (\d+)"),
+)
+
+
 def _flatten(body: Any) -> tuple[str, int | None]:
     """The error's text (message, code, type) and llama.cpp's n_prompt_tokens, if given."""
     if isinstance(body, dict):
@@ -57,3 +65,19 @@ def context_overflow(body: Any, message: str = "") -> tuple[bool, int | None]:
                 counted = int(match.group(1))
                 break
     return True, counted
+
+
+def overflow_window(body: Any, message: str = "") -> int | None:
+    """The context window a context-length rejection names, if it names one: a server that
+    does not tell its window otherwise (llama-cpp-python) tells it here."""
+    inner = body.get("error") if isinstance(body, dict) else None
+    error = inner if isinstance(inner, dict) else body if isinstance(body, dict) else {}
+    n = error.get("n_ctx")
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        return n
+    text = f"{_flatten(body)[0]} {message}".lower()
+    for pattern in _WINDOWS:
+        match = pattern.search(text)
+        if match and int(match.group(1)) > 0:
+            return int(match.group(1))
+    return None

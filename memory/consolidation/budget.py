@@ -14,11 +14,30 @@ EXCHANGE_TOKENS = 128
 # What a consolidation's answer needs besides the new MEMORY.md: the history entry, the JSON.
 HISTORY_ENTRY_TOKENS = 200
 
+# The shares of the window when they are not configured. Chosen so that a 2,048-token window
+# leaves more than half of itself to the conversation and a 4,096 one more than 60 % (with the
+# lean fixed part of bot/agent/sizing.py and the margin); capped for big windows, where a
+# quarter of 65,536 tokens of MEMORY.md would ride on every request and cost the person on
+# every turn (hermes caps its memory near 1,300 tokens).
+ANSWER_SHARE = 8  # the answer: an eighth of the window,
+ANSWER_CAP = 2048  # at most this (the former fixed default)
+MEMORY_SHARE = 10  # MEMORY.md: a tenth of the window,
+MEMORY_CAP = 1500  # at most this
+
+
+def answer_budget(window: int, configured: int | None = None) -> int:
+    """The answer's share of the window (max_tokens of every turn): `configured` ([llm]
+    max_output_tokens) if set, else an eighth of the window up to ANSWER_CAP."""
+    if configured:
+        return configured
+    return max(1, min(ANSWER_CAP, window // ANSWER_SHARE))
+
 
 def memory_budget(window: int, configured: int = 0) -> int:
     """Room MEMORY.md may take in every prompt (and in a consolidation's answer, which rewrites
-    it): `configured` ([memory] max_memory_tokens) if set, else a quarter of the window."""
-    return configured if configured > 0 else window // 4
+    it): `configured` ([memory] max_memory_tokens) if set, else a tenth of the window up to
+    MEMORY_CAP."""
+    return configured if configured > 0 else min(MEMORY_CAP, window // MEMORY_SHARE)
 
 
 def default_margin(window: int) -> int:

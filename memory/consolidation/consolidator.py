@@ -2,18 +2,22 @@
 
 The model is asked to call `save_memory` with a history paragraph and the complete new
 MEMORY.md. Providers differ: some reject a forced tool_choice (HTTP 400), some ignore it and
-answer in prose, so a second attempt uses "auto". A session whose chunk keeps failing is
-raw-archived after `max_failures` attempts so the prompt cannot grow without bound; the JSONL
-keeps every message regardless.
+answer in prose, so a second attempt uses "auto". A tool answer the checks refuse, or none at
+all, is asked once more in plain text (memory/consolidation/plain.py: a paragraph and fact
+lines that code merges into MEMORY.md, adding only); after LEAD_AFTER refusals in a row of the
+way asked first, the other way is asked first (small models never manage the tool). A session
+whose chunk keeps failing both ways is raw-archived after `max_failures` attempts so the prompt
+cannot grow without bound; the JSONL keeps every message regardless.
 
-MEMORY.md has a budget (`memory_budget_tokens`, by default a quarter of the window): the request
-states it and the current size, and an update over it gets one request to condense. What is
-refused, held or written, in which order, is memory.consolidation.checks' docstring.
+MEMORY.md has a budget (`memory_budget_tokens`, by default a share of the window: budget.py):
+the request states it and the current size, and an update over it gets one request to condense.
+What is refused, held or written, in which order, is memory.consolidation.checks' docstring.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import logging
 import math
@@ -33,13 +37,21 @@ from memory.consolidation.checks import (
     held_because,
     kept_fact_lines,
 )
+from memory.consolidation.plain import (
+    PLAIN_ASK,
+    PLAIN_SYSTEM,
+    checked,
+    merged,
+    parse_plain,
+    plain_request,
+)
 from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMContextOverflow, LLMError
 from memory.media import is_ref, ref_text
 from memory.session import HIDDEN, reply_context
 from memory.store import MEMORY_TEMPLATE, SECTIONS
 from memory.text import valid_text
 from memory.threads import in_thread
-from memory.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenEstimator
+from memory.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, SpanCounts, TokenEstimator
 
 if TYPE_CHECKING:
     from memory.session import Session
@@ -89,6 +101,10 @@ SYSTEM_PROMPT = (
 )
 
 _FORCED_CHOICE = {"type": "function", "function": {"name": "save_memory"}}
+# The two ways of asking: the seed's save_memory tool call, and plain text (plain.py).
+TOOL_WAY, TEXT_WAY = "save_memory", "plain text"
+LEAD_AFTER = 2  # refusals in a row of the way asked first, before the other way leads
+PLAIN_ANSWER_TOKENS = 400  # a paragraph and a dozen fact lines
 
 CONDENSE_PROMPT = (
     "You shorten a user's MEMORY.md so that it fits its size budget. Answer with the complete "
@@ -249,7 +265,16 @@ class MemoryConsolidator:
         self._pieces_done: dict[tuple[str, str], tuple[int, int, int]] = {}
         self._echoes = echo_fragments(SYSTEM_PROMPT, *_descriptions(SAVE_MEMORY_TOOL))
         self._condense_echoes = echo_fragments(CONDENSE_PROMPT)
-        self._memory_budget = max(0, memory_budget_tokens)  # 0: a quarter of the window
+        self._plain_echoes = echo_fragments(PLAIN_SYSTEM, PLAIN_ASK)
+        # Each message's tokens as a line of the request, counted once per message.
+        self._lines = SpanCounts(self._line_tokens)
+        # Which way this server answers: the seed's first, until it has been refused
+        # LEAD_AFTER times in a row while the other way worked (one consolidator per server).
+        self.ways: tuple[str, str] = (TOOL_WAY, TEXT_WAY)
+        self._refused_in_a_row = 0
+        # Told the way of each chunk consolidated (the bench counts them).
+        self.on_way: Callable[[str], None] = lambda way: None
+        self._memory_budget = max(0, memory_budget_tokens)  # 0: a share of the window
         # The newest event of each user not yet told (taken by their next answer).
         self._events: dict[str, MemoryEvent] = {}
 
@@ -261,9 +286,14 @@ class MemoryConsolidator:
     def window(self, tokens: int) -> None:
         self.budget = replace(self.budget, window=tokens)
 
+    def resize(self, budget: Budget, memory_budget_tokens: int) -> None:
+        """The window turned out another size: its shares from now on."""
+        self.budget = budget
+        self._memory_budget = max(0, memory_budget_tokens)
+
     @property
     def memory_budget(self) -> int:
-        """Tokens MEMORY.md may take: as configured, else a quarter of the window."""
+        """Tokens MEMORY.md may take: as configured, else a share of the window (budget.py)."""
         return memory_budget(self.window, self._memory_budget)
 
     def memory_tokens(self, memory: str) -> int:
@@ -343,6 +373,8 @@ class MemoryConsolidator:
         if self.window <= 0:
             return 0
         async with self._lock(workspace, session):
+            await self.estimator.warm(session)  # a backlog is counted in a thread, once
+            await self._lines.warm(session)
             prompt = system_prompt()
             estimate = self.estimator.prompt_tokens(prompt, session)
             if self.budget.fits(estimate) and not force:
@@ -356,9 +388,10 @@ class MemoryConsolidator:
                 start = session.last_consolidated
                 to_shed = math.ceil((estimate - target) / self.estimator.factor)
                 base = session.offset  # session.messages[0] is message `base`
+                sums = self.estimator.messages.sums(session)  # by index into session.messages
 
-                def tokens(s: int, e: int, at: int = base) -> int:
-                    return self.estimator.session_tokens(session, at + s, at + e)
+                def tokens(s: int, e: int, sums: list[int] = sums) -> int:
+                    return sums[e] - sums[s]
 
                 end = pick_boundary(session.messages, start - base, to_shed, tokens)
                 if end is None:
@@ -370,6 +403,27 @@ class MemoryConsolidator:
                 estimate = self.estimator.prompt_tokens(system_prompt(), session)
             return rounds
 
+    def one_request_will_do(self, memory: str, prompt: str, session: Session) -> bool:
+        """Whether one consolidation request sheds what the prompt is over its target (else
+        it is a backlog, to be worked through in the background while the person is answered
+        from the newest messages: tail_start)."""
+        estimate = self.estimator.prompt_tokens(prompt, session)
+        to_shed = (estimate - self.target_tokens(prompt)) / self.estimator.factor
+        return to_shed <= self._chunk_room(memory)
+
+    def tail_start(self, session: Session, prompt: str) -> int:
+        """The first message of the newest turns that fit the window's target beside `prompt`
+        (a user message; the newest one if even that turn alone is over)."""
+        base = session.offset
+        starts = [e + base for e in valid_ends(session.messages, session.last_consolidated - base)]
+        if not starts:
+            return session.last_consolidated
+        target = self.target_tokens(prompt)
+        found = bisect.bisect_left(
+            starts, True, key=lambda s: self.estimator.prompt_tokens(prompt, session, s) <= target
+        )
+        return starts[min(found, len(starts) - 1)]
+
     async def _consolidate_span(self, workspace: Workspace, session: Session, end: int) -> bool:
         """Consolidate up to `end`, or less when that chunk would not fit one request; a first
         turn too big for any request goes in pieces. True if the cursor advanced."""
@@ -377,12 +431,16 @@ class MemoryConsolidator:
         if min(end, session.total) <= start:
             return False  # someone else already got there
         room = self._chunk_room(workspace.memory.read())
-        sizes = [self._line_tokens(m) for m in session.span(start, end)]
         ends = [e for e in _valid_ends(session, start) if e <= end]
-        fitting = [e for e in ends if sum(sizes[: e - start]) <= room]
-        if fitting:
-            return await self._consolidate_chunk(workspace, session, fitting[-1])
+        fitting = self._fitting(session, start, ends, room)
+        if fitting is not None:
+            return await self._consolidate_chunk(workspace, session, fitting)
         return await self._consolidate_pieces(workspace, session, ends[0], room)
+
+    def _fitting(self, session: Session, start: int, ends: list[int], room: int) -> int | None:
+        """The largest of `ends` (ascending) whose chunk from `start` fits one request."""
+        found = bisect.bisect_right(ends, room, key=lambda e: self._lines.tokens(session, start, e))
+        return ends[found - 1] if found else None
 
     async def _consolidate_chunk(self, workspace: Workspace, session: Session, end: int) -> bool:
         start = session.last_consolidated
@@ -474,16 +532,16 @@ class MemoryConsolidator:
         attempts each, then a raw archive; the cursor ends at len(messages).
         """
         async with self._lock(workspace, session):
+            await self._lines.warm(session)
             while session.last_consolidated < session.total:
                 start, end = session.last_consolidated, session.total
                 room = self._chunk_room(workspace.memory.read())
-                sizes = [self._line_tokens(m) for m in session.span(start, end)]
-                fits = sum(sizes) <= room
+                fits = self._lines.tokens(session, start, end) <= room
                 if not fits:
                     ends = _valid_ends(session, start)
-                    fitting = [e for e in ends if sum(sizes[: e - start]) <= room]
-                    fits = bool(fitting)
-                    end = fitting[-1] if fitting else ends[0] if ends else end
+                    fitting = self._fitting(session, start, ends, room)
+                    fits = fitting is not None
+                    end = fitting if fitting is not None else ends[0] if ends else end
                 await self._archive_span(workspace, session, end, room, fits)
 
     async def _archive_span(
@@ -498,12 +556,12 @@ class MemoryConsolidator:
 
     # -- sizes ----------------------------------------------------------------------------------
 
-    def _line_tokens(self, message: dict[str, Any]) -> int:
+    def _line_tokens(self, message: dict[str, Any], remember: bool = True) -> int:
         """Raw tokens of one message as the consolidation request shows it (one line; none
         for a message withdrawn or superseded, which is never filed)."""
         if message.get(HIDDEN):
             return 0
-        return self.estimator.count_text(format_messages([message])) + 1
+        return self.estimator.count_text(format_messages([message]), remember) + 1
 
     def _answer_tokens(self, current: str) -> int:
         """The answer rewrites MEMORY.md whole: its budget must hold it, plus the entry."""
@@ -550,7 +608,7 @@ class MemoryConsolidator:
         self.on_outcome("raw_archive")
 
     async def _save(self, workspace: Workspace, chunk: list[dict[str, Any]]) -> bool:
-        """One consolidation attempt (forced tool choice, then "auto"); True if applied.
+        """One consolidation attempt (each way of asking in turn, see `ways`); True if applied.
 
         MEMORY.md is read, sent and rewritten under the workspace's memory lock, so two sessions
         of one user consolidating at once each build on the other's result. MEMORY.md is written
@@ -559,18 +617,17 @@ class MemoryConsolidator:
         """
         async with workspace.memory_lock:
             current = workspace.memory.read()
-            messages = self._request(current, chunk)
-            raw = self._request_raw(current, chunk)
-            parsed = await self._ask(messages, raw, self._answer_tokens(current))
-            if parsed is None:
+            for way in self.ways:
+                if way == TOOL_WAY:
+                    answer = await self._by_tool(current, chunk)
+                else:
+                    answer = await self._in_plain_text(current, chunk)
+                self._learn(way, answer is not None)
+                if answer is not None:
+                    break
+            else:
                 return False
-            entry, memory = parsed
-            problem = check_history_entry(entry, self._echoes)
-            if problem is None:
-                problem, memory = check_memory_update(current, memory, self._echoes)
-            if problem is not None:
-                log.warning("consolidation answer not written: %s", problem)
-                return False
+            entry, memory = answer
             held = held_because(current, memory)
             changed = memory.strip() != current.strip()
             if held is None and changed:
@@ -592,7 +649,71 @@ class MemoryConsolidator:
                 return False
             if held is not None:
                 self._held(workspace, current, memory, held)
+            log.info("consolidated %d messages (%s)", len(chunk), way)
+            self.on_way(way)
             return True
+
+    async def _by_tool(self, current: str, chunk: list[dict[str, Any]]) -> tuple[str, str] | None:
+        """(history entry, new MEMORY.md) from a save_memory call that passes the checks."""
+        messages = self._request(current, chunk)
+        raw = self._request_raw(current, chunk)
+        parsed = await self._ask(messages, raw, self._answer_tokens(current))
+        if parsed is None:
+            return None
+        entry, memory = parsed
+        problem = check_history_entry(entry, self._echoes)
+        if problem is None:
+            problem, memory = check_memory_update(current, memory, self._echoes)
+        if problem is not None:
+            log.warning("consolidation answer not written: %s", problem)
+            return None
+        return entry, memory
+
+    async def _in_plain_text(
+        self, current: str, chunk: list[dict[str, Any]]
+    ) -> tuple[str, str] | None:
+        """(history entry, MEMORY.md with the new facts added) from a plain-text answer that
+        passes the checks (plain.py)."""
+        messages = plain_request(chunk)
+        budget = self._answer_tokens(current)
+        try:
+            result = await self.llm.chat(
+                messages, max_tokens=min(budget, PLAIN_ANSWER_TOKENS) if budget else None
+            )
+        except LLMError as exc:
+            log.warning("consolidation call in plain text failed: %s", exc)
+            return None
+        if result.prompt_tokens:
+            raw = self.estimator.raw_request_tokens(messages)
+            self.estimator.observe_usage(raw, result.prompt_tokens, "plain")
+        answer = parse_plain(valid_text(result.content or ""))
+        if answer is None:
+            log.warning("consolidation answer not written: the plain-text answer has no summary")
+            return None
+        problem, answer = checked(answer, self._plain_echoes, chunk)
+        memory = merged(current, answer.facts)
+        if problem is None:
+            problem, memory = check_memory_update(current, memory, self._plain_echoes)
+        if problem is not None:
+            log.warning("consolidation answer not written (plain text): %s", problem)
+            return None
+        return re.sub(r"\s*\n\s*", " ", answer.summary), memory
+
+    def _learn(self, way: str, worked: bool) -> None:
+        """After LEAD_AFTER refusals in a row of the way asked first, the other way, once it
+        has worked, is asked first from then on."""
+        lead, other = self.ways
+        if way == lead:
+            self._refused_in_a_row = 0 if worked else self._refused_in_a_row + 1
+        elif worked and self._refused_in_a_row >= LEAD_AFTER:
+            log.info(
+                "consolidation: %s is asked first from now on (%s was refused %d times)",
+                other,
+                lead,
+                self._refused_in_a_row,
+            )
+            self.ways = (other, lead)
+            self._refused_in_a_row = 0
 
     def _held(self, workspace: Workspace, current: str, memory: str, why: str) -> None:
         kept, facts = kept_fact_lines(current, memory)

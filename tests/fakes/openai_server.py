@@ -143,9 +143,19 @@ def is_condense(request: dict[str, Any]) -> bool:
 
 
 def is_consolidation(request: dict[str, Any]) -> bool:
-    """True for the consolidator's request (it offers the save_memory tool)."""
+    """True for the consolidator's requests: the one that offers the save_memory tool, and the
+    one in plain text (is_plain_consolidation) asked when that tool's answer was refused."""
     tools = request.get("tools") or []
-    return any(t.get("function", {}).get("name") == "save_memory" for t in tools)
+    if any(t.get("function", {}).get("name") == "save_memory" for t in tools):
+        return True
+    return is_plain_consolidation(request)
+
+
+def is_plain_consolidation(request: dict[str, Any]) -> bool:
+    """The consolidator's request in plain text (memory/consolidation/plain.py)."""
+    messages = request.get("messages") or [{}]
+    system = str(messages[0].get("content") or "")
+    return not request.get("tools") and system.startswith("You summarise conversations")
 
 
 class FakeOpenAI:
@@ -545,6 +555,7 @@ class ContextLimited:
         default_max_tokens: int = 0,
         scale: float = 1.0,
         real_streams: bool = True,
+        tool_template: int = 0,
     ) -> None:
         self.length = length
         self.answer = answer
@@ -553,6 +564,9 @@ class ContextLimited:
         self.default_max_tokens = default_max_tokens
         self.scale = scale
         self.real_streams = real_streams and server == "llama-cpp-python"
+        # Tokens a chat format adds to a request that carries tools (llama-cpp-python's
+        # chatml-function-calling writes ~400 of instructions around them).
+        self.tool_template = tool_template
         self.rejected: list[dict[str, Any]] = []
         self.largest = 0  # the largest prompt + max_tokens it was asked for
 
@@ -565,7 +579,8 @@ class ContextLimited:
             parts.append(f"<|im_start|>{message.get('role')}\n{text}{calls}<|im_end|>")
         if self.render_tools and request.get("tools"):
             parts.append(json.dumps(request["tools"]))
-        return math.ceil(_server_tokens("\n".join(parts)) * self.scale) + 3
+        template = self.tool_template if request.get("tools") else 0
+        return math.ceil(_server_tokens("\n".join(parts)) * self.scale) + 3 + template
 
     def __call__(self, request: dict[str, Any]) -> Any:
         prompt = self.prompt_tokens(request)
