@@ -14,6 +14,7 @@ from typing import Any
 
 from tests.agent_helpers import ask, dm, make_agent, session_records, user_home
 from tests.fakes.openai_server import (
+    BrokenStream,
     ContextLimited,
     FakeOpenAI,
     Status,
@@ -41,6 +42,32 @@ async def test_a_stream_that_ends_before_its_first_event_is_asked_again_whole(
     await agent.aclose()
     assert reply.text == "Here I am."
     assert [r.get("stream") is True for r in fake_llm.requests] == [True, False]
+
+
+async def test_a_stream_broken_off_before_its_first_event_is_asked_again_whole(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """The other answer llama-cpp-python 0.3.36 gave a streamed prompt over its window (seen
+    with bench/real_model.py): the stream's head, then the connection closed mid-body. It was
+    taken for an outage ("couldn't reach"); it is the same refusal, asked whole for its reason."""
+    agent = make_agent(fake_llm, workspaces_dir)
+    fake_llm.queue(BrokenStream(), completion("Here I am."))
+    reply = await ask(agent, dm("42", "hello?"))
+    await agent.aclose()
+    assert reply.text == "Here I am."
+    assert [r.get("stream") is True for r in fake_llm.requests] == [True, False]
+
+
+async def test_a_server_that_breaks_its_over_long_streams_is_sized_from_its_refusal(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    limited = ContextLimited(2048, chat_or_save, broken_streams=True)
+    fake_llm.default = limited
+    agent = make_agent(fake_llm, workspaces_dir, window=None, max_output_tokens=None)
+    replies = [(await ask(agent, dm("42", message(i)))).text for i in range(6)]
+    await agent.aclose()
+    assert limited.rejected and agent.window == 2048
+    assert all(text.startswith("Tell me more") for text in replies), replies
 
 
 async def test_a_streamed_request_over_the_window_is_consolidated_and_answered(

@@ -197,13 +197,20 @@ class LLMClient:
             response = await self._open_stream(kwargs)
             try:
                 await _read_events(response, answer, on_text)
+            except (openai.APIConnectionError, httpx2.TransportError):
+                if answer.text or answer.calls or not _is_event_stream(response):
+                    raise  # broken off mid-answer: a failure
+                # Before anything of the answer (llama-cpp-python sends the role, then breaks
+                # the connection when its error comes after the stream's head): as an empty
+                # stream, below.
+                answer = Assembled()
             finally:
                 await response.aclose()
         if not answer.chunks:
             if _is_event_stream(response):
                 # llama-cpp-python starts its event stream before it reads the prompt and ends
-                # it without an event when that fails (a prompt longer than its window, among
-                # others); asked whole, it answers, or says why not.
+                # it without an event (or breaks it off) when that fails (a prompt longer than
+                # its window, among others); asked whole, it answers, or says why not.
                 return await self.chat(
                     messages, tools=tools, tool_choice=tool_choice, max_tokens=max_tokens
                 )

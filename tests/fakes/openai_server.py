@@ -48,6 +48,13 @@ class Status:
 
 
 @dataclass
+class BrokenStream:
+    """An event stream begun (a comment, the role) and then broken off (the connection closed
+    mid-body): llama-cpp-python's answer to a streamed prompt over its window, when its error
+    comes after the stream's head is sent (the other time it ends the stream cleanly, empty)."""
+
+
+@dataclass
 class Transcription:
     """One upload to /v1/audio/transcriptions."""
 
@@ -248,6 +255,17 @@ class FakeOpenAI:
                 item = item.item
             else:
                 break
+        if isinstance(item, BrokenStream):
+            broken = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await broken.prepare(request)
+            await broken.write(b": ping\n\n")  # a comment, then the role, then nothing
+            role = {"id": "chatcmpl-b", "object": "chat.completion.chunk", "created": 0,
+                    "model": "fake-model", "choices": [{"index": 0, "delta": {"role": "assistant"},
+                    "finish_reason": None}]}  # fmt: skip
+            await broken.write(f"data: {json.dumps(role)}\n\n".encode())
+            assert request.transport is not None
+            request.transport.close()  # no terminating chunk: the body is incomplete
+            return broken
         if body.get("stream") is True and isinstance(item, Status) and item.code == 200:
             item = _streamable(item)  # a raw completion body is streamed like any other
         if isinstance(item, Status):
@@ -556,6 +574,7 @@ class ContextLimited:
         scale: float = 1.0,
         real_streams: bool = True,
         tool_template: int = 0,
+        broken_streams: bool = False,
     ) -> None:
         self.length = length
         self.answer = answer
@@ -567,6 +586,7 @@ class ContextLimited:
         # Tokens a chat format adds to a request that carries tools (llama-cpp-python's
         # chatml-function-calling writes ~400 of instructions around them).
         self.tool_template = tool_template
+        self.broken_streams = broken_streams  # its over-long streams broken off, not ended
         self.rejected: list[dict[str, Any]] = []
         self.largest = 0  # the largest prompt + max_tokens it was asked for
 
@@ -590,6 +610,8 @@ class ContextLimited:
         if prompt + wanted > self.length:
             self.rejected.append(request)
             if streamed:
+                if self.broken_streams:
+                    return BrokenStream()
                 return Status(200, "", content_type="text/event-stream")
             status, body = CONTEXT_ERRORS[self.server](self.length, prompt, wanted)
             return Status(status, body)
