@@ -7,7 +7,8 @@ Any OpenAI-compatible endpoint. The real Agent (real openai client) talks to it 
 recording proxy on 127.0.0.1, so every request and the server's answer are counted as the
 server saw them. Without --window and --max-output the bot sizes itself as `lightgrep run`
 does (bot/agent/sizing.py: the window the server tells, else learnt from its first refusal).
-Printed: turns answered / failed / refused as too long, requests rejected for length,
+It ends with /new (--no-file: not), so what was not consolidated is filed as a person's
+conversation is in the end, and the memory formed is measured at every window size. Printed: turns answered / failed / refused as too long, requests rejected for length,
 consolidation requests (forced, auto, plain text) and outcomes by kind (save_memory, plain
 text, raw archive, failed attempts, answers refused by the checks), MEMORY.md sections intact
 after each write, planted facts in MEMORY.md and in the history entries that are not raw
@@ -231,6 +232,9 @@ async def run(args: argparse.Namespace) -> None:
         if args.verbose:
             print(f"[{i + 1:2}] {text}\n     → {reply.text[:160]!r} ({times[-1]:.1f} s)")
         await agent.background.wait_all()
+    if args.file:  # /new: the rest of the conversation filed, as a person's is in the end
+        await agent.handle(replace(inbound, text="/new"), BufferedOutbound())
+        await agent.background.wait_all()
     await agent.aclose()
     await runner.cleanup()
 
@@ -303,6 +307,12 @@ def main() -> None:
     )
     parser.add_argument("--dump", type=Path, help="write every request and raw answer here")
     parser.add_argument("--turns", type=int, help="only the first N turns (a slow machine)")
+    parser.add_argument(
+        "--file",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="end with /new: what was not consolidated is filed (default: on)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     asyncio.run(run(args))
