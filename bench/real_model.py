@@ -8,14 +8,14 @@ recording proxy on 127.0.0.1, so every request and the server's answer are count
 server saw them. Without --window and --max-output the bot sizes itself as `lightgrep run`
 does (bot/agent/sizing.py: the window the server tells, else learnt from its first refusal).
 It ends with /new (--no-file: not), so what was not consolidated is filed as a person's
-conversation is in the end, and the memory formed is measured at every window size. Printed: turns answered / failed / refused as too long, requests rejected for length,
-consolidation requests (forced, auto, plain text) and outcomes by kind (save_memory, plain
-text, raw archive, failed attempts, answers refused by the checks), MEMORY.md sections intact
-after each write, planted facts in MEMORY.md and in the history entries that are not raw
-archives, the answers to the questions, and time per turn. Streaming follows
-LIGHTGREP_AGENT_STREAM (default on) unless --stream / --no-stream says otherwise; --dump writes
-every request and the server's raw answer, one JSON line each (to see what a failing answer
-looked like).
+conversation is in the end, and the memory formed is measured at every window size. Printed:
+turns answered / failed / refused as too long, requests rejected for length, consolidation
+requests (forced, auto, plain text) and outcomes by kind (save_memory, plain text, raw archive,
+failed attempts, answers refused by the checks), MEMORY.md sections intact after each write,
+planted facts in MEMORY.md and in the history entries that are not raw archives, the answers to
+the questions, and time per turn. Streaming follows LIGHTGREP_AGENT_STREAM (default on) unless
+--stream / --no-stream says otherwise; --dump writes every request and the server's raw answer,
+one JSON line each (to see what a failing answer looked like).
 """
 
 from __future__ import annotations

@@ -259,3 +259,24 @@ async def test_a_server_that_names_its_window_only_when_refusing_sizes_the_bot_t
     big = [i for i, r in enumerate(fake_llm.chat_requests) if r["max_tokens"] > 404]
     assert big == ([0, 1] if server == "llama-cpp-python" else [0])
     assert all(fake_llm.chat_requests[i] in limited.rejected for i in big)
+
+
+async def test_a_consolidation_the_server_refuses_as_too_long_sizes_the_bot(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """The conversation fitted the window the bot assumed, so only the filing (/new: all of it
+    in one request) went over the server's: that refusal names the window too, and the rest is
+    filed in requests that fit, not archived raw after three refusals."""
+    limited = ContextLimited(1600, chatty, server="vllm")
+    agent = make_agent(fake_llm, workspaces_dir, window=None, max_output_tokens=64)
+    fake_llm.default = lambda request: completion("Nice.")  # the turns: short, all fit
+    for i in range(20):
+        await ask(agent, dm("42", f"My tomato number {i} is red and round and tasty. " * 6))
+    assert agent.window == 65536
+    fake_llm.default = limited
+    await ask(agent, dm("42", "/new"))
+    await agent.aclose()
+
+    assert limited.rejected and agent.window == 1600
+    history = (workspaces_dir / "telegram-42" / "HISTORY.md").read_text()
+    assert "[RAW]" not in history and "garden" in history

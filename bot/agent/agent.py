@@ -201,6 +201,7 @@ class Agent:
             margin_tokens=self.budget.margin,
             memory_budget_tokens=self.sizing.memory,
         )
+        self.consolidator.on_window = self._learn_window  # its refusals name the window too
         self.context = ContextBuilder(config.agent.bot_name, self.sizing.form)
         self.chats = ChatBook.of(config.memory.workspaces_dir)  # personas, group triggers
         self.prompts = FrozenPrompts()

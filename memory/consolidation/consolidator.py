@@ -274,6 +274,9 @@ class MemoryConsolidator:
         self._refused_in_a_row = 0
         # Told the way of each chunk consolidated (the bench counts them).
         self.on_way: Callable[[str], None] = lambda way: None
+        # Told the window a server named refusing a request as too long (the agent plans
+        # again from it, as from a turn's refusal).
+        self.on_window: Callable[[int], object] = lambda tokens: None
         self._memory_budget = max(0, memory_budget_tokens)  # 0: a share of the window
         # The newest event of each user not yet told (taken by their next answer).
         self._events: dict[str, MemoryEvent] = {}
@@ -547,12 +550,20 @@ class MemoryConsolidator:
     async def _archive_span(
         self, workspace: Workspace, session: Session, end: int, room: int, fits: bool
     ) -> None:
-        """Attempts until the cursor reaches `end` (a raw archive after max_failures)."""
-        while session.last_consolidated < end:
+        """Attempts until the cursor reaches `end` (a raw archive after max_failures); back to
+        the caller, to measure the span again, when a refusal told a smaller window."""
+        budget = self.budget
+        while session.last_consolidated < end and self.budget == budget:
             if fits:
                 await self._consolidate_chunk(workspace, session, end)
             else:
                 await self._consolidate_pieces(workspace, session, end, room)
+
+    def _told_window(self, exc: LLMError) -> None:
+        """A refusal that names the server's window is told to `on_window` (the bot is sized
+        to it: resize() comes back here)."""
+        if isinstance(exc, LLMContextOverflow) and exc.window:
+            self.on_window(exc.window)
 
     # -- sizes ----------------------------------------------------------------------------------
 
@@ -682,6 +693,7 @@ class MemoryConsolidator:
             )
         except LLMError as exc:
             log.warning("consolidation call in plain text failed: %s", exc)
+            self._told_window(exc)
             return None
         if result.prompt_tokens:
             raw = self.estimator.raw_request_tokens(messages)
@@ -785,6 +797,7 @@ class MemoryConsolidator:
             except LLMBadRequest as exc:
                 if choice == "auto" or isinstance(exc, LLMContextOverflow):
                     log.warning("consolidation request rejected: %s", exc)
+                    self._told_window(exc)
                     return None
                 log.info("provider rejected the forced tool choice; retrying with auto")
                 continue
