@@ -518,13 +518,13 @@ class Agent:
         system = self._system_prompt(workspace, session, inbound)
         since = None  # answered from the whole conversation, else from this message on
         if not self.budget.fits(self._estimate(system, session)):
-            # The prompt cannot fit at all: make room before calling the model, when one
-            # consolidation request does it. A backlog (a migrated transcript, a long outage)
+            # The prompt cannot fit at all: make room before calling the model, when the
+            # rounds of one consolidation do it. A backlog (a migrated transcript, a long outage)
             # is not waited for: the newest turns that fit are answered, and the rest is
             # worked through in the background.
             await out.notice(CONSOLIDATING)
             tools_text = system + self._tools_text
-            if self.consolidator.one_request_will_do(workspace.memory.read(), tools_text, session):
+            if self.consolidator.within_reach(workspace.memory.read(), tools_text, session):
                 await self._consolidate_first(workspace, session, inbound)
                 system = self._system_prompt(workspace, session, inbound)
             if not self.budget.fits(self._estimate(system, session)):

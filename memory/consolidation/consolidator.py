@@ -406,13 +406,14 @@ class MemoryConsolidator:
                 estimate = self.estimator.prompt_tokens(system_prompt(), session)
             return rounds
 
-    def one_request_will_do(self, memory: str, prompt: str, session: Session) -> bool:
-        """Whether one consolidation request sheds what the prompt is over its target (else
-        it is a backlog, to be worked through in the background while the person is answered
-        from the newest messages: tail_start)."""
+    def within_reach(self, memory: str, prompt: str, session: Session) -> bool:
+        """Whether the rounds of one maybe_consolidate (max_rounds requests) shed what the
+        prompt is over its target; else it is a backlog (a migrated transcript, a long outage),
+        to be worked through in the background while the person is answered from the newest
+        messages (tail_start)."""
         estimate = self.estimator.prompt_tokens(prompt, session)
         to_shed = (estimate - self.target_tokens(prompt)) / self.estimator.factor
-        return to_shed <= self._chunk_room(memory)
+        return to_shed <= self.max_rounds * self._chunk_room(memory)
 
     def tail_start(self, session: Session, prompt: str) -> int:
         """The first message of the newest turns that fit the window's target beside `prompt`
