@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,23 @@ async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
         yield server
     finally:
         await server.stop()
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, entry_points_dir: Path) -> None:
+    """In-process runs of the CLI: no secrets or overrides from the machine running the tests."""
+    for key in list(os.environ):
+        if key.startswith(("LIGHTGREP_", "OPENAI_", "TELEGRAM_", "DISCORD_")):
+            monkeypatch.delenv(key)
+    monkeypatch.syspath_prepend(str(entry_points_dir))
+
+
+@pytest.fixture
+def keep_logging() -> Iterator[None]:
+    """main() configures the root logger; give the next test the one it had (modules that run
+    main() in-process use it for every test: pytestmark)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)

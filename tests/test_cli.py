@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,24 +37,7 @@ from tests.fakes.openai_server import (
 )
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
 
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch, entry_points_dir: Path) -> None:
-    """In-process runs: no secrets or overrides from the machine running the tests."""
-    for key in list(os.environ):
-        if key.startswith(("LIGHTGREP_", "OPENAI_", "TELEGRAM_", "DISCORD_")):
-            monkeypatch.delenv(key)
-    monkeypatch.syspath_prepend(str(entry_points_dir))
-
-
-@pytest.fixture(autouse=True)
-def keep_logging() -> Iterator[None]:
-    """main() configures the root logger; give the next test the one it had."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("keep_logging")
 
 
 def closed_port_url() -> str:

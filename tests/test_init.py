@@ -4,13 +4,11 @@ at a terminal (the tokens typed without being shown), ending with doctor."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import stat
 import sys
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +20,7 @@ from tests.cli_helpers import Terminal, open_terminal, terminal_session
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import TOKEN
 
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch, entry_points_dir: Path) -> None:
-    for key in list(os.environ):
-        if key.startswith(("LIGHTGREP_", "OPENAI_", "TELEGRAM_", "DISCORD_")):
-            monkeypatch.delenv(key)
-    monkeypatch.syspath_prepend(str(entry_points_dir))
-
-
-@pytest.fixture(autouse=True)
-def keep_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("keep_logging")
 
 
 def closed_port() -> int:

@@ -6,10 +6,7 @@ real process against a fake server that enforces its window as llama-cpp-python 
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,21 +38,7 @@ SOURCES = {
 }
 
 
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch, entry_points_dir: Path) -> None:
-    for key in list(os.environ):
-        if key.startswith(("LIGHTGREP_", "OPENAI_", "TELEGRAM_", "DISCORD_")):
-            monkeypatch.delenv(key)
-    monkeypatch.syspath_prepend(str(entry_points_dir))
-
-
-@pytest.fixture(autouse=True)
-def keep_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("keep_logging")
 
 
 def tells(fake: FakeOpenAI, server: str, tokens: int) -> None:
