@@ -18,14 +18,10 @@ from memory.folder_lock import FolderLock
 from memory.session import SessionStore
 from memory.workspace import Workspaces
 from tests.cli_helpers import write_config
-from tests.test_cli import (
-    clean_env,
-    closed_port_url,
-    keep_logging,
-)
+from tests.test_cli import closed_port_url
 from tests.test_memory_control import SECRET, all_bytes, files_holding, fill
 
-__all__ = ["clean_env", "keep_logging"]  # fixtures
+pytestmark = pytest.mark.usefixtures("keep_logging")
 
 
 @pytest.fixture

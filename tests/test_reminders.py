@@ -24,9 +24,6 @@ from memory.reminders.records import ReminderFile
 from tests.agent_helpers import ask, make_agent
 from tests.agent_helpers import dm as private_message
 from tests.fakes.openai_server import FakeOpenAI
-from tests.test_cli import clean_env, keep_logging
-
-__all__ = ["clean_env", "keep_logging"]  # fixtures
 
 LISBON = ZoneInfo("Europe/Lisbon")
 NEW_YORK = ZoneInfo("America/New_York")
