@@ -11,12 +11,15 @@ saying so, and can be transcribed by hand later.
 `prepare` reads; `keep` writes the files, once the message is accepted: a message refused as
 too long leaves nothing in media/. A file's name reaches the prompt and the notes only as
 `plain_name` makes it (one line, no control or direction characters, no brackets), so it cannot
-fake the `[file: …]` markers around the file's text.
+fake the `[file: …]` markers around the file's text; nor can the text itself: a line of it that
+would read as a marker (`[end of file: …]`, then words "outside" the file) has its bracket made a
+parenthesis (`_inert`).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -240,7 +243,20 @@ class AttachmentReader:
         digest = await _to_keep(data, ext, into)
         into.parts.append(media_ref(FILE_REF, digest, ext, attachment.mime, attachment.name))
         into.for_model = True
-        return f"{header}\n{text}\n[end of file: {name}]"
+        return f"{header}\n{_inert(text)}\n[end of file: {name}]"
+
+
+# A line that a model would take for one of the markers around a file's text: "[file: …",
+# "[end of file: …", whatever the case and spacing. Line starts as str.splitlines sees them.
+_MARKER_LINE = re.compile(
+    r"(\A|[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029])([^\S\n]*)\[(?=\s*(?:end\s+of\s+)?file\b)",
+    re.IGNORECASE,
+)
+
+
+def _inert(text: str) -> str:
+    """A file's text that cannot end its own `[file: …]` block early: see the module docstring."""
+    return _MARKER_LINE.sub(r"\1\2(", text)
 
 
 async def _to_keep(data: bytes, ext: str, into: Prepared) -> str:
