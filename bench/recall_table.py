@@ -8,7 +8,10 @@ positions of its shuffled questions, and a held-out half, the odd ones):
 - ``eval``: a team's work log of a few thousand entries (bench/recall_eval.py);
 - ``talk``: long and short consolidated conversations, several people and places per entry,
   lists, numbers and dates in words, typos, keyword queries and questions sharing few words with
-  their entry (bench/recall_talk.py).
+  their entry (bench/recall_talk.py);
+- ``friends``: long sessions of chat between two friends (three pairs), transcripts and
+  summaries of 1-4 KB with both names in nearly every entry, many small topics per session,
+  events asked in other words and by "when did …" (bench/recall_friends.py).
 
 Each question goes to memory/search/engine.py's ``search_history`` as asked, with the set's
 "now"; the answer's top 10 are scored: R@1 and R@5 (the entry meant is first, among the first
@@ -35,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import recall_eval
+import recall_friends
 import recall_life
 import recall_talk
 
@@ -71,10 +75,12 @@ def load_sets(folder: Path) -> list[EvalSet]:
     work_log = path.read_text(encoding="utf-8").rstrip("\n").split("\n\n")
     path.unlink()
     talk = recall_talk.build()
+    friends = recall_friends.build()
     return [
         EvalSet("life", life.entries, life.questions, recall_life.NOW),
         EvalSet("eval", work_log, [EvalQuestion(q, t) for q, t in pairs], EVAL_NOW),
         EvalSet("talk", talk.entries, talk.questions, recall_talk.NOW),
+        EvalSet("friends", friends.entries, friends.questions, recall_friends.NOW),
     ]
 
 
@@ -194,7 +200,7 @@ STEPS: list[tuple[str, str]] = [
 def table(sets: list[EvalSet], folder: Path, steps: list[tuple[str, str]]) -> None:
     paths = {s.name: write(folder, s) for s in sets}
     header = (
-        "  step           set   | tuning: R@1    R@5   MRR  none | held-out: R@1  R@5   MRR  none"
+        "  step           set     | tuning: R@1    R@5   MRR  none | held-out: R@1  R@5   MRR  none"
     )
     print(header)
     print("  " + "-" * (len(header) - 2))
@@ -203,7 +209,7 @@ def table(sets: list[EvalSet], folder: Path, steps: list[tuple[str, str]]) -> No
             for s in sets:
                 tune = score_set(s, paths[s.name], "tune")["all"]
                 held = score_set(s, paths[s.name], "held")["all"]
-                print(f"  {name:14} {s.name:5} | {tune.cells()}   | {held.cells()}")
+                print(f"  {name:14} {s.name:7} | {tune.cells()}   | {held.cells()}")
         print(f"  {'':14} ({what})")
 
 
