@@ -1,4 +1,4 @@
-"""Recall on long chats between two friends over many sessions: names in every entry, few shared words.
+"""Recall on long chats of two friends over many sessions: names in every entry, few shared words.
 
 The other sets (bench/recall_life.py, recall_eval.py, recall_talk.py) are one person's notes: a
 name there tells entries apart. Here each entry is one session of a long chat between two
@@ -106,7 +106,8 @@ BOOKS = [("The Salt Path", "Raynor Winn"), ("Educated", "Tara Westover"),
          ("Shuggie Bain", "Douglas Stuart"), ("Hamnet", "Maggie O'Farrell"),
          ("Lessons in Chemistry", "Bonnie Garmus"), ("The Vanishing Half", "Brit Bennett"),
          ("Tomorrow and Tomorrow", "Gabrielle Zevin"), ("Demon Copperhead", "Barbara Kingsolver"),
-         ("Klara and the Sun", "Kazuo Ishiguro"), ("A Gentleman in Moscow", "Amor Towles")]  # fmt: skip
+         ("Klara and the Sun", "Kazuo Ishiguro"),
+         ("A Gentleman in Moscow", "Amor Towles")]  # fmt: skip
 KID_EVENTS = [
     ("lost {his} first tooth", "first tooth"),
     ("started swimming lessons", "swimming lessons"),
@@ -117,7 +118,8 @@ KID_EVENTS = [
 ]
 COMPANIES = ["Northwind", "Brightline", "Helix Labs", "Cedar Health", "Orbital", "Fernway"]
 COMPANIES += ["Quillon", "Marlowe Group", "Tessellate", "Vantor", "Bluegate", "Stonebridge"]
-WORK_EVENTS = [("got promoted to team lead", "promotion"), ("had an interview at {co}", "interview"),
+WORK_EVENTS = [("got promoted to team lead", "promotion"),
+               ("had an interview at {co}", "interview"),
                ("gave a talk at the {co} conference", "talk"),
                ("started a new project with {co}", "project")]  # fmt: skip
 INJURIES = [("sprained {his} ankle", "ankle"), ("pulled a muscle in {his} back", "back"),
@@ -220,7 +222,8 @@ def class_topic(r: random.Random, p: Person) -> Topic:
     said, asked = _pick(r, ways)
     thing, when = r.choice(made), r.choice(WHEN_SAID)
     return Topic(
-        [f"I went to a {said} {when}!", f"We did {thing}, mine came out a bit wonky but I love it."],
+        [f"I went to a {said} {when}!",
+         f"We did {thing}, mine came out a bit wonky but I love it."],
         f"{p.name} went to a {said} {when} and made {thing}.",
         [
             (f"When did {p.name} go to the {asked}?", "temporal", ("class", p.name, ways[0])),
@@ -241,7 +244,7 @@ def trip_topic(r: random.Random, p: Person) -> Topic:
             (f"When did {p.name} visit {place}?", "temporal", ("trip", p.name, place)),
             (f"Who did {p.name} travel to {place} with?", "natural", ("trip", p.name, place)),
             (f"What did {p.name} like most about {place}?", "passing", ("trip", p.name, place)),
-            (f"{p.name} {place} trip", "keywords", ("trip", p.name, place)),
+            (f"{p.name} {place} {noun}", "keywords", ("trip", p.name, place)),
         ],
     )
 
@@ -479,7 +482,8 @@ def buy_topic(r: random.Random, p: Person) -> Topic:
 def neighbour_topic(r: random.Random, p: Person) -> Topic:
     name, city = r.choice(NEIGHBOURS), r.choice(MOVES)
     return Topic(
-        [f"Oh, and my neighbour {name} is moving to {city}.", "I'll miss our chats over the fence."],
+        [f"Oh, and my neighbour {name} is moving to {city}.",
+         "I'll miss our chats over the fence."],
         f"In passing, {p.name} said {_his(p)} neighbour {name} is moving to {city}.",
         [
             (f"Where is {p.name}'s neighbour {name} moving?", "passing", ("move", p.name, name)),
