@@ -184,16 +184,19 @@ def _settings(**values: Any) -> Iterator[None]:
 
 # (name, what it changes, settings that undo it and those after it: the ranking before it)
 OFF_NUMBERS = {"terms__NUMBERS_IN_WORDS": False, "dates__DAY_WORDS": False}
+COUNT_TIER = {"engine__WORDS_TIER": "count"}
 BEFORE: dict[str, dict[str, Any]] = {
-    "before": {"rerank__PROXIMITY": 0.0, **OFF_NUMBERS, "engine__TYPOS": False},
-    "sentence": {**OFF_NUMBERS, "engine__TYPOS": False},
-    "numbers": {"engine__TYPOS": False},
+    "before": {"rerank__PROXIMITY": 0.0, **OFF_NUMBERS, "engine__TYPOS": False, **COUNT_TIER},
+    "sentence": {**OFF_NUMBERS, "engine__TYPOS": False, **COUNT_TIER},
+    "numbers": {"engine__TYPOS": False, **COUNT_TIER},
+    "typos": COUNT_TIER,
 }
 STEPS: list[tuple[str, str]] = [
     ("before", "the ranking before issue 28"),
     ("sentence", "+ two keywords in one sentence weigh more (rerank.PROXIMITY)"),
     ("numbers", "+ a number also finds its words, 55 / fifty-five, May 7 / seventh of May"),
     ("typos", "+ a word of 6+ letters found nowhere is looked for one edit away"),
+    ("bm25only", "+ no tier of how many keywords an entry holds first: BM25 weighs them"),
 ]
 
 

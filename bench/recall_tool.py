@@ -1,12 +1,12 @@
 """The search tool as the model calls it: does the tool's answer hold the entry asked about?
 
-For every question of bench/recall_table.py's sets (life, eval, talk), a real Agent, with its
-real openai client, talks to the fake provider (tests/fakes/openai_server.py), which is scripted
-the way the tool's description and the system prompt tell a model to ask: one `search_history`
-call with the question's dates as said and its keywords (filler words dropped; names, numbers
-and rare words kept), then an answer. What the tool returned (the tool message of the
-provider's second request) is checked for the entry meant. The clock is each set's "now", so
-"last week" means what it meant when the set was asked.
+For every question of bench/recall_table.py's sets (life, eval, talk, friends), a real Agent,
+with its real openai client, talks to the fake provider (tests/fakes/openai_server.py), which
+is scripted the way the tool's description and the system prompt tell a model to ask: one
+`search_history` call with the question's dates as said and its keywords (filler words
+dropped; names, numbers and rare words kept), then an answer. What the tool returned (the tool
+message of the provider's second request) is checked for the entry meant. The clock is each
+set's "now", so "last week" means what it meant when the set was asked.
 
 Run: python bench/recall_tool.py [tune|held|all]   (about a minute)
 """

@@ -676,3 +676,24 @@ def test_a_regex_asked_again_is_answered_alike_and_sees_an_append(history: Path)
         "2025-01-03 09:00",
         "2025-01-01 09:00",
     ]
+
+
+def test_a_rare_word_beats_more_of_the_common_words(history: Path) -> None:
+    """Two friends' sessions: "Jonas Lofoten trip photos" asks for the one where Jonas told of
+    Lofoten. The later sessions hold three of the keywords (Jonas, "trip", "photos", said of
+    nothing in particular in every chat) but not Lofoten; ranking entries by how many keywords
+    they hold put all of them first, the one meant sixth."""
+    write_history(
+        history,
+        "[2025-01-04 19:00] Session 3 of Maya and Jonas's chat.\n"
+        "Jonas: We just got back from Lofoten, the cliffs were unreal.\nMaya: No way!",
+        *[
+            f"[2025-02-0{d} 19:00] Session {d + 3} of Maya and Jonas's chat.\n"
+            "Maya: We should plan a trip together one day.\n"
+            "Jonas: Yes! I'll send you the photos of the kids first."
+            for d in range(1, 8)
+        ],
+    )
+    result = search_history(history, "Jonas Lofoten trip photos")
+    assert stamps(result)[0] == "2025-01-04 19:00"
+    assert ("word", "lofoten") in result.hits[0].why
