@@ -103,6 +103,30 @@ async def test_search_history_tool_reads_only_this_users_history(
     assert "Lisbon" in tool_result["content"] and "Oslo" not in tool_result["content"]
 
 
+async def test_search_history_shows_the_matching_part_of_every_long_entry(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Sessions of a long chat are kilobytes each: the tool's answer, capped in length, held
+    the first entry whole and cut the second before the line the model needed."""
+    agent = make_agent(fake_llm, workspaces_dir)
+    memory = agent.workspaces.get("telegram-1").memory
+    chat = "Ines: How was work? Jonas: Busy as always, the usual meetings. " * 55
+    memory.append_history(chat + "Jonas: The Lisbon ferry leaves at nine from pier four.")
+    memory.append_history("Jonas: Lisbon was lovely, Lisbon in spring! " + chat)
+    fake_llm.queue(
+        completion(None, [tool_call("search_history", {"query": "Lisbon"})]),
+        completion("At nine, from pier four."),
+    )
+    await ask(agent, dm("1", "when does the Lisbon ferry leave?"))
+    await agent.aclose()
+    tool_result = next(m for m in fake_llm.requests[1]["messages"] if m["role"] == "tool")
+    content = tool_result["content"]
+    assert "Lisbon in spring" in content
+    assert "The Lisbon ferry leaves at nine from pier four." in content
+    assert content.count("\n\n[") == 2  # both entries, each from its stamp
+    assert len(content) < 4200
+
+
 async def test_prompt_injection_cannot_reach_another_users_memory(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:

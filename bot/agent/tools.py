@@ -26,7 +26,7 @@ from bot.reminders.desk import PersonReminders
 from memory import clock
 from memory.consolidation.checks import held_because, kept_fact_lines
 from memory.safefs import LinkRefusedError
-from memory.search.engine import SearchError, search_history
+from memory.search.engine import HistoryHit, SearchError, search_history
 from memory.store import (
     DEFAULT_SECTION,
     SECTIONS,
@@ -357,10 +357,46 @@ class AgentTools:
             return f"Error: {exc}"
         if not result.hits:
             return "No entry of the history matches."
-        text = "\n\n".join(hit.text for hit in result.hits)
-        if len(text) > MAX_RESULT_CHARS:
-            text = text[:MAX_RESULT_CHARS] + "\n… (cut)"
+        text = "\n\n".join(shown_hits(result.hits, MAX_RESULT_CHARS))
         return f"{result.total} matching entries; the most relevant:\n\n{text}"
+
+
+EXCERPT_CONTEXT = 160  # characters kept on each side of a match when an entry is cut
+
+
+def shown_hits(hits: list[HistoryHit], budget: int) -> list[str]:
+    """The hits as the model reads them, within ``budget`` characters together: each whole if
+    it fits its share, else its stamp and the passages around its matches. Long entries (a
+    session of a chat is often 2-4 KB) would otherwise fill the answer with the first one or
+    two, and the entry meant, ranked third, or its matching lines, would be cut away."""
+    shares = [0] * len(hits)
+    left, todo = budget, sorted(range(len(hits)), key=lambda i: len(hits[i].text))
+    for n, i in enumerate(todo):  # shortest first: what a short entry leaves, the rest share
+        shares[i] = min(len(hits[i].text), left // (len(todo) - n))
+        left -= shares[i]
+    return [_excerpt(hit, share) for hit, share in zip(hits, shares, strict=True)]
+
+
+def _excerpt(hit: HistoryHit, share: int) -> str:
+    text = hit.text
+    if len(text) <= share:
+        return text
+    windows: list[tuple[int, int]] = []
+    for s, e in hit.spans:
+        lo, hi = max(0, s - EXCERPT_CONTEXT), min(len(text), e + EXCERPT_CONTEXT)
+        if windows and lo <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], max(windows[-1][1], hi))
+        else:
+            windows.append((lo, hi))
+    stamp = text[: text.find("]") + 1] if text.startswith("[") else ""
+    out, used = [stamp] if windows and windows[0][0] > 0 else [], len(stamp)
+    for lo, hi in windows or [(0, share)]:
+        piece = text[lo : min(hi, lo + max(share - used, 0))]
+        if not piece:
+            break
+        out.append(("… " if lo > 0 else "") + piece + (" …" if lo + len(piece) < len(text) else ""))
+        used += len(piece)
+    return " ".join(out)
 
 
 def _parse_arguments(raw: Any) -> dict[str, Any]:
