@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
 import time
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
@@ -47,9 +48,11 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from memory.safefs import open_binary
-from memory.search import rerank, stems, terms
+from memory.search import history_index, rerank, stems, terms
 from memory.search.dates import DateSpan
 from memory.search.regex import RegexError
+from memory.search.regions import SAMPLE_BYTES, walk
+from memory.search.regions import estimate_entries as _estimate_entries
 from memory.search.scan_cache import Region, ScanCache, Version, file_version
 from memory.search.stems import WORD_BYTES, word_end
 from memory.search.terms import (
@@ -75,7 +78,6 @@ from memory.search.word_scan import (
 __all__ = ["STOPWORDS", "HistoryHit", "SearchError", "SearchResult", "search_history"]
 
 CHUNK_BYTES = 1024 * 1024  # fits in cache: lower() and find() then run several times faster
-SAMPLE_BYTES = 128 * 1024  # per chunk, to estimate the number of entries
 MAX_QUERY_CHARS = 1000
 REGEX_TIME_BUDGET_S = 30.0
 # Chosen on bench/recall_life.py's tuning half by bench/tune_bm25.py. b = 0: no discount for
@@ -309,13 +311,6 @@ def _scan_careful(
     return rows, tfs
 
 
-def _estimate_entries(buf: bytes, cut: int) -> int:
-    """Entries in ``buf[:cut]``, counted on a sample: only BM25's idf and mean length use it."""
-    if cut <= 2 * SAMPLE_BYTES:
-        return buf.count(b"\n\n[", 0, cut)
-    return round(buf.count(b"\n\n[", 0, SAMPLE_BYTES) * cut / SAMPLE_BYTES)
-
-
 SCANS = ScanCache()  # per file and keyword, what the last scan found (memory/search/scan_cache.py)
 
 
@@ -348,7 +343,9 @@ def _scan_file(path: Path, query: Query, keep: int) -> _Tally:
         known = SCANS.queries.get(path, version, whole)
         if known is not None:
             return known
-    tally = _scan_regions(path, query, keep, version, keys)
+    tally = _from_index(path, query, keep)  # memory/search/history_index.py, when it can
+    if tally is None:
+        tally = _scan_regions(path, query, keep, version, keys)
     if whole is not None and file_version(path) == version:
         SCANS.queries.put(path, version, whole, tally)
     return tally
@@ -439,6 +436,68 @@ def _scan_regions(
             rows = sum(len(tfs) - tfs.count(0.0) for _, tfs in hits)
             if rows <= SCANS.max_rows:  # each keyword keeps its own entries only: bounded
                 SCANS.store(path, version, chunk, seen_regions, key, list(map(_own, hits)), rows)
+    return tally
+
+
+def _from_index(path: Path, query: Query, keep: int) -> _Tally | None:
+    """The query's tally from the index beside the file, the same as a scan's; None when there
+    is no current index or a term it cannot answer (then the file is scanned)."""
+    if query.regex or query.date_term is not None:
+        return None
+    index = history_index.lookup(path, CHUNK_BYTES)
+    if index is None:
+        return None
+    with open_binary(path) as f:
+
+        def read(start: int, length: int) -> bytes:
+            return _read_entry(f, start, length)
+
+        found = []
+        for term in query.words:
+            hits = history_index.hits(index, term, read)
+            if hits is None:
+                return None
+            found.append(hits)
+        size = os.fstat(f.fileno()).st_size
+        if size != index.live_size:  # appended meanwhile: the scan sees it all
+            return None
+        n_entries, _ = walk(f, index.cursor, CHUNK_BYTES)
+    tally = _Tally(len(found), keep)
+    tally.n_entries, tally.n_bytes = n_entries, size
+    tally.df = [sum(map(len, cells.values())) for cells in found]
+    # Entries by their vector of occurrences, one term after the other, in set operations.
+    union: set[int] = set().union(*(cell for cells in found for cell in cells.values()))
+    tally.total = len(union)
+    groups: dict[tuple[float, ...], set[int]] = {(): union}
+    for cells in found:
+        refined: dict[tuple[float, ...], set[int]] = {}
+        for key, group in groups.items():
+            rest = group
+            for tf, cell in cells.items():
+                both = group & cell
+                if both:
+                    refined[(*key, tf)] = both
+                    rest = rest - both
+            if rest:
+                refined[(*key, 0.0)] = rest
+        groups = refined
+    # Per vector the rows ranking can still pick (as _Tally._keep keeps them).
+    newest_last = BM25_B == 0 and history_index.monotone(index)
+    for key, group in groups.items():
+        if newest_last:
+            best = heapq.nlargest(keep, group)
+        elif BM25_B == 0:
+            stamps = {o: r[1] for r in history_index.rows_of(index, group) for o in (r[2],)}
+            best = heapq.nlargest(keep, group, key=lambda o: (stamps[o], o))
+        else:
+            best = list(group)
+        rows: list[Row] = [
+            (-length if BM25_B > 0 else 0, stamp, offset)
+            for length, stamp, offset in history_index.rows_of(index, best)
+        ]
+        if BM25_B > 0:
+            rows = heapq.nlargest(keep, rows)
+        tally.groups[key] = rows
     return tally
 
 

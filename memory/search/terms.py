@@ -102,6 +102,7 @@ class Term:
     forms: WordForms | None = None
     alternatives: list[Term] = field(default_factory=list)  # a date, a number: any of these
     typo: bool = False  # found one edit away (typo_term)
+    past_stamp: bool = False  # what an entry's stamp holds does not count (_past_stamp)
 
 
 @dataclass
@@ -226,7 +227,10 @@ def _past_stamp(term: Term) -> Term:
         skip = _STAMP_CHARS if entry.startswith("[") else 0
         return [span for span in term.spans(entry) if span[0] >= skip]
 
-    return Term(term.label, term.kind, term.find, weight_in, spans, term.needle, term.forms)
+    return Term(
+        term.label, term.kind, term.find, weight_in, spans, term.needle, term.forms,
+        past_stamp=True,
+    )  # fmt: skip
 
 
 def _is_number(word: str) -> bool:

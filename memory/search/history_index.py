@@ -1,0 +1,786 @@
+"""A word index of HISTORY.md kept beside it: derived, checked, never needed for a right answer.
+
+Why: a first search for common words ("paid euros late") of a 100 MB history reads and matches
+every byte, several times what ``grep`` needs; the index answers from the words' lists of
+entries instead. HISTORY.md stays the only truth: the index (``.HISTORY.md.index`` in the same
+folder, so per workspace) is rebuilt from it whenever they disagree, and a search it cannot
+answer (a regex, a phrase, a date, a non-ASCII word) or a missing or stale index scans the file
+as before, with the same result to the last bit (tests/test_search_index.py compares them).
+
+What it holds, per *segment* (a run of whole entries): each entry's offset, length and stamp,
+the words of its text past the stamp as the scan's word view cuts them (memory/search/
+word_scan.py), and per word the entries holding it (with how often, where more than once).
+A keyword's hits are the words of the vocabulary that hold its root, weighed as the scan weighs
+them (memory/search/stems.py); the rare entry holding two words that weigh differently is read
+from HISTORY.md and weighed there, so the sum is taken in the scan's order.
+
+Kept current without a rebuild: HISTORY.md only grows between rewrites, so the entries after
+the last segment (at least the file's last entry, whose end an append may move) are indexed in
+memory at each search, and once they are many they are appended to the index as a new segment.
+The file is append-only too: a segment is written, synced, then sealed by a trailer holding
+the checksum of its description, so a crash at any instant leaves sealed segments that load and
+a torn tail that is ignored (and cut off before the next append). Checked at each load against
+HISTORY.md: the same file (device and inode: /forget and the link merge replace it atomically,
+which gives a new inode, and drop the index as well), at least as long as what was indexed, and
+the same bytes at the end of each segment. A missing or stale index is built in a background
+thread, one file at a time for the whole process (RAM: one segment's lists at a time), saying
+what it does in the log; searches scan until it is there.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import hashlib
+import itertools
+import json
+import logging
+import mmap
+import os
+import re
+import struct
+import threading
+import time
+import zlib
+from array import array
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from memory.atomic import PRIVATE_FILE_MODE, fsync_dir
+from memory.safefs import open_binary, open_fd
+from memory.search.regions import Cursor, walk
+from memory.search.terms import BYTES_LAYOUT, Term
+from memory.search.word_scan import WORD_VIEW, region_end
+from memory.store import ENTRY_STAMP
+
+__all__ = [
+    "MIN_BYTES",
+    "Index",
+    "build",
+    "drop",
+    "index_path",
+    "lookup",
+]
+
+log = logging.getLogger(__name__)
+
+MIN_BYTES = 4 * 2**20  # a smaller history scans in a few milliseconds: no index
+SEGMENT_BYTES = 16 * 2**20  # of HISTORY.md per segment while building: bounds the build's RAM
+LIVE_BYTES = 256 * 1024  # entries past the last segment indexed per search, before persisting
+INLINE_BYTES = 8 * 2**20  # more unindexed bytes than this: indexed in the background
+MAX_SEGMENTS = 48  # more (many small appends): rebuilt whole, in the background
+OPEN_INDEXES = 32  # loaded indexes kept (memory-mapped: the page cache holds them, not RAM)
+CHECK_BYTES = 4096  # of HISTORY.md before each segment's end, hashed
+MAGIC = b"LGHIDX01"
+SEAL = b"SEALED!\n"
+STAMP_BYTES = 18  # "[YYYY-MM-DD HH:MM]"
+_STAMP_AT = re.compile(ENTRY_STAMP.encode("ascii"))
+_ENTRY_EDGE = re.compile(rb"\n\n(?=" + ENTRY_STAMP.encode("ascii") + rb")")
+_HEAD = struct.Struct("<8sQQ")  # magic, st_dev, st_ino
+_LEN = struct.Struct("<Q")
+_TRAILER = struct.Struct("<8sII")  # seal, crc32 of the description, its length
+
+
+def index_path(history: Path) -> Path:
+    """Where the index of ``history`` lives: beside it, hidden (per workspace)."""
+    return history.with_name(f".{history.name}.index")
+
+
+# --- one segment ----------------------------------------------------------------------------
+
+
+@dataclass
+class Segment:
+    """Whole entries of HISTORY.md ``[start, end)`` and their words; arrays or mapped views."""
+
+    start: int
+    end: int
+    offsets: Any  # per entry: file offset of its "["
+    lengths: Any  # per entry: its length as the scan measures it
+    stamps: Any  # 17 bytes per entry: "YYYY-MM-DD HH:MM]"
+    blob: Any  # b"\n" + the words, each followed by b"\n" (bytes or mmap)
+    blob_start: int
+    blob_end: int
+    word_at: Any  # per word: where it starts in blob, and one more: the end
+    post_at: Any  # per word: where its entries start in ``posts``, and one more
+    posts: Any  # entry numbers (in this segment), ascending per word
+    many_at: Any  # positions in ``posts`` of entries holding the word more than once
+    many: Any  # and how often, aligned
+    monotone: bool  # stamps never decrease from one entry to the next
+    check: str = ""  # hash of HISTORY.md's bytes before ``end``
+
+    @property
+    def first_stamp(self) -> bytes:
+        return bytes(self.stamps[:17])
+
+    @property
+    def last_stamp(self) -> bytes:
+        return bytes(self.stamps[-17:])
+
+    def words_with(self, needle: bytes) -> list[int]:
+        """Numbers of the words holding ``needle`` (one C find per word found)."""
+        out: list[int] = []
+        blob, start, end, word_at = self.blob, self.blob_start, self.blob_end, self.word_at
+        at = blob.find(needle, start, end)
+        while at >= 0:
+            w = bisect.bisect_right(word_at, at - start) - 1
+            out.append(w)
+            at = blob.find(needle, start + word_at[w + 1], end)
+        return out
+
+    def word(self, w: int) -> bytes:
+        start = self.blob_start
+        return bytes(self.blob[start + self.word_at[w] : start + self.word_at[w + 1] - 1])
+
+    def words(self) -> bytes:
+        """The vocabulary: b"\\n" + each word followed by b"\\n"."""
+        return bytes(self.blob[self.blob_start : self.blob_end])
+
+    def find_entry(self, offset: int) -> int:
+        """The number of the entry starting at ``offset`` (it must be one of this segment)."""
+        return bisect.bisect_left(self.offsets, offset)
+
+    def entries_of(self, w: int) -> tuple[list[int], dict[int, int]]:
+        """File offsets of the entries holding word ``w``, and how often where more than once."""
+        a, b = self.post_at[w], self.post_at[w + 1]
+        ids = self.posts[a:b].tolist()
+        offsets = self.offsets
+        found = list(map(offsets.__getitem__, ids))
+        times: dict[int, int] = {}
+        i = bisect.bisect_left(self.many_at, a)
+        j = bisect.bisect_left(self.many_at, b)
+        if i < j:
+            for pos, n in zip(self.many_at[i:j].tolist(), self.many[i:j].tolist(), strict=True):
+                times[offsets[self.posts[pos]]] = n
+        return found, times
+
+    def row_of(self, i: int) -> tuple[int, bytes, int]:
+        return self.lengths[i], bytes(self.stamps[17 * i : 17 * i + 17]), self.offsets[i]
+
+
+def _entries(buf: bytes, base: int, at_eof: bool) -> list[tuple[int, int]]:
+    """(start, end) in ``buf`` of its entries; ``buf`` starts with one. The last ends at the
+    buffer's end (before the blank line) or, at the file's end, before the trailing spaces."""
+    starts = [0] + [m.end() for m in _ENTRY_EDGE.finditer(buf)]
+    ends = [s - 2 for s in starts[1:]]
+    last = starts[-1]
+    ends.append(region_end(buf, last, len(buf)) if at_eof else len(buf) - 2)
+    return list(zip(starts, ends, strict=True))
+
+
+def index_bytes(buf: bytes, base: int, at_eof: bool) -> Segment:
+    """The segment of ``buf`` (whole entries from file offset ``base``), in memory.
+
+    ``at_eof``: ``buf`` ends the file (its last entry's end is the file's, spaces cut off);
+    else it ends where the next entry starts, after the blank line before it.
+    """
+    view = buf.translate(WORD_VIEW)
+    spans = _entries(buf, base, at_eof)
+    posts: dict[bytes, array[int]] = {}
+    many: dict[bytes, list[tuple[int, int]]] = {}
+    offsets = array("Q")
+    lengths = array("I")
+    stamps = bytearray()
+    for i, (s, e) in enumerate(spans):
+        offsets.append(base + s)
+        lengths.append(e - s)
+        stamps += buf[s + 1 : s + STAMP_BYTES]
+        words = view[s + STAMP_BYTES : e].split()
+        once = dict.fromkeys(words)
+        if len(once) < len(words):
+            for word, n in Counter(words).items():
+                if n > 1:
+                    many.setdefault(word, []).append((i, n))
+        for word in once:
+            held = posts.get(word)
+            if held is None:
+                held = posts[word] = array("I")
+            held.append(i)
+    return _assemble(base, base + len(buf), offsets, lengths, stamps, posts, many)
+
+
+def _assemble(
+    start: int,
+    end: int,
+    offsets: array[int],
+    lengths: array[int],
+    stamps: bytearray,
+    posts: dict[bytes, array[int]],
+    many: dict[bytes, list[tuple[int, int]]],
+) -> Segment:
+    words = list(posts)
+    blob = b"\n" + b"".join(w + b"\n" for w in words)
+    word_at = array("I", [1])
+    post_at = array("I", [0])
+    flat = array("I")
+    many_at = array("I")
+    many_n = array("I")
+    for w in words:
+        word_at.append(word_at[-1] + len(w) + 1)
+        held = posts[w]
+        extra = many.get(w)
+        if extra:
+            first = len(flat)
+            for i, n in extra:
+                many_at.append(first + bisect.bisect_left(held, i))
+                many_n.append(n)
+        flat.extend(held)
+        post_at.append(len(flat))
+    st = bytes(stamps)
+    monotone = all(st[k : k + 17] <= st[k + 17 : k + 34] for k in range(0, len(st) - 17, 17))
+    return Segment(start, end, offsets, lengths, st, blob, 0, len(blob), word_at, post_at, flat,
+                   many_at, many_n, monotone)  # fmt: skip
+
+
+# --- on disk --------------------------------------------------------------------------------
+
+_SECTIONS = (
+    ("offsets", "Q"),
+    ("lengths", "I"),
+    ("stamps", "B"),
+    ("blob", "B"),
+    ("word_at", "I"),
+    ("post_at", "I"),
+    ("posts", "I"),
+    ("many_at", "I"),
+    ("many", "I"),
+)
+
+
+def _record(seg: Segment, cursor: Cursor) -> bytes:
+    """A segment as appended to the index: sections, description, trailer."""
+    parts: list[bytes] = []
+    where: dict[str, list[int]] = {}
+    pos = 0
+    for name, _ in _SECTIONS:
+        value = getattr(seg, name)
+        raw = value.tobytes() if isinstance(value, array) else bytes(value)
+        where[name] = [pos, len(raw)]
+        pad = -len(raw) % 8
+        parts.append(raw + b"\0" * pad)
+        pos += len(raw) + pad
+    meta = json.dumps(
+        {
+            "start": seg.start,
+            "end": seg.end,
+            "check": seg.check,
+            "monotone": seg.monotone,
+            "cursor": [cursor.base, cursor.read, cursor.entries],
+            "sections": where,
+        }
+    ).encode("ascii")
+    body = b"".join(parts) + meta
+    crc = zlib.crc32(meta + _LEN.pack(len(body)))
+    return _LEN.pack(len(body)) + body + _TRAILER.pack(SEAL, crc, len(meta))
+
+
+def _check_of(f: BinaryIO, end: int) -> str:
+    f.seek(max(0, end - CHECK_BYTES))
+    return hashlib.blake2b(f.read(min(end, CHECK_BYTES)), digest_size=16).hexdigest()
+
+
+@dataclass
+class Index:
+    """A loaded index: its sealed segments, the file it describes, where the walk stands."""
+
+    dev: int
+    ino: int
+    segments: list[Segment]
+    cursor: Cursor
+    sealed_end: int  # bytes of the index file that are sealed segments
+    keep: Any = None  # the mapping, kept alive with the views into it
+    live: Segment | None = None  # the entries past the last segment, for one file size
+    live_size: int = -1
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def end(self) -> int:
+        return self.segments[-1].end if self.segments else 0
+
+
+def _load(path: Path) -> Index | None:
+    """The index file's sealed segments; None when it is missing or not an index."""
+    try:
+        with open_binary(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < _HEAD.size:
+                return None
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (FileNotFoundError, OSError, ValueError):
+        return None
+    magic, dev, ino = _HEAD.unpack_from(mm, 0)
+    if magic != MAGIC:
+        return None
+    view = memoryview(mm)
+    segments: list[Segment] = []
+    cursor = Cursor()
+    pos = _HEAD.size
+    while pos + _LEN.size + _TRAILER.size <= size:
+        (body_len,) = _LEN.unpack_from(mm, pos)
+        tail = pos + _LEN.size + body_len
+        if tail + _TRAILER.size > size:
+            break  # torn: written, not sealed
+        seal, crc, meta_len = _TRAILER.unpack_from(mm, tail)
+        meta_raw = bytes(mm[tail - meta_len : tail])
+        if seal != SEAL or meta_len > body_len or zlib.crc32(meta_raw + _LEN.pack(body_len)) != crc:
+            break
+        meta = json.loads(meta_raw)
+        body = pos + _LEN.size
+        got: dict[str, Any] = {}
+        for name, kind in _SECTIONS:
+            at, n = meta["sections"][name]
+            chunk = view[body + at : body + at + n]
+            got[name] = chunk if kind == "B" else chunk.cast("I" if kind == "I" else "Q")
+        at = body + meta["sections"]["blob"][0]
+        segments.append(Segment(meta["start"], meta["end"], got["offsets"], got["lengths"],
+                                got["stamps"], mm, at, at + meta["sections"]["blob"][1],
+                                got["word_at"], got["post_at"], got["posts"], got["many_at"],
+                                got["many"], meta["monotone"], meta["check"]))  # fmt: skip
+        cursor = Cursor(*meta["cursor"])
+        pos = tail + _TRAILER.size
+    return Index(dev, ino, segments, cursor, pos, keep=(mm, view))
+
+
+def _valid(index: Index, f: BinaryIO) -> bool:
+    """Whether the index describes this file: same file, not shorter, same bytes at each end."""
+    st = os.fstat(f.fileno())
+    if (st.st_dev, st.st_ino) != (index.dev, index.ino) or st.st_size < index.end:
+        return False
+    start = 0
+    for seg in index.segments:
+        if seg.start != start or _check_of(f, seg.end) != seg.check:
+            return False
+        start = seg.end
+    return True
+
+
+# --- building and keeping current -------------------------------------------------------------
+
+_OPEN: OrderedDict[str, Index] = OrderedDict()  # loaded indexes, least recently used first
+_OPEN_LOCK = threading.Lock()
+_PATH_LOCKS: dict[str, threading.Lock] = {}
+_BUILDS = threading.Semaphore(1)  # one background build at a time in the whole process
+_PENDING: set[str] = set()
+
+
+def _path_lock(name: str) -> threading.Lock:
+    with _OPEN_LOCK:
+        lock = _PATH_LOCKS.get(name)
+        if lock is None:
+            lock = _PATH_LOCKS[name] = threading.Lock()
+        return lock
+
+
+def _forget_open(name: str) -> None:
+    with _OPEN_LOCK:
+        _OPEN.pop(name, None)
+
+
+def _segments_of(f: BinaryIO, start: int, stop: int) -> Iterable[Segment]:
+    """Segments of whole entries covering ``[start, stop)`` (``stop``: an entry start)."""
+    pos = start
+    while pos < stop:
+        f.seek(pos)
+        buf = f.read(min(SEGMENT_BYTES, stop - pos))
+        if pos + len(buf) < stop:
+            cut = BYTES_LAYOUT.last_start(buf)
+            if cut == 0:  # one entry larger than a segment: read it whole
+                f.seek(pos)
+                nxt = _next_start(f, pos + len(buf), stop)
+                buf = f.read(nxt - pos)
+            else:
+                buf = buf[:cut]
+        seg = index_bytes(buf, pos, False)
+        seg.check = _check_of(f, seg.end)
+        yield seg
+        pos = seg.end
+
+
+def _next_start(f: BinaryIO, pos: int, stop: int) -> int:
+    """The first entry start at or after ``pos`` (``stop`` when none is before it)."""
+    while pos < stop:
+        f.seek(pos - 2)
+        buf = f.read(min(SEGMENT_BYTES, stop - pos + 2))
+        m = _ENTRY_EDGE.search(buf)
+        if m:
+            return pos - 2 + m.end()
+        pos += max(1, len(buf) - 24)
+    return stop
+
+
+def _last_start(f: BinaryIO, size: int) -> int:
+    """Where the file's last entry starts (0 when it has one entry)."""
+    back = 64 * 1024
+    while True:
+        lo = max(0, size - back)
+        f.seek(lo)
+        buf = f.read(size - lo)
+        cut = BYTES_LAYOUT.last_start(buf)
+        if cut or lo == 0:
+            return lo + cut if cut else 0
+        back *= 4
+
+
+def _starts_with_entry(f: BinaryIO) -> bool:
+    f.seek(0)
+    return _STAMP_AT.match(f.read(STAMP_BYTES)) is not None
+
+
+def build(history: Path, chunk: int) -> bool:
+    """Index ``history`` whole, replacing its index atomically; False when it cannot be
+    indexed (missing, too small, not starting with an entry, or replaced meanwhile)."""
+    name = str(history)
+    with _path_lock(name):
+        _forget_open(name)
+        try:
+            with open_binary(history) as f:
+                st = os.fstat(f.fileno())
+                if st.st_size < MIN_BYTES or not _starts_with_entry(f):
+                    _unlink(index_path(history))
+                    return False
+                stop = _last_start(f, st.st_size)
+                _, cursor = walk(f, Cursor(), chunk)
+                target = index_path(history)
+                tmp = target.with_name(f".{target.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+                fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+                try:
+                    with os.fdopen(fd, "wb") as out:
+                        out.write(_HEAD.pack(MAGIC, st.st_dev, st.st_ino))
+                        for seg in _segments_of(f, 0, stop):
+                            out.write(_record(seg, cursor))
+                        out.flush()
+                        os.fsync(out.fileno())
+                    now = os.stat(history, follow_symlinks=False)
+                    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                        return False  # replaced while it was read (/forget): never install
+                    os.replace(tmp, target)
+                finally:
+                    _unlink(tmp)
+                fsync_dir(target.parent)
+                return True
+        except FileNotFoundError:
+            return False
+
+
+def _append(history: Path, index: Index, f: BinaryIO, chunk: int) -> bool:
+    """Index the entries added since the last segment, appended to the index file (which is cut
+    back to its sealed part first: a torn tail from a crash goes)."""
+    size = os.fstat(f.fileno()).st_size
+    stop = _last_start(f, size)
+    if stop <= index.end:
+        return True
+    _, cursor = walk(f, index.cursor, chunk)
+    target = index_path(history)
+    try:
+        fd = open_fd(target, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        os.ftruncate(fd, index.sealed_end)
+        os.lseek(fd, 0, os.SEEK_END)
+        for seg in _segments_of(f, index.end, stop):
+            record = _record(seg, cursor)
+            body, trailer = record[: -_TRAILER.size], record[-_TRAILER.size :]
+            os.write(fd, body)
+            os.fsync(fd)  # the data first, then the seal that says it is whole
+            os.write(fd, trailer)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _schedule(history: Path, chunk: int) -> None:
+    """Build the index in a background thread (once per file at a time)."""
+    name = str(history)
+    with _OPEN_LOCK:
+        if name in _PENDING:
+            return
+        _PENDING.add(name)
+
+    def run() -> None:
+        try:
+            with _BUILDS:
+                started = time.monotonic()
+                try:
+                    size = history.stat().st_size
+                except OSError:
+                    return
+                log.info("search index: indexing %s (%.0f MB) in the background", history,
+                         size / 2**20)  # fmt: skip
+                try:
+                    done = build(history, chunk)
+                except OSError as exc:
+                    log.warning("search index: could not index %s: %s", history, exc)
+                    return
+                if done:
+                    log.info("search index: %s indexed in %.1f s", history,
+                             time.monotonic() - started)  # fmt: skip
+        finally:
+            with _OPEN_LOCK:
+                _PENDING.discard(name)
+
+    threading.Thread(target=run, name="history-index", daemon=True).start()
+
+
+AUTO_BUILD = True  # build missing indexes in the background (bench/ turns it off to time scans)
+
+
+def lookup(history: Path, chunk: int) -> Index | None:
+    """The current index of ``history`` with its entries up to the file's end, or None (then
+    scan; a build is started when the file is worth one)."""
+    name = str(history)
+    try:
+        f = open_binary(history)
+    except (FileNotFoundError, OSError):
+        return None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size < MIN_BYTES:
+            return None
+        with _OPEN_LOCK:
+            index = _OPEN.get(name)
+            if index is not None:
+                _OPEN.move_to_end(name)
+        fresh = index is None
+        if index is None:
+            index = _load(index_path(history))
+        if index is None or not _valid(index, f):
+            _forget_open(name)
+            if AUTO_BUILD and _starts_with_entry(f):
+                _schedule(history, chunk)
+            return None
+        if fresh:
+            with _OPEN_LOCK:
+                _OPEN[name] = index
+                while len(_OPEN) > OPEN_INDEXES:
+                    _OPEN.popitem(last=False)
+        if size - index.end > LIVE_BYTES or len(index.segments) > MAX_SEGMENTS:
+            if size - index.end > INLINE_BYTES or len(index.segments) > MAX_SEGMENTS:
+                if AUTO_BUILD:
+                    _schedule(history, chunk)
+                return None
+            with _path_lock(name):
+                if not _append(history, index, f, chunk):
+                    return None
+            _forget_open(name)
+            return lookup(history, chunk)
+        with index.lock:
+            if index.live_size != size:
+                f.seek(index.end)
+                tail = f.read(size - index.end)
+                index.live = index_bytes(tail, index.end, True) if tail.strip() else None
+                index.live_size = size
+        return index
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def drop(history: Path) -> None:
+    """Delete the index of ``history`` (its text was rewritten: /forget, a link merge); waits
+    for a build of it under way, so no index of the old text is installed after."""
+    name = str(history)
+    with _path_lock(name):
+        _forget_open(name)
+        _unlink(index_path(history))
+
+
+def parts(index: Index) -> list[Segment]:
+    """Every segment of the index, the in-memory one of the last entries included."""
+    return index.segments + ([index.live] if index.live is not None else [])
+
+
+# --- answering a term -----------------------------------------------------------------------
+
+Read = Callable[[int, int], bytes]  # (file offset, length) -> the entry's bytes as written
+# A term's matching entries by weight: its weighted occurrences -> file offsets of the entries.
+Hits = dict[float, set[int]]
+
+
+def monotone(index: Index) -> bool:
+    """Whether entries come in the order of their stamps (then the newest is the last)."""
+    segs = parts(index)
+    if not all(seg.monotone for seg in segs):
+        return False
+    return all(a.last_stamp <= b.first_stamp for a, b in itertools.pairwise(segs))
+
+
+def rows_of(index: Index, offsets: Iterable[int]) -> list[tuple[int, bytes, int]]:
+    """(length, stamp, offset) of the entries at ``offsets``."""
+    segs = parts(index)
+    starts = [seg.start for seg in segs]
+    out = []
+    for offset in offsets:
+        seg = segs[bisect.bisect_right(starts, offset) - 1]
+        out.append(seg.row_of(seg.find_entry(offset)))
+    return out
+
+
+def hits(index: Index, term: Term, read: Read) -> Hits | None:
+    """The entries holding ``term`` with its weight in each, as the scan finds them; None for
+    a term the index cannot answer (a phrase, a date, a regex, a non-ASCII word)."""
+    if term.typo:
+        return _typo_hits(index, term)
+    if term.alternatives:  # a number: its digits or its words, each entry weighs 1
+        if term.kind != "word":
+            return None
+        union: set[int] = set()
+        for alt in term.alternatives:
+            if alt.forms is not None and alt.past_stamp and not alt.alternatives:
+                union.update(*_forms_hits(index, alt, read, exact=False).values())
+            elif alt.kind == "number" and alt.label.isascii():
+                union.update(_words_hits(index, alt, read))
+            else:
+                return None
+        return {1.0: union} if union else {}
+    if term.kind != "word" or term.forms is None or term.needle is None:
+        return None
+    if not term.past_stamp and term.needle.isdigit():
+        return None  # a word of digits in a stamp counts: the index holds what follows stamps
+    return _forms_hits(index, term, read, exact=True)
+
+
+def _sum(weight: float, n: int) -> float:
+    """``n`` occurrences of ``weight`` added one by one, as the scan adds them."""
+    total = 0.0
+    for _ in range(n):
+        total += weight
+    return total
+
+
+def _token_weights(term: Term, token: bytes) -> list[float]:
+    """The weights the scan gives the occurrences of ``term``'s root in one word, in order."""
+    forms = term.forms
+    assert forms is not None and term.needle is not None
+    root, word, n = term.needle, forms.word.encode("ascii"), len(term.needle)
+    out = []
+    at = token.find(root)
+    while at >= 0:
+        # inside the word: grep's match only; at its start: the word weighed whole
+        part = forms.part_weight if token.startswith(word, at) else 0.0
+        w = part if at else forms.weigh(token)
+        if w:
+            out.append(w)
+        at = token.find(root, at + n)
+    return out
+
+
+def _forms_hits(index: Index, term: Term, read: Read, exact: bool) -> Hits:
+    """A bare keyword's entries by weight: the words holding its root, weighed; an entry
+    holding words of different weights is weighed on its text (the scan's order of addition).
+    Without ``exact`` only which entries match counts (every weight is positive)."""
+    forms = term.forms
+    assert forms is not None and term.needle is not None
+    cells: Hits = {}
+    for seg in parts(index):
+        lists = []
+        for w in seg.words_with(term.needle):
+            weights = _token_weights(term, seg.word(w))
+            if weights:
+                uniform = weights[0] if len(set(weights)) == 1 else None
+                lists.append((seg.entries_of(w), uniform, len(weights)))
+        if not exact:
+            for (offsets, _), _, _ in lists:
+                cells.setdefault(1.0, set()).update(offsets)
+            continue
+        seen: set[int] = set()
+        plain: dict[float, set[int]] = {}  # entries holding one word of the root once
+        counted: dict[int, tuple[float | None, int]] = {}  # the others: weight, occurrences
+        for (offsets, times), weight, k in sorted(lists, key=lambda item: -len(item[0][0])):
+            held = set(offsets)
+            clash = held & seen if seen else set()
+            seen |= held
+            for off in clash:  # in an earlier word's entries too
+                old = counted.get(off)
+                if old is None:
+                    old = next((w, 1) for w, cell in plain.items() if off in cell)
+                    plain[old[0]].discard(off)
+                n = times.get(off, 1) * k
+                same = weight is not None and old[0] == weight
+                counted[off] = (weight, old[1] + n) if same else (None, 0)
+            if weight is None or k > 1:
+                counted.update((off, (weight, times.get(off, 1) * k)) for off in held - clash)
+                continue
+            for off in times.keys() - clash:
+                counted[off] = (weight, times[off])
+            plain.setdefault(weight, set()).update(held - clash - times.keys())
+        for weight, cell in plain.items():
+            if cell:
+                cells.setdefault(weight, set()).update(cell)
+        for off, (weight, n) in counted.items():
+            if weight is not None:
+                tf = _sum(weight, n)
+            else:
+                length = seg.lengths[seg.find_entry(off)]
+                low = read(off, length).lower()
+                tf = term.weight_in(low, 0, len(low))
+            if tf:
+                cells.setdefault(tf, set()).add(off)
+    return cells
+
+
+def _words_hits(index: Index, term: Term, read: Read) -> set[int]:
+    """Entries holding a number in words ("twenty-five"): those holding each of its words as
+    a word of their own (or beside a non-ASCII letter), checked on their text."""
+    pieces = re.findall(rb"[a-z0-9]+", term.label.encode("ascii"))
+    out: set[int] = set()
+    for seg in parts(index):
+        candidates: set[int] | None = None
+        for piece in sorted(set(pieces), key=len, reverse=True):
+            holding: set[int] = set()
+            for w in seg.words_with(piece):
+                token = seg.word(w)
+                if _stands_alone(token, piece):
+                    holding.update(seg.entries_of(w)[0])
+            candidates = holding if candidates is None else candidates & holding
+            if not candidates:
+                break
+        for off in candidates or ():
+            length = seg.lengths[seg.find_entry(off)]
+            low = read(off, length).lower()
+            if term.weight_in(low, 0, len(low)):
+                out.add(off)
+    return out
+
+
+def _stands_alone(token: bytes, piece: bytes) -> bool:
+    """Whether ``piece`` occurs in ``token`` with no ASCII letter or digit beside it."""
+    at = token.find(piece)
+    while at >= 0:
+        end = at + len(piece)
+        if (at == 0 or token[at - 1] >= 128) and (end == len(token) or token[end] >= 128):
+            return True
+        at = token.find(piece, at + 1)
+    return False
+
+
+def _typo_hits(index: Index, term: Term) -> Hits:
+    """A keyword found nowhere, one edit away: the words of the vocabulary the typo term
+    accepts, counted per entry and weighed as the scan weighs them."""
+    from memory.search import terms  # its weight, read when used (it is tuned there)
+
+    counts: Counter[int] = Counter()
+    for seg in parts(index):
+        blob = seg.words()
+        pos, end = 0, len(blob)
+        while True:
+            at = term.find(blob, pos, end)
+            if at < 0:
+                break
+            stop = blob.index(b"\n", at)
+            w = bisect.bisect_right(seg.word_at, at) - 1
+            offsets, times = seg.entries_of(w)
+            counts.update(offsets)
+            for off, n in times.items():
+                counts[off] += n - 1
+            pos = stop
+    cells: Hits = {}
+    for off, n in counts.items():
+        cells.setdefault(terms.TYPO_WEIGHT * n, set()).add(off)
+    return cells
