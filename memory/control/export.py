@@ -29,6 +29,7 @@ from typing import IO
 
 from memory import clock
 from memory.safefs import LinkRefusedError, is_link, open_binary
+from memory.search import history_index
 from memory.session import as_written_line
 from memory.workspace import SESSIONS_DIR
 
@@ -55,6 +56,8 @@ def workspace_files(root: Path) -> Iterator[tuple[Path, str]]:
         for name in sorted(files):
             if name.startswith(".") and name.endswith(".tmp"):
                 continue  # an interrupted atomic write
+            if history_index.is_index(name):
+                continue  # derived from HISTORY.md, rebuilt from it after an import
             path = Path(top) / name
             with contextlib.suppress(OSError):
                 if stat.S_ISREG(path.lstat().st_mode) and not is_link(path):

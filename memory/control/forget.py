@@ -36,6 +36,7 @@ from typing import Any
 from memory.atomic import atomic_write_text, remove_stale_temp_files
 from memory.media import MEDIA_DIR, is_ref, referenced_files
 from memory.safefs import LinkRefusedError, read_bytes
+from memory.search import history_index
 from memory.session import CONVERSATION_RECORDS, METADATA_TYPE, REPLY_TO, as_written
 from memory.store import ENTRY_STAMP
 from memory.workspace import Workspace
@@ -202,6 +203,7 @@ def _forget_entries(path: Path, pattern: re.Pattern[str], apply: bool) -> list[s
     if removed and apply:
         kept = [entry.strip("\n") for entry in entries if not pattern.search(entry)]
         atomic_write_text(path, "\n\n".join(kept) + "\n" if kept else "")
+        history_index.drop(path)  # its words of the removed entries go with it
     return removed
 
 

@@ -30,6 +30,7 @@ from memory.links import LinkTable
 from memory.media import MEDIA_DIR
 from memory.preferences import MEMORY_IN_GROUPS, TIMEZONE
 from memory.safefs import make_private_dir, read_bytes
+from memory.search import history_index
 from memory.store import VERSIONS_DIR, merged_memory
 from memory.usage import USAGE_FILE
 from memory.workspace import KEY_FILE, SESSIONS_DIR, Workspace, Workspaces
@@ -142,7 +143,9 @@ def _merge_history(source: Workspace, target: Workspace) -> int:
         # as text; sorted() is stable, so entries of one minute keep their own order.
         entries = sorted([*ours, *dict.fromkeys(new)], key=_stamp)
         atomic_write_text(target.history_path, "\n\n".join(entries) + "\n")
+        history_index.drop(target.history_path)  # rebuilt from the merged text when searched
     os.unlink(source.history_path)
+    history_index.drop(source.history_path)
     return len(new)
 
 

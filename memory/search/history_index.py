@@ -61,7 +61,9 @@ __all__ = [
     "Index",
     "build",
     "drop",
+    "hits",
     "index_path",
+    "is_index",
     "lookup",
 ]
 
@@ -295,6 +297,7 @@ class Index:
     live: Segment | None = None  # the entries past the last segment, for one file size
     live_size: int = -1
     lock: threading.Lock = field(default_factory=threading.Lock)
+    file: tuple[int, int] = (0, 0)  # the index file's inode and size when loaded
 
     @property
     def end(self) -> int:
@@ -305,7 +308,8 @@ def _load(path: Path) -> Index | None:
     """The index file's sealed segments; None when it is missing or not an index."""
     try:
         with open_binary(path) as f:
-            size = os.fstat(f.fileno()).st_size
+            st = os.fstat(f.fileno())
+            size = st.st_size
             if size < _HEAD.size:
                 return None
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -341,7 +345,7 @@ def _load(path: Path) -> Index | None:
                                 got["many"], meta["monotone"], meta["check"]))  # fmt: skip
         cursor = Cursor(*meta["cursor"])
         pos = tail + _TRAILER.size
-    return Index(dev, ino, segments, cursor, pos, keep=(mm, view))
+    return Index(dev, ino, segments, cursor, pos, keep=(mm, view), file=(st.st_ino, size))
 
 
 def _valid(index: Index, f: BinaryIO) -> bool:
@@ -431,38 +435,42 @@ def _starts_with_entry(f: BinaryIO) -> bool:
 
 def build(history: Path, chunk: int) -> bool:
     """Index ``history`` whole, replacing its index atomically; False when it cannot be
-    indexed (missing, too small, not starting with an entry, or replaced meanwhile)."""
+    indexed (missing, too small, not starting with an entry, or replaced meanwhile).
+
+    The work is done without a lock; only the final check that HISTORY.md is still the file
+    that was read, and the rename, hold the file's lock, which ``drop`` takes too: an index of
+    a text /forget has just replaced is never installed after the forget dropped the old one.
+    """
     name = str(history)
-    with _path_lock(name):
-        _forget_open(name)
-        try:
-            with open_binary(history) as f:
-                st = os.fstat(f.fileno())
-                if st.st_size < MIN_BYTES or not _starts_with_entry(f):
-                    _unlink(index_path(history))
-                    return False
-                stop = _last_start(f, st.st_size)
-                _, cursor = walk(f, Cursor(), chunk)
-                target = index_path(history)
-                tmp = target.with_name(f".{target.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-                fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
-                try:
-                    with os.fdopen(fd, "wb") as out:
-                        out.write(_HEAD.pack(MAGIC, st.st_dev, st.st_ino))
-                        for seg in _segments_of(f, 0, stop):
-                            out.write(_record(seg, cursor))
-                        out.flush()
-                        os.fsync(out.fileno())
-                    now = os.stat(history, follow_symlinks=False)
-                    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-                        return False  # replaced while it was read (/forget): never install
-                    os.replace(tmp, target)
-                finally:
-                    _unlink(tmp)
-                fsync_dir(target.parent)
-                return True
-        except FileNotFoundError:
-            return False
+    target = index_path(history)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    try:
+        with open_binary(history) as f:
+            st = os.fstat(f.fileno())
+            if st.st_size < MIN_BYTES or not _starts_with_entry(f):
+                drop(history)
+                return False
+            stop = _last_start(f, st.st_size)
+            _, cursor = walk(f, Cursor(), chunk)
+            fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+            with os.fdopen(fd, "wb") as out:
+                out.write(_HEAD.pack(MAGIC, st.st_dev, st.st_ino))
+                for seg in _segments_of(f, 0, stop):
+                    out.write(_record(seg, cursor))
+                out.flush()
+                os.fsync(out.fileno())
+        with _path_lock(name):
+            now = os.stat(history, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                return False  # replaced while it was read (/forget): never install
+            os.replace(tmp, target)
+            _forget_open(name)
+        fsync_dir(target.parent)
+        return True
+    except FileNotFoundError:  # HISTORY.md gone, or the temp file swept by /forget
+        return False
+    finally:
+        _unlink(tmp)
 
 
 def _append(history: Path, index: Index, f: BinaryIO, chunk: int) -> bool:
@@ -545,6 +553,8 @@ def lookup(history: Path, chunk: int) -> Index | None:
             index = _OPEN.get(name)
             if index is not None:
                 _OPEN.move_to_end(name)
+        if index is not None and _file_of(index_path(history)) != index.file:
+            index = None  # rebuilt, grown or removed since it was loaded (another process)
         fresh = index is None
         if index is None:
             index = _load(index_path(history))
@@ -577,9 +587,22 @@ def lookup(history: Path, chunk: int) -> Index | None:
         return index
 
 
+def _file_of(path: Path) -> tuple[int, int]:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return (0, 0)
+    return st.st_ino, st.st_size
+
+
 def _unlink(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def is_index(name: str) -> bool:
+    """Whether a workspace file name is an index (derived: /export leaves it out)."""
+    return name.startswith(".") and name.endswith(".index")
 
 
 def drop(history: Path) -> None:
