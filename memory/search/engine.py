@@ -39,6 +39,7 @@ import heapq
 import math
 import os
 import time
+from collections import deque
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -465,39 +466,53 @@ def _from_index(path: Path, query: Query, keep: int) -> _Tally | None:
     tally = _Tally(len(found), keep)
     tally.n_entries, tally.n_bytes = n_entries, size
     tally.df = [sum(map(len, cells.values())) for cells in found]
-    # Entries by their vector of occurrences, one term after the other, in set operations.
-    union: set[int] = set().union(*(cell for cells in found for cell in cells.values()))
-    tally.total = len(union)
-    groups: dict[tuple[float, ...], set[int]] = {(): union}
-    for cells in found:
-        refined: dict[tuple[float, ...], set[int]] = {}
-        for key, group in groups.items():
-            rest = group
-            for tf, cell in cells.items():
-                both = group & cell
-                if both:
-                    refined[(*key, tf)] = both
-                    rest = rest - both
-            if rest:
-                refined[(*key, 0.0)] = rest
-        groups = refined
-    # Per vector the rows ranking can still pick (as _Tally._keep keeps them).
+    _, _, count = history_index.numbering(index)
+    radices = [len(cells) + 1 for cells in found]  # per term: absent, or one of its weights
+    if math.prod(radices) > 256:
+        return None  # too many vectors for one byte each: the scan groups them
+    # Each entry's vector of occurrences as one byte: per term the number of its weight (0:
+    # absent) set in a byte per entry, the terms combined in mixed radix by adding the byte
+    # strings as integers (no byte carries over: every sum stays below 256). All in C.
+    combined, scale = 0, 1
+    for cells, radix in zip(found, radices, strict=True):
+        codes = bytearray(count)
+        for code, members in enumerate(cells.values(), 1):
+            deque(map(codes.__setitem__, members, repeat(code)), 0)
+        combined += int.from_bytes(codes, "little") * scale
+        scale *= radix
+    vectors = combined.to_bytes(count, "little")
+    del combined
+    tally.total = count - vectors.count(0)
     newest_last = BM25_B == 0 and history_index.monotone(index)
-    for key, group in groups.items():
-        if newest_last:
-            best = heapq.nlargest(keep, group)
-        elif BM25_B == 0:
-            stamps = {o: r[1] for r in history_index.rows_of(index, group) for o in (r[2],)}
-            best = heapq.nlargest(keep, group, key=lambda o: (stamps[o], o))
+    weights = [[0.0, *cells] for cells in found]
+    for code in range(1, scale):
+        mark = bytes([code])
+        n = vectors.count(mark)
+        if not n:
+            continue
+        key, rest = [], code
+        for radix, column in zip(radices, weights, strict=True):
+            rest, digit = divmod(rest, radix)
+            key.append(column[digit])
+        # The rows ranking can still pick of this vector (as _Tally._keep keeps them).
+        numbers: list[int] = []
+        if newest_last:  # the newest are the last: read from the end
+            at = count
+            while len(numbers) < min(n, keep):
+                at = vectors.rfind(mark, 0, at)
+                numbers.append(at)
         else:
-            best = list(group)
+            at = vectors.find(mark)
+            while at >= 0:
+                numbers.append(at)
+                at = vectors.find(mark, at + 1)
         rows: list[Row] = [
             (-length if BM25_B > 0 else 0, stamp, offset)
-            for length, stamp, offset in history_index.rows_of(index, best)
+            for length, stamp, offset in history_index.rows_of(index, numbers)
         ]
-        if BM25_B > 0:
-            rows = heapq.nlargest(keep, rows)
-        tally.groups[key] = rows
+        if not newest_last:
+            rows = heapq.nlargest(keep, rows, key=tally.best)
+        tally.groups[tuple(key)] = rows
     return tally
 
 

@@ -43,9 +43,10 @@ import threading
 import time
 import zlib
 from array import array
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import compress, repeat
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -65,6 +66,10 @@ __all__ = [
     "index_path",
     "is_index",
     "lookup",
+    "monotone",
+    "numbering",
+    "rows_of",
+    "unload",
 ]
 
 log = logging.getLogger(__name__)
@@ -146,18 +151,21 @@ class Segment:
         return bisect.bisect_left(self.offsets, offset)
 
     def entries_of(self, w: int) -> tuple[list[int], dict[int, int]]:
-        """File offsets of the entries holding word ``w``, and how often where more than once."""
+        """Numbers (in this segment) of the entries holding word ``w``, ascending, and how often
+        each holds it where more than once."""
         a, b = self.post_at[w], self.post_at[w + 1]
         ids = self.posts[a:b].tolist()
-        offsets = self.offsets
-        found = list(map(offsets.__getitem__, ids))
         times: dict[int, int] = {}
         i = bisect.bisect_left(self.many_at, a)
         j = bisect.bisect_left(self.many_at, b)
         if i < j:
             for pos, n in zip(self.many_at[i:j].tolist(), self.many[i:j].tolist(), strict=True):
-                times[offsets[self.posts[pos]]] = n
-        return found, times
+                times[self.posts[pos]] = n
+        return ids, times
+
+    @property
+    def size(self) -> int:
+        return len(self.offsets)
 
     def row_of(self, i: int) -> tuple[int, bytes, int]:
         return self.lengths[i], bytes(self.stamps[17 * i : 17 * i + 17]), self.offsets[i]
@@ -179,7 +187,8 @@ def index_bytes(buf: bytes, base: int, at_eof: bool) -> Segment:
     ``at_eof``: ``buf`` ends the file (its last entry's end is the file's, spaces cut off);
     else it ends where the next entry starts, after the blank line before it.
     """
-    view = buf.translate(WORD_VIEW)
+    step = 1 << 20  # translated a megabyte at a time: no long call holds the GIL
+    view = b"".join(buf[i : i + step].translate(WORD_VIEW) for i in range(0, len(buf), step))
     spans = _entries(buf, base, at_eof)
     posts: dict[bytes, array[int]] = {}
     many: dict[bytes, list[tuple[int, int]]] = {}
@@ -600,6 +609,12 @@ def _unlink(path: Path) -> None:
         os.unlink(path)
 
 
+def unload() -> None:
+    """Forget every loaded index (as a fresh process starts: bench/ times first searches)."""
+    with _OPEN_LOCK:
+        _OPEN.clear()
+
+
 def is_index(name: str) -> bool:
     """Whether a workspace file name is an index (derived: /export leaves it out)."""
     return name.startswith(".") and name.endswith(".index")
@@ -622,8 +637,17 @@ def parts(index: Index) -> list[Segment]:
 # --- answering a term -----------------------------------------------------------------------
 
 Read = Callable[[int, int], bytes]  # (file offset, length) -> the entry's bytes as written
-# A term's matching entries by weight: its weighted occurrences -> file offsets of the entries.
-Hits = dict[float, set[int]]
+# A term's matching entries by weight: its weighted occurrences -> the entries' numbers (in
+# file order over the whole index, see ``numbering``).
+Hits = dict[float, list[int]]
+
+
+def numbering(index: Index) -> tuple[list[Segment], list[int], int]:
+    """Every segment (the in-memory one of the last entries too), the number of each one's
+    first entry, and how many entries there are."""
+    segs = parts(index)
+    bases = list(itertools.accumulate((seg.size for seg in segs), initial=0))
+    return segs, bases[:-1], bases[-1]
 
 
 def monotone(index: Index) -> bool:
@@ -631,23 +655,22 @@ def monotone(index: Index) -> bool:
     segs = parts(index)
     if not all(seg.monotone for seg in segs):
         return False
-    return all(a.last_stamp <= b.first_stamp for a, b in itertools.pairwise(segs))
+    return all(a.last_stamp <= b.first_stamp for a, b in itertools.pairwise(segs) if a.size)
 
 
-def rows_of(index: Index, offsets: Iterable[int]) -> list[tuple[int, bytes, int]]:
-    """(length, stamp, offset) of the entries at ``offsets``."""
-    segs = parts(index)
-    starts = [seg.start for seg in segs]
+def rows_of(index: Index, numbers: Iterable[int]) -> list[tuple[int, bytes, int]]:
+    """(length, stamp, file offset) of the entries numbered ``numbers``."""
+    segs, bases, _ = numbering(index)
     out = []
-    for offset in offsets:
-        seg = segs[bisect.bisect_right(starts, offset) - 1]
-        out.append(seg.row_of(seg.find_entry(offset)))
+    for n in numbers:
+        k = bisect.bisect_right(bases, n) - 1
+        out.append(segs[k].row_of(n - bases[k]))
     return out
 
 
 def hits(index: Index, term: Term, read: Read) -> Hits | None:
-    """The entries holding ``term`` with its weight in each, as the scan finds them; None for
-    a term the index cannot answer (a phrase, a date, a regex, a non-ASCII word)."""
+    """The entries holding ``term`` by its weight in each, as the scan finds them; None for a
+    term the index cannot answer (a phrase, a date, a regex, a non-ASCII word)."""
     if term.typo:
         return _typo_hits(index, term)
     if term.alternatives:  # a number: its digits or its words, each entry weighs 1
@@ -656,12 +679,13 @@ def hits(index: Index, term: Term, read: Read) -> Hits | None:
         union: set[int] = set()
         for alt in term.alternatives:
             if alt.forms is not None and alt.past_stamp and not alt.alternatives:
-                union.update(*_forms_hits(index, alt, read, exact=False).values())
+                for cell in _forms_hits(index, alt, read, exact=False).values():
+                    union.update(cell)
             elif alt.kind == "number" and alt.label.isascii():
                 union.update(_words_hits(index, alt, read))
             else:
                 return None
-        return {1.0: union} if union else {}
+        return {1.0: sorted(union)} if union else {}
     if term.kind != "word" or term.forms is None or term.needle is None:
         return None
     if not term.past_stamp and term.needle.isdigit():
@@ -694,6 +718,10 @@ def _token_weights(term: Term, token: bytes) -> list[float]:
     return out
 
 
+def _entry_bytes(seg: Segment, i: int, read: Read) -> bytes:
+    return read(seg.offsets[i], seg.lengths[i])
+
+
 def _forms_hits(index: Index, term: Term, read: Read, exact: bool) -> Hits:
     """A bare keyword's entries by weight: the words holding its root, weighed; an entry
     holding words of different weights is weighed on its text (the scan's order of addition).
@@ -701,50 +729,68 @@ def _forms_hits(index: Index, term: Term, read: Read, exact: bool) -> Hits:
     forms = term.forms
     assert forms is not None and term.needle is not None
     cells: Hits = {}
-    for seg in parts(index):
+    segs, bases, _ = numbering(index)
+    for seg, base in zip(segs, bases, strict=True):
         lists = []
         for w in seg.words_with(term.needle):
             weights = _token_weights(term, seg.word(w))
             if weights:
                 uniform = weights[0] if len(set(weights)) == 1 else None
                 lists.append((seg.entries_of(w), uniform, len(weights)))
-        if not exact:
-            for (offsets, _), _, _ in lists:
-                cells.setdefault(1.0, set()).update(offsets)
-            continue
-        seen: set[int] = set()
-        plain: dict[float, set[int]] = {}  # entries holding one word of the root once
+        lists.sort(key=lambda item: -len(item[0][0]))
+        # Per entry, the code of the weight of the word that first held it (0: none yet).
+        seen = bytearray(seg.size)
+        code_of: dict[float | None, int] = {}
+        weight_of: list[float | None] = [None]
+        plain: dict[float, list[int]] = {}  # entries holding one word of the root once
         counted: dict[int, tuple[float | None, int]] = {}  # the others: weight, occurrences
-        for (offsets, times), weight, k in sorted(lists, key=lambda item: -len(item[0][0])):
-            held = set(offsets)
-            clash = held & seen if seen else set()
-            seen |= held
-            for off in clash:  # in an earlier word's entries too
-                old = counted.get(off)
-                if old is None:
-                    old = next((w, 1) for w, cell in plain.items() if off in cell)
-                    plain[old[0]].discard(off)
-                n = times.get(off, 1) * k
-                same = weight is not None and old[0] == weight
-                counted[off] = (weight, old[1] + n) if same else (None, 0)
-            if weight is None or k > 1:
-                counted.update((off, (weight, times.get(off, 1) * k)) for off in held - clash)
+        moved: set[int] = set()  # in ``plain`` first, then counted
+        for li, ((ids, times), weight, k) in enumerate(lists):
+            clash: list[tuple[int, int]] = []
+            if li:
+                got = bytes(map(seen.__getitem__, ids))
+                if got.count(0) != len(got):
+                    clash = list(zip(compress(ids, got), compress(got, got), strict=True))
+            code = code_of.get(weight)
+            if code is None:
+                code = code_of[weight] = min(len(weight_of), 255)
+                weight_of.append(weight)
+            deque(map(seen.__setitem__, ids, repeat(code)), 0)
+            if not exact:
+                cells.setdefault(1.0, []).extend(map(base.__add__, ids))
                 continue
-            for off in times.keys() - clash:
-                counted[off] = (weight, times[off])
-            plain.setdefault(weight, set()).update(held - clash - times.keys())
+            for i, first in clash:  # in an earlier word's entries too
+                old = counted.get(i)
+                if old is None:
+                    old = (weight_of[first] if first < 255 else None, 1)
+                    moved.add(i)
+                n = times.get(i, 1) * k
+                same = weight is not None and old[0] == weight
+                counted[i] = (weight, old[1] + n) if same else (None, 0)
+            special = set(times) | {i for i, _ in clash}
+            if weight is None or k > 1:
+                for i in ids:
+                    if i not in counted:
+                        counted[i] = (weight, times.get(i, 1) * k)
+                continue
+            for i in times:
+                if i not in counted:
+                    counted[i] = (weight, times[i])
+            fresh = list(itertools.filterfalse(special.__contains__, ids)) if special else ids
+            plain.setdefault(weight, []).extend(fresh)
         for weight, cell in plain.items():
+            if moved:
+                cell = list(itertools.filterfalse(moved.__contains__, cell))
             if cell:
-                cells.setdefault(weight, set()).update(cell)
-        for off, (weight, n) in counted.items():
+                cells.setdefault(weight, []).extend(map(base.__add__, cell))
+        for i, (weight, n) in counted.items():
             if weight is not None:
                 tf = _sum(weight, n)
             else:
-                length = seg.lengths[seg.find_entry(off)]
-                low = read(off, length).lower()
+                low = _entry_bytes(seg, i, read).lower()
                 tf = term.weight_in(low, 0, len(low))
             if tf:
-                cells.setdefault(tf, set()).add(off)
+                cells.setdefault(tf, []).append(base + i)
     return cells
 
 
@@ -753,22 +799,21 @@ def _words_hits(index: Index, term: Term, read: Read) -> set[int]:
     a word of their own (or beside a non-ASCII letter), checked on their text."""
     pieces = re.findall(rb"[a-z0-9]+", term.label.encode("ascii"))
     out: set[int] = set()
-    for seg in parts(index):
+    segs, bases, _ = numbering(index)
+    for seg, base in zip(segs, bases, strict=True):
         candidates: set[int] | None = None
         for piece in sorted(set(pieces), key=len, reverse=True):
             holding: set[int] = set()
             for w in seg.words_with(piece):
-                token = seg.word(w)
-                if _stands_alone(token, piece):
+                if _stands_alone(seg.word(w), piece):
                     holding.update(seg.entries_of(w)[0])
             candidates = holding if candidates is None else candidates & holding
             if not candidates:
                 break
-        for off in candidates or ():
-            length = seg.lengths[seg.find_entry(off)]
-            low = read(off, length).lower()
+        for i in candidates or ():
+            low = _entry_bytes(seg, i, read).lower()
             if term.weight_in(low, 0, len(low)):
-                out.add(off)
+                out.add(base + i)
     return out
 
 
@@ -789,21 +834,21 @@ def _typo_hits(index: Index, term: Term) -> Hits:
     from memory.search import terms  # its weight, read when used (it is tuned there)
 
     counts: Counter[int] = Counter()
-    for seg in parts(index):
+    segs, bases, _ = numbering(index)
+    for seg, base in zip(segs, bases, strict=True):
         blob = seg.words()
         pos, end = 0, len(blob)
         while True:
             at = term.find(blob, pos, end)
             if at < 0:
                 break
-            stop = blob.index(b"\n", at)
             w = bisect.bisect_right(seg.word_at, at) - 1
-            offsets, times = seg.entries_of(w)
-            counts.update(offsets)
-            for off, n in times.items():
-                counts[off] += n - 1
-            pos = stop
+            ids, times = seg.entries_of(w)
+            counts.update(map(base.__add__, ids))
+            for i, n in times.items():
+                counts[base + i] += n - 1
+            pos = blob.index(b"\n", at)
     cells: Hits = {}
-    for off, n in counts.items():
-        cells.setdefault(terms.TYPO_WEIGHT * n, set()).add(off)
+    for number, n in counts.items():
+        cells.setdefault(terms.TYPO_WEIGHT * n, []).append(number)
     return cells
