@@ -46,6 +46,7 @@ from array import array
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import compress, repeat
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -75,10 +76,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MIN_BYTES = 4 * 2**20  # a smaller history scans in a few milliseconds: no index
-SEGMENT_BYTES = 16 * 2**20  # of HISTORY.md per segment while building: bounds the build's RAM
-LIVE_BYTES = 256 * 1024  # entries past the last segment indexed per search, before persisting
+# Of HISTORY.md per segment while building: bounds the build's RAM and its longest C calls
+# (a copy of a segment's lists holds the GIL: the event loop waited 68 ms at 16 MB).
+SEGMENT_BYTES = 4 * 2**20
+LIVE_BYTES = 64 * 1024  # entries past the last segment indexed per search, before persisting
 INLINE_BYTES = 8 * 2**20  # more unindexed bytes than this: indexed in the background
-MAX_SEGMENTS = 48  # more (many small appends): rebuilt whole, in the background
+MAX_SEGMENTS = 256  # more (many small appends): rebuilt whole, in the background
 OPEN_INDEXES = 32  # loaded indexes kept (memory-mapped: the page cache holds them, not RAM)
 CHECK_BYTES = 4096  # of HISTORY.md before each segment's end, hashed
 MAGIC = b"LGHIDX01"
@@ -261,18 +264,23 @@ _SECTIONS = (
 )
 
 
-def _record(seg: Segment, cursor: Cursor) -> bytes:
-    """A segment as appended to the index: sections, description, trailer."""
-    parts: list[bytes] = []
+def _write_record(
+    write: Callable[[Any], object],
+    seg: Segment,
+    cursor: Cursor,
+    before_seal: Callable[[], None] | None = None,
+) -> None:
+    """Append a segment to the index: its sections, its description, then the trailer that
+    seals it (``before_seal``: syncs the data first when appending to a live index)."""
+    raws = []
     where: dict[str, list[int]] = {}
     pos = 0
     for name, _ in _SECTIONS:
         value = getattr(seg, name)
-        raw = value.tobytes() if isinstance(value, array) else bytes(value)
+        raw = memoryview(value).cast("B") if isinstance(value, array) else value
         where[name] = [pos, len(raw)]
-        pad = -len(raw) % 8
-        parts.append(raw + b"\0" * pad)
-        pos += len(raw) + pad
+        raws.append(raw)
+        pos += len(raw) + (-len(raw) % 8)
     meta = json.dumps(
         {
             "start": seg.start,
@@ -283,9 +291,15 @@ def _record(seg: Segment, cursor: Cursor) -> bytes:
             "sections": where,
         }
     ).encode("ascii")
-    body = b"".join(parts) + meta
-    crc = zlib.crc32(meta + _LEN.pack(len(body)))
-    return _LEN.pack(len(body)) + body + _TRAILER.pack(SEAL, crc, len(meta))
+    body_len = pos + len(meta)
+    write(_LEN.pack(body_len))
+    for raw in raws:  # each written as it is: no copy of the whole segment
+        write(raw)
+        write(b"\0" * (-len(raw) % 8))
+    write(meta)
+    if before_seal is not None:
+        before_seal()
+    write(_TRAILER.pack(SEAL, zlib.crc32(meta + _LEN.pack(body_len)), len(meta)))
 
 
 def _check_of(f: BinaryIO, end: int) -> str:
@@ -465,7 +479,7 @@ def build(history: Path, chunk: int) -> bool:
             with os.fdopen(fd, "wb") as out:
                 out.write(_HEAD.pack(MAGIC, st.st_dev, st.st_ino))
                 for seg in _segments_of(f, 0, stop):
-                    out.write(_record(seg, cursor))
+                    _write_record(out.write, seg, cursor)
                 out.flush()
                 os.fsync(out.fileno())
         with _path_lock(name):
@@ -499,11 +513,8 @@ def _append(history: Path, index: Index, f: BinaryIO, chunk: int) -> bool:
         os.ftruncate(fd, index.sealed_end)
         os.lseek(fd, 0, os.SEEK_END)
         for seg in _segments_of(f, index.end, stop):
-            record = _record(seg, cursor)
-            body, trailer = record[: -_TRAILER.size], record[-_TRAILER.size :]
-            os.write(fd, body)
-            os.fsync(fd)  # the data first, then the seal that says it is whole
-            os.write(fd, trailer)
+            # the data synced first, then the seal that says it is whole
+            _write_record(partial(_write_all, fd), seg, cursor, partial(os.fsync, fd))
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -594,6 +605,12 @@ def lookup(history: Path, chunk: int) -> Index | None:
                 index.live = index_bytes(tail, index.end, True) if tail.strip() else None
                 index.live_size = size
         return index
+
+
+def _write_all(fd: int, data: Any) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _file_of(path: Path) -> tuple[int, int]:
