@@ -260,3 +260,13 @@ def test_a_small_history_gets_no_index(tmp_path: Path, monkeypatch: pytest.Monke
     assert not history_index.build(path, CHUNK_BYTES)
     assert not history_index.index_path(path).exists()
     assert answers(path, "euros")[0] > 0
+
+
+def test_an_index_walked_with_another_chunk_size_is_not_used(
+    tmp_path: Path, small_index: None
+) -> None:
+    path = tmp_path / "HISTORY.md"
+    path.write_text(history_text(12, 800), encoding="utf-8")
+    assert history_index.build(path, CHUNK_BYTES)
+    assert history_index.lookup(path, CHUNK_BYTES) is not None
+    assert history_index.lookup(path, 4096) is None  # its entry estimate would differ

@@ -268,6 +268,7 @@ def _write_record(
     write: Callable[[Any], object],
     seg: Segment,
     cursor: Cursor,
+    chunk: int,
     before_seal: Callable[[], None] | None = None,
 ) -> None:
     """Append a segment to the index: its sections, its description, then the trailer that
@@ -288,6 +289,7 @@ def _write_record(
             "check": seg.check,
             "monotone": seg.monotone,
             "cursor": [cursor.base, cursor.read, cursor.entries],
+            "chunk": chunk,  # the scan's chunk the cursor was walked with
             "sections": where,
         }
     ).encode("ascii")
@@ -321,6 +323,7 @@ class Index:
     live_size: int = -1
     lock: threading.Lock = field(default_factory=threading.Lock)
     file: tuple[int, int] = (0, 0)  # the index file's inode and size when loaded
+    chunk: int = 0  # the scan's chunk size its cursor was walked with
 
     @property
     def end(self) -> int:
@@ -344,6 +347,7 @@ def _load(path: Path) -> Index | None:
     view = memoryview(mm)
     segments: list[Segment] = []
     cursor = Cursor()
+    chunk = 0
     pos = _HEAD.size
     while pos + _LEN.size + _TRAILER.size <= size:
         (body_len,) = _LEN.unpack_from(mm, pos)
@@ -359,16 +363,19 @@ def _load(path: Path) -> Index | None:
         got: dict[str, Any] = {}
         for name, kind in _SECTIONS:
             at, n = meta["sections"][name]
-            chunk = view[body + at : body + at + n]
-            got[name] = chunk if kind == "B" else chunk.cast("I" if kind == "I" else "Q")
+            section = view[body + at : body + at + n]
+            got[name] = section if kind == "B" else section.cast("I" if kind == "I" else "Q")
         at = body + meta["sections"]["blob"][0]
         segments.append(Segment(meta["start"], meta["end"], got["offsets"], got["lengths"],
                                 got["stamps"], mm, at, at + meta["sections"]["blob"][1],
                                 got["word_at"], got["post_at"], got["posts"], got["many_at"],
                                 got["many"], meta["monotone"], meta["check"]))  # fmt: skip
         cursor = Cursor(*meta["cursor"])
+        chunk = meta.get("chunk", 0)
         pos = tail + _TRAILER.size
-    return Index(dev, ino, segments, cursor, pos, keep=(mm, view), file=(st.st_ino, size))
+    return Index(
+        dev, ino, segments, cursor, pos, keep=(mm, view), file=(st.st_ino, size), chunk=chunk
+    )
 
 
 def _valid(index: Index, f: BinaryIO) -> bool:
@@ -479,7 +486,7 @@ def build(history: Path, chunk: int) -> bool:
             with os.fdopen(fd, "wb") as out:
                 out.write(_HEAD.pack(MAGIC, st.st_dev, st.st_ino))
                 for seg in _segments_of(f, 0, stop):
-                    _write_record(out.write, seg, cursor)
+                    _write_record(out.write, seg, cursor, chunk)
                 out.flush()
                 os.fsync(out.fileno())
         with _path_lock(name):
@@ -514,7 +521,7 @@ def _append(history: Path, index: Index, f: BinaryIO, chunk: int) -> bool:
         os.lseek(fd, 0, os.SEEK_END)
         for seg in _segments_of(f, index.end, stop):
             # the data synced first, then the seal that says it is whole
-            _write_record(partial(_write_all, fd), seg, cursor, partial(os.fsync, fd))
+            _write_record(partial(_write_all, fd), seg, cursor, chunk, partial(os.fsync, fd))
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -578,7 +585,7 @@ def lookup(history: Path, chunk: int) -> Index | None:
         fresh = index is None
         if index is None:
             index = _load(index_path(history))
-        if index is None or not _valid(index, f):
+        if index is None or index.chunk != chunk or not _valid(index, f):
             _forget_open(name)
             if AUTO_BUILD and _starts_with_entry(f):
                 _schedule(history, chunk)
