@@ -270,3 +270,25 @@ def test_an_index_walked_with_another_chunk_size_is_not_used(
     assert history_index.build(path, CHUNK_BYTES)
     assert history_index.lookup(path, CHUNK_BYTES) is not None
     assert history_index.lookup(path, 4096) is None  # its entry estimate would differ
+
+
+def test_a_link_merge_drops_the_index_of_the_history_it_rewrites(
+    tmp_path: Path, small_index: None
+) -> None:
+    from memory.control.link import merge
+    from memory.links import LinkTable
+
+    workspaces = Workspaces(tmp_path)
+    ours, theirs = workspaces.get("telegram-1"), workspaces.get("discord-2")
+    for workspace, seed in ((ours, 13), (theirs, 14)):
+        workspace.root.mkdir(parents=True, exist_ok=True)
+        workspace.history_path.write_text(history_text(seed, 600), encoding="utf-8")
+    theirs.memory.append_history("[2021-05-05 10:00] the quokka sanctuary visit")
+    assert history_index.build(ours.history_path, CHUNK_BYTES)
+    assert history_index.build(theirs.history_path, CHUNK_BYTES)
+    merge(workspaces, LinkTable(tmp_path), "discord-2", "telegram-1")
+    assert not history_index.index_path(ours.history_path).exists()
+    assert not history_index.index_path(theirs.history_path).exists()
+    assert answers(ours.history_path, "quokka")[0] == 1
+    assert history_index.build(ours.history_path, CHUNK_BYTES)
+    assert_same_answers(ours.history_path)
