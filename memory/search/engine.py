@@ -38,6 +38,7 @@ the next page, or a keyword asked again, reads nothing.
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import os
 import time
@@ -79,6 +80,8 @@ from memory.search.word_scan import (
 )
 
 __all__ = ["STOPWORDS", "HistoryHit", "SearchError", "SearchResult", "search_history"]
+
+log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1024 * 1024  # fits in cache: lower() and find() then run several times faster
 MAX_QUERY_CHARS = 1000
@@ -456,11 +459,16 @@ def _from_index(path: Path, query: Query, keep: int) -> _Tally | None:
             return _read_entry(f, start, length)
 
         found = []
-        for term in query.words:
-            hits = history_index.hits(index, term, read)
-            if hits is None:
-                return None
-            found.append(hits)
+        try:
+            for term in query.words:
+                hits = history_index.hits(index, term, read)
+                if hits is None:
+                    return None
+                found.append(hits)
+        except (IndexError, ValueError):  # a damaged index: never needed, so dropped
+            log.warning("search index of %s is damaged; dropped, the file is scanned", path)
+            history_index.drop(path)
+            return None
         size = os.fstat(f.fileno()).st_size
         if size != index.live_size:  # appended meanwhile: the scan sees it all
             return None

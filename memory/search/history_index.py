@@ -350,32 +350,47 @@ def _load(path: Path) -> Index | None:
     chunk = 0
     pos = _HEAD.size
     while pos + _LEN.size + _TRAILER.size <= size:
-        (body_len,) = _LEN.unpack_from(mm, pos)
-        tail = pos + _LEN.size + body_len
-        if tail + _TRAILER.size > size:
-            break  # torn: written, not sealed
-        seal, crc, meta_len = _TRAILER.unpack_from(mm, tail)
-        meta_raw = bytes(mm[tail - meta_len : tail])
-        if seal != SEAL or meta_len > body_len or zlib.crc32(meta_raw + _LEN.pack(body_len)) != crc:
+        try:
+            found = _segment_at(mm, view, pos, size)
+        except (ValueError, KeyError, TypeError, IndexError, struct.error):  # not ours
             break
-        meta = json.loads(meta_raw)
-        body = pos + _LEN.size
-        got: dict[str, Any] = {}
-        for name, kind in _SECTIONS:
-            at, n = meta["sections"][name]
-            section = view[body + at : body + at + n]
-            got[name] = section if kind == "B" else section.cast("I" if kind == "I" else "Q")
-        at = body + meta["sections"]["blob"][0]
-        segments.append(Segment(meta["start"], meta["end"], got["offsets"], got["lengths"],
-                                got["stamps"], mm, at, at + meta["sections"]["blob"][1],
-                                got["word_at"], got["post_at"], got["posts"], got["many_at"],
-                                got["many"], meta["monotone"], meta["check"]))  # fmt: skip
-        cursor = Cursor(*meta["cursor"])
-        chunk = meta.get("chunk", 0)
-        pos = tail + _TRAILER.size
+        if found is None:
+            break  # torn: written, not sealed (a crash while appending)
+        segment, cursor, chunk, pos = found
+        segments.append(segment)
     return Index(
         dev, ino, segments, cursor, pos, keep=(mm, view), file=(st.st_ino, size), chunk=chunk
     )
+
+
+def _segment_at(
+    mm: mmap.mmap, view: memoryview, pos: int, size: int
+) -> tuple[Segment, Cursor, int, int] | None:
+    """The sealed segment at ``pos`` of the index file, its cursor, chunk and end; None when
+    it is not sealed."""
+    (body_len,) = _LEN.unpack_from(mm, pos)
+    tail = pos + _LEN.size + body_len
+    if tail + _TRAILER.size > size:
+        return None
+    seal, crc, meta_len = _TRAILER.unpack_from(mm, tail)
+    meta_raw = bytes(mm[tail - meta_len : tail])
+    if seal != SEAL or meta_len > body_len or zlib.crc32(meta_raw + _LEN.pack(body_len)) != crc:
+        return None
+    meta = json.loads(meta_raw)
+    body = pos + _LEN.size
+    got: dict[str, Any] = {}
+    for name, kind in _SECTIONS:
+        at, n = meta["sections"][name]
+        if not 0 <= at <= at + n <= body_len:
+            raise ValueError("a section outside its segment")
+        section = view[body + at : body + at + n]
+        got[name] = section if kind == "B" else section.cast("I" if kind == "I" else "Q")
+    at = body + meta["sections"]["blob"][0]
+    segment = Segment(meta["start"], meta["end"], got["offsets"], got["lengths"],
+                      got["stamps"], mm, at, at + meta["sections"]["blob"][1],
+                      got["word_at"], got["post_at"], got["posts"], got["many_at"],
+                      got["many"], meta["monotone"], meta["check"])  # fmt: skip
+    return segment, Cursor(*meta["cursor"]), meta.get("chunk", 0), tail + _TRAILER.size
 
 
 def _valid(index: Index, f: BinaryIO) -> bool:
@@ -595,16 +610,21 @@ def lookup(history: Path, chunk: int) -> Index | None:
                 _OPEN[name] = index
                 while len(_OPEN) > OPEN_INDEXES:
                     _OPEN.popitem(last=False)
-        if size - index.end > LIVE_BYTES or len(index.segments) > MAX_SEGMENTS:
-            if size - index.end > INLINE_BYTES or len(index.segments) > MAX_SEGMENTS:
-                if AUTO_BUILD:
-                    _schedule(history, chunk)
-                return None
-            with _path_lock(name):
-                if not _append(history, index, f, chunk):
+        if size - index.end > INLINE_BYTES or len(index.segments) > MAX_SEGMENTS:
+            if AUTO_BUILD:
+                _schedule(history, chunk)
+            return None
+        if size - index.end > LIVE_BYTES and _last_start(f, size) - index.end > LIVE_BYTES:
+            with _path_lock(name):  # appended to the index as it is on disk now
+                current = _load(index_path(history))
+                if current is None or current.chunk != chunk or not _valid(current, f):
                     return None
-            _forget_open(name)
-            return lookup(history, chunk)
+                _append(history, current, f, chunk)
+                index = _load(index_path(history))
+                if index is None or not _valid(index, f):
+                    return None
+            with _OPEN_LOCK:
+                _OPEN[name] = index
         with index.lock:
             if index.live_size != size:
                 f.seek(index.end)
