@@ -351,3 +351,23 @@ def test_the_operator_links_lists_and_unlinks_the_key_that_holds_the_workspace(
     assert not (workspaces / "telegram-42").exists()
     kept = Workspaces(workspaces, writer=False).get("cli-ana").memory.read()
     assert "Telegram fact 1" in kept and "Discord fact 1" in kept
+
+
+def test_the_operator_views_of_a_linked_key_read_its_persons_workspace(
+    tmp_path: Path, clean_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bot.cli.main import main
+    from memory.control.link import merge
+    from memory.links import LinkTable
+
+    workspaces = Workspaces(tmp_path / "workspaces")
+    fill(workspaces, "telegram-42", "Telegram", 1, sessions=1)
+    fill(workspaces, "discord-77", "Discord", 1, sessions=1)
+    merge(workspaces, LinkTable(workspaces.base_dir), "discord-77", "telegram-42")
+    config = str(write_config(tmp_path, "http://127.0.0.1:9/v1"))
+    assert main(["memory", "--config", config, "discord-77"]) == 0
+    memory = capsys.readouterr().out
+    assert "Telegram fact 0" in memory and "Discord fact 0" in memory
+    assert main(["recall", "--config", config, "discord-77", "Telegram", "event"]) == 0
+    assert "Telegram" in capsys.readouterr().out
+    assert not (workspaces.base_dir / "discord-77").exists()  # read, never made

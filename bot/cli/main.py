@@ -168,7 +168,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
 def cmd_memory(args: argparse.Namespace) -> int:
     """MEMORY.md as stored (the same read as /memory), so it can be piped or diffed."""
     workspaces = _reader(args)
-    content = workspaces.get(args.user_key).memory.read()
+    content = workspaces.get(args.person).memory.read()
     if content.strip():
         print(content.rstrip("\n"))
     else:
@@ -182,7 +182,7 @@ async def cmd_recall(args: argparse.Namespace) -> int:
     from bot.commands.recall import RecallQuery, recall
     from memory.search.engine import SearchError
 
-    workspace = _reader(args).get(args.user_key)
+    workspace = _reader(args).get(args.person)
     query = RecallQuery(" ".join(args.words), page=args.page, regex=args.regex)
     try:
         answer = await recall(workspace.history_path, query)
@@ -194,12 +194,18 @@ async def cmd_recall(args: argparse.Namespace) -> int:
 
 def _reader(args: argparse.Namespace) -> Any:
     """The workspaces, opened to read only: the folder may be a live bot's (only the bot, holding
-    its lock, writes there) or read-only. The user's key must exist."""
+    its lock, writes there) or read-only. The key may be one linked to another's workspace
+    (/link): `args.person` is the key whose workspace it reads and writes, which must exist."""
+    from memory.links import LinkError, LinkTable
     from memory.workspace import Workspaces
 
     config = load(args.config, writer=False)
     args.user_key = unicodedata.normalize("NFC", args.user_key)  # as the terminal names users
-    require_workspace(config, args.user_key)
+    try:
+        args.person = LinkTable(workspaces_dir(config)).resolve(args.user_key)
+    except LinkError as exc:
+        raise UserError(str(exc)) from None
+    require_workspace(config, args.person)
     return Workspaces(workspaces_dir(config), writer=False)
 
 
