@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from memory.atomic import atomic_write_text
@@ -57,39 +57,29 @@ class LinkTable:
 
     def link(self, member: str, into: str) -> None:
         """Join `member` (a key of its own, linked to nobody) to the person of `into`."""
-        home = self.resolve(into)
-        if member == home:
-            raise LinkError("a key cannot be linked to itself")
-        if self.is_linked(member):
-            raise LinkError(f"{member} is linked already; unlink it first")
-        self._write({**self._load(), member: home})
+        self._change(lambda links: with_link(links, member, into))
 
     def unlink(self, member: str, heir: str | None = None) -> None:
         """Separate `member` from its person. When `member` is the workspace's own key, `heir`
         (another member, whose key the workspace folder now has) becomes the others' key."""
-        links = self._load()
-        home = self.resolve(member)
-        if member != home:
-            self._write({k: v for k, v in links.items() if k != member})
-            return
-        if heir is None or links.get(heir) != home:
-            raise LinkError(f"{member} holds the workspace: name the member that takes it over")
-        self._write({k: heir for k, v in links.items() if v == home and k != heir} | {
-            k: v for k, v in links.items() if v != home
-        })
+        self._change(lambda links: without_link(links, member, heir))
 
     def drop_person(self, user_key: str) -> list[str]:
         """Remove every link of the person (after /wipe); the keys that were linked."""
-        home = self.resolve(user_key)
-        links = self._load()
-        dropped = [k for k, v in links.items() if v == home]
+        home = _resolve(self._load(), user_key)
+        dropped = [k for k, v in self._load().items() if v == home]
         if dropped:
-            self._write({k: v for k, v in links.items() if v != home})
+            self._change(lambda links: {k: v for k, v in links.items() if v != home})
         return dropped
 
     def replace(self, links: Mapping[str, str]) -> None:
         """Write a whole table (from the cluster's shared copy)."""
         self._write(dict(links))
+
+    def _change(self, change: Callable[[dict[str, str]], dict[str, str]]) -> None:
+        """Apply `change` (a pure function of the table; LinkError to refuse) and write the
+        result. The cluster's table (bot/cluster/people.py) applies it to the shared copy."""
+        self._write(change(self._load()))
 
     def reload(self) -> None:
         """Read the file again at the next question (another process changed it)."""
@@ -105,6 +95,29 @@ class LinkTable:
         body = {"version": 1, "links": dict(sorted(links.items()))}
         atomic_write_text(self.path, json.dumps(body, indent=1, ensure_ascii=False) + "\n")
         self._links = links
+
+
+def _resolve(links: Mapping[str, str], key: str) -> str:
+    return links.get(key, key)
+
+
+def with_link(links: dict[str, str], member: str, into: str) -> dict[str, str]:
+    home = _resolve(links, into)
+    if member == home:
+        raise LinkError("a key cannot be linked to itself")
+    if member in links or member in links.values():
+        raise LinkError(f"{member} is linked already; unlink it first")
+    return {**links, member: home}
+
+
+def without_link(links: dict[str, str], member: str, heir: str | None) -> dict[str, str]:
+    home = _resolve(links, member)
+    if member != home:
+        return {k: v for k, v in links.items() if k != member}
+    if heir is None or links.get(heir) != home:
+        raise LinkError(f"{member} holds the workspace: name the member that takes it over")
+    moved = {k: heir for k, v in links.items() if v == home and k != heir}
+    return moved | {k: v for k, v in links.items() if v != home}
 
 
 def _read(path: Path) -> dict[str, str]:

@@ -46,7 +46,7 @@ from bot.commands.context import (
     Taken,
 )
 from bot.commands.control import memory_notice
-from bot.commands.linking import LinkCodes, LinkPort, Notices
+from bot.commands.linking import Codes, LinkCodes, LinkPort, Notices, PersonMoves
 from bot.commands.registry import (
     ParsedCommand,
     is_command,
@@ -71,10 +71,10 @@ from bot.reminders.scheduler import Scheduler
 from bot.usage import ChargedLLM, UsageBook, charged_to
 from memory import clock
 from memory.consolidation.consolidator import MemoryConsolidator, MemoryEvent
-from memory.control.link import Merged, finish_pending, merge, split
+from memory.control.link import Merged, absorb, finish_pending, merge, split
 from memory.control.versions import held_update
 from memory.control.wipe import delete, hide, sweep_wiped
-from memory.links import LinkTable
+from memory.links import LinkTable, with_link, without_link
 from memory.llm import (
     ChatLLM,
     ChatResult,
@@ -230,7 +230,10 @@ class Agent:
         # Which keys are one person (/link): the one place a platform's key becomes the key
         # of the workspace it reads and writes (`handle`); everything after works with that.
         self.links = LinkTable(self.workspaces.base_dir)
-        self.link_codes = LinkCodes()
+        self.link_codes: Codes = LinkCodes()
+        # Cluster mode (bot/cli/cluster.py): the table and codes are the cluster's, and a
+        # person's files move between workers through this.
+        self.moves: PersonMoves | None = None
         self.notices = Notices()
         if writer:
             sweep_wiped(self.workspaces.base_dir)  # what a crash mid-/wipe left behind
@@ -260,6 +263,8 @@ class Agent:
         inbound = replace(
             inbound, text=valid_text(inbound.text), user_key=self.links.resolve(own)
         )  # lone surrogates → U+FFFD
+        if self.moves is not None and self.moves.arriving(inbound.user_key):
+            await self._take_arrivals(inbound.user_key)
         told = self.notices.take(own) if inbound.is_private else []
         if told:
             out = _WithNotices(out, told)
@@ -957,6 +962,8 @@ class Agent:
         that workspace with no turn of either running, then every holder of state in RAM
         forgets both, to read the merged files again."""
         home = self.links.resolve(into)
+        if self.moves is not None:
+            return await self._ship(member, home, lambda links: with_link(links, member, home))
         first, second = sorted((member, home))
         async with self.user_exclusive(first), self.user_exclusive(second):
             moving = self._reminders_moving((member, home))
@@ -971,6 +978,10 @@ class Agent:
         """Take `member` out of its person (it starts empty); the keys left sharing it."""
         home = self.links.resolve(member)
         others = [key for key in self.links.members(member) if key != member]
+        if self.moves is not None and member == home and others:
+            heir = others[0]  # the workspace goes to the heir's worker
+            await self._ship(member, heir, lambda links: without_link(links, member, heir))
+            return others
         async with self.user_exclusive(home):
             moving = self._reminders_moving(self.links.members(member))
             await asyncio.to_thread(split, self.workspaces, self.links, member)
@@ -978,6 +989,39 @@ class Agent:
             self._reminders_moved(moving)
         log.info("unlinked %s from the workspace of %s", member, home)
         return others
+
+    # Cluster mode: the worker of a key's partition stops writing it, packs its workspace and
+    # changes the table in one write (from then on the ingresses send the key's messages to the
+    # partition of `person`); the worker of that partition merges the files in before it
+    # serves the person again (`_take_arrivals`). README, "One memory on every platform".
+
+    async def _ship(self, key: str, person: str, links: Any) -> Merged:
+        assert self.moves is not None
+        async with self.user_exclusive(key):
+            moving = self._reminders_moving((key,))
+            await self.moves.ship(self.workspaces.root_of(key), person, links)
+            forget_everywhere((*self._per_user, self.sessions), key)
+            hidden = hide(self.workspaces.root_of(key))
+            if hidden is not None:
+                await asyncio.to_thread(delete, hidden)
+            self._reminders_moved(moving)
+        log.info("%s: its workspace goes to the worker of %s", key, person)
+        return Merged()
+
+    async def _take_arrivals(self, person: str) -> None:
+        assert self.moves is not None
+        async with self.user_exclusive(person):
+            if not self.moves.arriving(person):
+                return  # another message of theirs took them first
+            moving = self._reminders_moving((person,))
+            bundles = await self.moves.arrivals(person)
+            for _, data in bundles:
+                if data:
+                    await asyncio.to_thread(absorb, self.workspaces, data, person)
+            forget_everywhere(self._per_user, person)
+            self._reminders_moved(moving)
+            await self.moves.arrived(person, [name for name, _ in bundles])
+        log.info("merged %d packed workspace(s) into that of %s", len(bundles), person)
 
     def _reminders_moving(self, keys: Iterable[str]) -> list[str]:
         """Before a merge or split moves reminders between keys: each key that may hold them
@@ -1110,7 +1154,9 @@ class Agent:
         async with self.user_exclusive(user_key, cancel=True):
             hidden = hide(self.workspaces.root_of(user_key))  # from here on they have nothing
             forget_everywhere((*self._per_user, self.sessions), user_key)
-            self.links.drop_person(user_key)  # a shared workspace: every linked key is free
+            # A shared workspace: every linked key is free (off the loop: in cluster mode the
+            # change is a round trip to NATS, which waits for the loop).
+            await asyncio.to_thread(self.links.drop_person, user_key)
             self.chats.forget_owner(user_key)  # their private chats' personas
         if hidden is not None:
             await asyncio.to_thread(delete, hidden)

@@ -72,6 +72,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     from bot.cluster.connection import ClusterError
     from bot.cluster.lease import this_worker
     from bot.cluster.partition import RangeError, describe_ranges, parse_ranges
+    from bot.cluster.people import SharedPeople
     from bot.cluster.worker import Worker
 
     config = load(args.config)
@@ -91,7 +92,10 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         agent = new_agent(config, metered=True, sizing=sizing)
         try:
             me = this_worker(workspaces_dir(config))
-            worker = Worker(metered_core(agent), config.cluster, partitions, me)
+            # The link table and codes are the cluster's (people.py), read at the connection.
+            people = SharedPeople(workspaces_dir(config))
+            agent.links, agent.link_codes, agent.moves = people, people.codes, people
+            worker = Worker(metered_core(agent), config.cluster, partitions, me, people)
             async with observed(config.metrics.listen, [], config.llm, worker.health):
                 with stop_on_signals(agent.stopping) as stop:
                     reminders = asyncio.ensure_future(_remind(agent, worker, config, stop))

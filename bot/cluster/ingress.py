@@ -46,6 +46,7 @@ from bot.cluster.assembly import Assembly
 from bot.cluster.connection import Names, bodies, connect, ensure_streams
 from bot.cluster.lease import folder_id
 from bot.cluster.partition import partition_of
+from bot.cluster.people import SharedPeople
 from bot.cluster.publish import Publisher
 from bot.cluster.push import deliver_pushed
 from bot.cluster.resend import Resending, ack_soon, drop
@@ -98,6 +99,9 @@ class BrokerCore:
         self.resending = Resending(settings.max_deliveries)
         self._js: JetStreamContext | None = None
         self._pushes: list[asyncio.Task[None]] = []  # reminders of each platform (push.py)
+        # Who is whom (people.py): a message goes to the partition of its sender's person,
+        # so every platform of one person is served by one worker, one writer.
+        self.people = SharedPeople(None)
 
     @property
     def waiting(self) -> int:
@@ -122,6 +126,7 @@ class BrokerCore:
         self._publisher = Publisher(js, "a user's message", "message")
         self._receipts = Publisher(js, "where an answer was sent", "receipt")
         self._bodies = await bodies(js, self._names, self._settings)
+        await self.people.start(js, self._names, self._settings)
         self._limit = max(1024, client.max_payload - wire.HEADROOM)
         sub = await self._subscribe(js)
         self._listener = asyncio.create_task(self._listen(js, sub))
@@ -156,6 +161,7 @@ class BrokerCore:
         for task in (self._adopting, self._listener, *self._pushes):
             if task is not None:
                 await cancel_and_wait(task)
+        await self.people.close()
         await self.resending.close()
         if self._adopter is not None:
             await self._adopter.release()
@@ -200,7 +206,8 @@ class BrokerCore:
 
     async def _publish(self, inbound: Inbound, key: str, *, receipt: bool = False) -> None:
         assert self._publisher is not None and self._receipts is not None
-        partition = partition_of(inbound.user_key, self._settings.partitions)
+        person = self.people.resolve(inbound.user_key)
+        partition = partition_of(person, self._settings.partitions)
         subject = self._names.in_subject(partition)
         body = wire.encode_inbound(inbound)
         msg_id = f"{inbound.platform}:{inbound.message_id}" if inbound.message_id else key

@@ -50,6 +50,7 @@ from bot.outbound import BufferedOutbound, Button, Notice, OutFile
 from bot.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
+    from bot.cluster.people import SharedPeople
     from bot.platform import Core
 
 log = logging.getLogger(__name__)
@@ -155,10 +156,16 @@ class Worker:
     name = "worker"
 
     def __init__(
-        self, core: Core, settings: ClusterConfig, partitions: list[int], me: Holder
+        self,
+        core: Core,
+        settings: ClusterConfig,
+        partitions: list[int],
+        me: Holder,
+        people: SharedPeople | None = None,
     ) -> None:
         self.ready = asyncio.Event()
         self._core = core
+        self._people = people  # who is whom: a message goes to its person's partition
         self._settings = settings
         self._names = Names(settings.subject_prefix)
         self._signer = Signer(settings.signing_key, required=not settings.private_network)
@@ -200,6 +207,8 @@ class Worker:
         try:
             js = client.jetstream()
             await ensure_streams(js, self._names, self._settings)
+            if self._people is not None:
+                await self._people.start(js, self._names, self._settings)
             leases = self._leases = Leases(
                 js, self._names, self._partitions, self._me, self._settings.lease_ttl_s,
                 self._settings.replicas,
@@ -209,6 +218,8 @@ class Worker:
         finally:
             if leases is not None:
                 await leases.release()
+            if self._people is not None:
+                await self._people.close()
             with contextlib.suppress(Exception):
                 await client.close()
 
@@ -216,6 +227,7 @@ class Worker:
         self, client: Client, js: JetStreamContext, leases: Leases, stop: asyncio.Event
     ) -> None:
         self._js = js
+        self._forwarder = Publisher(js, "a message of another worker's person", "message")
         publisher = Publisher(js, "an answer", "answer")
         self._stores = await bodies(js, self._names, self._settings)
         limit = max(1024, client.max_payload - wire.HEADROOM)
@@ -374,6 +386,11 @@ class Worker:
             if inbound is None:
                 assert stored is not None
                 inbound = await self._fetch(stored, seq, (msg.headers or {}).get(wire.DIGEST))
+            if inbound is not None and await self._forwarded(msg, seq, inbound):
+                keepalive.cancel()
+                with contextlib.suppress(Exception):
+                    await msg.ack()
+                return  # its body, if stored, is read by the worker it went to
             receipt = inbound is not None and inbound.delivered is not None
             if inbound is not None and receipt:  # noted; nobody waits for an answer
                 try:
@@ -409,6 +426,25 @@ class Worker:
             keepalive.cancel()
             self._in_flight.discard(seq)
             self._room.set()
+
+    async def _forwarded(self, msg: Msg, seq: int, inbound: Inbound) -> bool:
+        """A message whose sender's person is another partition's (the ingress chose before a
+        link or unlink reached it): published to that partition, as the ingress would have,
+        and True. Only after reading the table again: a change the watch has not brought yet
+        would else send it back and forth."""
+        if self._people is None or self.owns(self._people.resolve(inbound.user_key)):
+            return False
+        await self._people.refresh()
+        person = self._people.resolve(inbound.user_key)
+        if self.owns(person):
+            return False
+        subject = self._names.in_subject(partition_of(person, self._settings.partitions))
+        headers = {k: v for k, v in (msg.headers or {}).items() if k != wire.MAC}
+        headers[wire.MSG_ID] = f"{headers.get(wire.MSG_ID, '')}>{self._names.in_stream}:{seq}"
+        self._signer.sign("message", subject, headers, msg.data)
+        await self._forwarder.publish(subject, msg.data, headers)
+        log.info("worker: message %s is of %s's partition now; forwarded", seq, person)
+        return True
 
     async def _drop(
         self, msg: Msg, reason: str, out: PublishingOutbound | None = None

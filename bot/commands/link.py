@@ -46,7 +46,7 @@ async def cmd_link(ctx: CommandContext, args: str) -> str | Reply:
         return "There was nothing to cancel."
     if first:
         return await _ask(ctx, port, args)
-    code = port.codes.issue(port.own_key)
+    code = await port.codes.issue(port.own_key)
     return (
         f"Your link code: {code}\n\n"
         "It joins another platform's account of yours to the memory you have here, so that "
@@ -57,7 +57,7 @@ async def cmd_link(ctx: CommandContext, args: str) -> str | Reply:
 
 
 async def _ask(ctx: CommandContext, port: LinkPort, code: str) -> str | Reply:
-    redeemed = port.codes.redeem(code, port.own_key)
+    redeemed = await port.codes.redeem(code, port.own_key)
     if redeemed.problem == "throttled":
         minutes = max(1, round(redeemed.retry_after_s / 60))
         return f"Too many wrong codes from you; try again in about {minutes} minutes."

@@ -4,7 +4,8 @@ A code is 8 characters from an alphabet without look-alikes (no 0/O, 1/I/L), ~2^
 valid 10 minutes and once: taking it, right or not, ends it. A wrong code says nothing about
 whose it could be, and each key may give only WRONG_PER_HOUR wrong ones an hour, so guessing a
 code (10,000 live at most) would take longer than any code lives. Kept in RAM only: a restart
-forgets every code, which only means asking for a new one.
+forgets every code, which only means asking for a new one. In cluster mode the same interface
+is kept in NATS (bot/cluster/people.py: SharedCodes), so any worker takes any worker's code.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 from memory.control.link import Merged
 
@@ -42,7 +45,7 @@ class LinkCodes:
         self._codes: OrderedDict[str, tuple[str, float]] = OrderedDict()  # code → owner, expiry
         self._wrong: OrderedDict[str, deque[float]] = OrderedDict()
 
-    def issue(self, owner: str) -> str:
+    async def issue(self, owner: str) -> str:
         """A new code for `owner`, replacing the one it had."""
         now = self._clock()
         for code in [c for c, (who, _) in self._codes.items() if who == owner]:
@@ -53,7 +56,7 @@ class LinkCodes:
             self._codes.popitem(last=False)
         return code
 
-    def redeem(self, code: str, by: str) -> Redeemed:
+    async def redeem(self, code: str, by: str) -> Redeemed:
         """The owner of `code`, which is used up; a wrong, expired or used code counts against
         `by`, who is refused without looking once it gave WRONG_PER_HOUR in the last hour."""
         now = self._clock()
@@ -96,6 +99,24 @@ class Notices:
         return self._pending.pop(key, [])
 
 
+class Codes(Protocol):
+    """LinkCodes, or the cluster's shared codes."""
+
+    async def issue(self, owner: str) -> str: ...
+    async def redeem(self, code: str, by: str) -> Redeemed: ...
+
+
+class PersonMoves(Protocol):
+    """Cluster mode: a person's files travel between workers (bot/cluster/people.py)."""
+
+    def arriving(self, person: str) -> bool: ...
+    async def ship(
+        self, root: Path, person: str, links: Callable[[dict[str, str]], dict[str, str]]
+    ) -> None: ...
+    async def arrivals(self, person: str) -> list[tuple[str, bytes]]: ...
+    async def arrived(self, person: str, names: list[str]) -> None: ...
+
+
 @dataclass(frozen=True)
 class LinkPort:
     """What the link commands may do, given by the core: this platform's own key, the keys of
@@ -104,7 +125,7 @@ class LinkPort:
     own_key: str
     members: Callable[[], list[str]]
     resolve: Callable[[str], str]
-    codes: LinkCodes
+    codes: Codes
     join: Callable[[str], Awaitable[Merged]]  # own key → the person of this key
     leave: Callable[[], Awaitable[list[str]]]  # own key out; the keys it leaves behind
     tell: Callable[[str, str], None]  # a sentence for a key's next private answer

@@ -12,14 +12,21 @@ writer to open the folder (`finish_pending`) runs the step it names again to its
 
 Splitting takes a key out of its person: a member simply leaves the table (it starts empty);
 the key whose folder holds the workspace hands the folder to the next member (one rename).
+
+In cluster mode the two workspaces may be on two workers: the one that stops writing a key packs
+its folder (`pack`, a tar), and the worker of the person's partition merges it in (`absorb`,
+journalled as a merge is) before it serves the person again (bot/cluster/people.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
+import tarfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,11 +106,57 @@ def finish_pending(workspaces: Workspaces, table: LinkTable) -> str | None:
         if table.resolve(heir) != heir:
             table.unlink(member, heir)
         _remove_journal(workspaces.base_dir)
+    elif action == "absorb" and isinstance(journal.get("into"), str):
+        _absorb_from(workspaces, workspaces.base_dir / str(journal.get("source")), journal["into"])
+        member = journal["into"]
     else:
         log.error("%s names no merge or split; left alone", workspaces.base_dir / JOURNAL_FILE)
         return None
     log.info("finished the interrupted %s of %s", action, member)
     return f"{action} of {member}"
+
+
+# ---- between workers (cluster mode) -------------------------------------------------------
+
+ARRIVING_PREFIX = ".arriving-"
+
+
+def pack(root: Path) -> bytes:
+    """A workspace folder as a tar (b"" when there is none); the temp files of a write are not
+    part of it."""
+    if not root.is_dir():
+        return b""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path in sorted(root.rglob("*")):
+            if path.is_symlink() or (path.name.startswith(".") and path.name.endswith(".tmp")):
+                continue
+            if path.is_file():
+                tar.add(path, arcname=str(path.relative_to(root)), recursive=False)
+    return buffer.getvalue()
+
+
+def absorb(workspaces: Workspaces, bundle: bytes, person: str) -> Merged:
+    """Merge a packed workspace (another worker's, of a key that joined `person`) into the
+    person's, as `merge` merges a local one; journalled, so a crash mid-way is finished by the
+    next start. The bundle is unpacked with tarfile's "data" filter (no links, nothing outside
+    the folder) after its digest was checked by the caller."""
+    source = workspaces.base_dir / f"{ARRIVING_PREFIX}{uuid.uuid4().hex}"
+    _write_journal(workspaces.base_dir, {"action": "absorb", "source": source.name, "into": person})
+    make_private_dir(source)
+    with tarfile.open(fileobj=io.BytesIO(bundle), mode="r") as tar:
+        tar.extractall(source, filter="data")
+    return _absorb_from(workspaces, source, person)
+
+
+def _absorb_from(workspaces: Workspaces, source: Path, person: str) -> Merged:
+    merged = Merged()
+    if source.name.startswith(ARRIVING_PREFIX) and source.is_dir():
+        merged = _merge_files(Workspace(person, source), workspaces.get(person))
+        workspaces.forget_user(person)
+        delete(source)
+    _remove_journal(workspaces.base_dir)
+    return merged
 
 
 # ---- merging, file by file -----------------------------------------------------------------

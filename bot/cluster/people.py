@@ -1,0 +1,312 @@
+"""Who is whom across a cluster: the link table, the /link codes and the files of a person on
+their way from one worker to another, in NATS JetStream key-value buckets.
+
+- `<prefix>-links`, key `table`: the whole link table (member → the key of its person) and the
+  packed workspaces waiting to be merged in (`moving`: person → bundles in the object store
+  `<prefix>-bodies`, each with its SHA-256). One value, so every change (a link, an unlink
+  whose heir takes the workspace, a bundle added or taken) is one compare-and-set: two workers
+  changing it at once never lose the other's change (the loser reads again and re-applies).
+  One NATS message holds it: ~1 MB, some 20,000 links.
+- Every process watches the key and keeps the latest value in RAM (`resolve` costs no round
+  trip, on every message); a worker that gets a message whose person is not in its partitions
+  reads the key again before it forwards the message (bot/cluster/worker.py), so a change the
+  watch has not brought yet is never acted on. A worker keeps `.links.json` in its folder as
+  a copy, so `lightgrep memory KEY` and `recall` there follow the links.
+- `<prefix>-linking` (keys expire an hour after their last write): the codes (`code.<CODE>`,
+  with their own expiry inside, taken by a delete that names the revision read: once) and each
+  key's wrong codes of the last hour (`wrong.<hex of the key>`), so a code made through one
+  ingress and worker works through any other, and the throttle holds everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+from nats.js.object_store import ObjectStore
+
+from bot.cluster.connection import Names, bodies
+from bot.commands.linking import (
+    ALPHABET,
+    CODE_LENGTH,
+    CODE_TTL_S,
+    WRONG_PER_HOUR,
+    Redeemed,
+    normalise,
+)
+from bot.config import ClusterConfig
+from bot.tasks import cancel_and_wait
+from memory.control.link import pack
+from memory.links import LinkError, LinkTable
+
+log = logging.getLogger(__name__)
+
+TABLE_KEY = "table"
+WINDOW_S = 3600.0  # the throttle's hour; also how long a key of the linking bucket lives
+
+Doc = dict[str, Any]  # {"links": {member: home}, "moving": {person: [{"bundle", "sha256"}]}}
+
+
+def _empty() -> Doc:
+    return {"links": {}, "moving": {}}
+
+
+class SharedPeople(LinkTable):
+    """The cluster's link table (a LinkTable: the agent and the merge code ask it as they ask
+    the file) and the files moving between workers. `mirror`: a worker's workspaces folder,
+    where `.links.json` is kept as a copy; None for an ingress."""
+
+    def __init__(self, mirror: Path | None) -> None:
+        super().__init__(mirror or Path("."))
+        self._mirror = mirror
+        self._doc: Doc = _empty()
+        self._revision = 0
+        self._kv: KeyValue | None = None
+        self._bodies: ObjectStore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watching: asyncio.Task[None] | None = None
+        self.codes = SharedCodes()
+
+    async def start(self, js: JetStreamContext, names: Names, settings: ClusterConfig) -> None:
+        """Open (or make) the buckets, read the table, and watch it from here on."""
+        self._loop = asyncio.get_running_loop()
+        self._kv = await _bucket(js, f"{names.prefix}-links", None, settings.replicas)
+        self.codes.kv = await _bucket(js, f"{names.prefix}-linking", WINDOW_S, settings.replicas)
+        self._bodies = await bodies(js, names, settings)
+        await self.refresh()
+        watcher = await self._kv.watch(TABLE_KEY)
+        self._watching = asyncio.create_task(self._watch(watcher))
+
+    async def close(self) -> None:
+        if self._watching is not None:
+            await cancel_and_wait(self._watching)
+
+    async def refresh(self) -> None:
+        """Read the table now (a read-through, when the watch may lag)."""
+        assert self._kv is not None, "start() first"
+        try:
+            entry = await self._kv.get(TABLE_KEY)
+        except KeyNotFoundError:
+            return
+        self._take(entry.value or b"", entry.revision or 0)
+
+    async def _watch(self, watcher: Any) -> None:
+        async for entry in watcher:
+            if entry is not None and entry.value:
+                self._take(entry.value, entry.revision or 0)
+
+    def _take(self, value: bytes, revision: int) -> None:
+        if revision <= self._revision:
+            return  # older than what we have (our own write came first)
+        try:
+            doc = json.loads(value)
+            links = {str(k): str(v) for k, v in dict(doc.get("links", {})).items()}
+            moving = dict(doc.get("moving", {}))
+        except (ValueError, TypeError, AttributeError):
+            log.error("the cluster's link table (revision %s) is not ours; ignored", revision)
+            return
+        self._doc, self._revision = {"links": links, "moving": moving}, revision
+        self._links = links
+        if self._mirror is not None:
+            with contextlib.suppress(OSError):  # a copy for the CLI only
+                super()._write(links)
+
+    # ---- the LinkTable's reads and writes ---------------------------------------------
+
+    def _load(self) -> dict[str, str]:
+        return self._doc["links"]
+
+    def _write(self, links: dict[str, str]) -> None:
+        raise LinkError("the cluster's link table changes through _change only")
+
+    def _change(self, change: Callable[[dict[str, str]], dict[str, str]]) -> None:
+        """From a thread (the merge and split code runs in one): the change applied to the
+        shared table, waiting for it."""
+        assert self._loop is not None, "start() first"
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            raise RuntimeError("the shared link table is changed from a thread, or with change()")
+        edit = self.change(lambda doc: {**doc, "links": change(dict(doc["links"]))})
+        asyncio.run_coroutine_threadsafe(edit, self._loop).result()
+
+    async def change(self, edit: Callable[[Doc], Doc]) -> None:
+        """Compare-and-set: `edit` applied to the latest value (again, if another process
+        changed it meanwhile). LinkError from `edit` refuses the change."""
+        assert self._kv is not None, "start() first"
+        while True:
+            try:
+                entry = await self._kv.get(TABLE_KEY)
+                doc, revision = json.loads(entry.value or b"{}"), entry.revision or 0
+            except KeyNotFoundError:
+                doc, revision = _empty(), 0
+            doc = {**_empty(), **doc}
+            new = edit(doc)
+            body = json.dumps(new, ensure_ascii=False, sort_keys=True).encode()
+            try:
+                if revision:
+                    written = await self._kv.update(TABLE_KEY, body, last=revision)
+                else:
+                    written = await self._kv.create(TABLE_KEY, body)
+            except KeyWrongLastSequenceError:
+                continue
+            self._take(body, written)
+            return
+
+    # ---- a person's files on their way between workers --------------------------------
+
+    def arriving(self, person: str) -> bool:
+        """Whether files of `person` wait to be merged in (by the worker of their partition)."""
+        return bool(self._doc["moving"].get(person))
+
+    async def ship(
+        self, root: Path, person: str, links: Callable[[dict[str, str]], dict[str, str]]
+    ) -> None:
+        """The workspace at `root` packed and stored for `person`'s worker, and the table's
+        change `links` made in the same write: from then on the key's messages go there."""
+        assert self._bodies is not None, "start() first"
+        data = await asyncio.to_thread(pack, root)
+        bundle: dict[str, str] | None = None
+        if data:
+            name = f"person-{uuid.uuid4().hex}"
+            await self._bodies.put(name, data)
+            bundle = {"bundle": name, "sha256": hashlib.sha256(data).hexdigest()}
+
+        def edit(doc: Doc) -> Doc:
+            moving = dict(doc["moving"])
+            if bundle is not None:
+                moving[person] = [*moving.get(person, []), bundle]
+            return {"links": links(dict(doc["links"])), "moving": moving}
+
+        await self.change(edit)
+
+    async def arrivals(self, person: str) -> list[tuple[str, bytes]]:
+        """The packed workspaces waiting for `person`, each checked against its digest."""
+        assert self._bodies is not None, "start() first"
+        found: list[tuple[str, bytes]] = []
+        for item in list(self._doc["moving"].get(person, [])):
+            name = str(item.get("bundle", ""))
+            try:
+                data = (await self._bodies.get(name)).data or b""
+            except Exception as exc:  # gone: nothing to merge (logged: it was someone's memory)
+                log.error("the files of %s in %s could not be read (%s)", person, name, exc)
+                data = b""
+            if data and hashlib.sha256(data).hexdigest() != item.get("sha256"):
+                log.error("the files of %s in %s are not the ones stored; not merged", person, name)
+                data = b""
+            found.append((name, data))
+        return found
+
+    async def arrived(self, person: str, names: list[str]) -> None:
+        """The bundles `names` are merged in: out of the table, then out of the store."""
+        assert self._bodies is not None, "start() first"
+
+        def edit(doc: Doc) -> Doc:
+            moving = dict(doc["moving"])
+            left = [b for b in moving.get(person, []) if b.get("bundle") not in names]
+            if left:
+                moving[person] = left
+            else:
+                moving.pop(person, None)
+            return {**doc, "moving": moving}
+
+        await self.change(edit)
+        for name in names:
+            with contextlib.suppress(Exception):
+                await self._bodies.delete(name)
+
+
+class SharedCodes:
+    """LinkCodes' interface over the linking bucket (see above); a wall clock, since several
+    machines compare the times."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.kv: KeyValue | None = None
+        self._clock = clock
+
+    async def issue(self, owner: str) -> str:
+        assert self.kv is not None, "start() first"
+        code = "".join(secrets.choice(ALPHABET) for _ in range(CODE_LENGTH))
+        body = json.dumps({"owner": owner, "until": self._clock() + CODE_TTL_S}).encode()
+        await self.kv.put(f"code.{code}", body)
+        return code
+
+    async def redeem(self, code: str, by: str) -> Redeemed:
+        assert self.kv is not None, "start() first"
+        now = self._clock()
+        wrong_key = f"wrong.{by.encode('utf-8', 'surrogatepass').hex()}"
+        wrong, revision = await self._wrong(wrong_key, now)
+        if len(wrong) >= WRONG_PER_HOUR:
+            return Redeemed(None, "throttled", wrong[0] + WINDOW_S - now)
+        typed = normalise(code)
+        owner = None
+        if len(typed) == CODE_LENGTH and all(c in ALPHABET for c in typed):
+            owner = await self._take(f"code.{typed}", now)
+        if owner is not None:
+            return Redeemed(owner)
+        body = json.dumps([*wrong, now]).encode()
+        with contextlib.suppress(Exception):  # counted best-effort: a lost count errs to the user
+            if revision:
+                await self.kv.update(wrong_key, body, last=revision)
+            else:
+                await self.kv.create(wrong_key, body)
+        return Redeemed(None, "invalid")
+
+    async def _wrong(self, key: str, now: float) -> tuple[list[float], int]:
+        assert self.kv is not None
+        try:
+            entry = await self.kv.get(key)
+        except KeyNotFoundError:
+            return [], 0
+        try:
+            times = [float(t) for t in json.loads(entry.value or b"[]")]
+        except (ValueError, TypeError):
+            times = []
+        return [t for t in times if t > now - WINDOW_S], entry.revision or 0
+
+    async def _take(self, key: str, now: float) -> str | None:
+        """The owner of a live code, which is gone once this returns (a delete naming the
+        revision read: of two takers at once, one wins)."""
+        assert self.kv is not None
+        try:
+            entry = await self.kv.get(key)
+        except KeyNotFoundError:
+            return None
+        try:
+            await self.kv.delete(key, last=entry.revision)
+        except KeyWrongLastSequenceError:
+            return None
+        try:
+            found = json.loads(entry.value or b"{}")
+            owner, until = str(found["owner"]), float(found["until"])
+        except (ValueError, TypeError, KeyError):
+            return None
+        return owner if now <= until else None
+
+
+async def _bucket(
+    js: JetStreamContext, name: str, ttl_s: float | None, replicas: int
+) -> KeyValue:
+    try:
+        return await js.key_value(name)
+    except BucketNotFoundError:
+        config = KeyValueConfig(
+            bucket=name, history=1, replicas=replicas, storage=StorageType.FILE,
+            ttl=ttl_s,
+        )  # fmt: skip
+        return await js.create_key_value(config)

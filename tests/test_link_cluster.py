@@ -1,0 +1,129 @@
+"""/link in cluster mode, as real processes: two `lightgrep ingress`es (one serving the fake
+Telegram, one the fake Discord) and two `lightgrep worker`s over a real nats-server. The two
+accounts' keys hash to partitions of different workers: a code made through one ingress works
+through the other, the joining side's files move to the worker of the person's partition, and
+from then on both platforms' messages are answered there, from one memory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bench.harness import BotProcess
+from bot.cluster.partition import partition_of
+from tests.cli_helpers import write_config
+from tests.cluster_helpers import SIGNING_KEY
+from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import TOKEN, FakeTelegram
+from tests.nats_server import NatsServer
+from tests.test_link import CODE, Person, llm_that_files
+
+pytestmark = pytest.mark.timeout(120)
+PARTITIONS = 4
+RANGES = ("0-1", "2-3")  # discord-77 is in partition 0, telegram-42 in 2: two workers
+
+
+def cluster_section(nats: NatsServer) -> str:
+    return (
+        f'[cluster]\nnats_url = ["{nats.url}"]\npartitions = {PARTITIONS}\nack_wait_s = 2\n'
+        f'lease_ttl_s = 3\nprivate_network = true\nsigning_key = "{SIGNING_KEY}"\n'
+    )
+
+
+@contextlib.asynccontextmanager
+async def cluster(
+    tmp_path: Path, llm: FakeOpenAI, tg: FakeTelegram, dc: FakeDiscord, nats: NatsServer,
+    env: dict[str, str],
+) -> AsyncIterator[list[BotProcess]]:  # fmt: skip
+    section = cluster_section(nats)
+    platforms = {
+        "telegram": (
+            f'[telegram]\nenabled = true\ntoken = "{TOKEN}"\nallow_from = ["*"]\n'
+            f'api_base = "{tg.api_base}"\npoll_timeout_s = 1\n',
+            "telegram is ready",
+        ),
+        "discord": (
+            f'[discord]\nenabled = true\ntoken = "{dc.token}"\nallow_from = ["*"]\n'
+            f'api_base = "{dc.api_base}"\ngateway_url = "{dc.gateway_url}"\n',
+            "discord is ready",
+        ),
+    }
+    procs: list[BotProcess] = []
+    for i, chosen in enumerate(RANGES):
+        home = tmp_path / f"worker{i}"
+        home.mkdir()
+        config = write_config(home, llm, section)
+        procs.append(BotProcess(config, env, home / "log", command=("worker", "--partitions",
+                                chosen), ready="worker: serving partitions"))  # fmt: skip
+    for name, (platform, ready) in platforms.items():
+        home = tmp_path / f"ingress-{name}"
+        home.mkdir()
+        config = write_config(home, llm, platform + section)
+        procs.append(BotProcess(config, env, home / "log", command=("ingress",), ready=ready))
+    try:
+        await asyncio.gather(*(p.start() for p in procs))
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.proc is not None and proc.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    await proc.kill()
+
+
+def tails(procs: list[BotProcess]) -> str:
+    return "\n".join(f"--- {p.log_path.parent.name}\n{p.log_tail(20)}" for p in procs)
+
+
+async def test_a_link_made_through_one_ingress_is_honoured_through_the_other(
+    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, nats_server: NatsServer, tmp_path: Path,
+    child_env: dict[str, str],
+) -> None:  # fmt: skip
+    assert partition_of("discord-77", PARTITIONS) in (0, 1)
+    assert partition_of("telegram-42", PARTITIONS) in (2, 3)
+    llm_that_files(
+        fake_llm,
+        "[2025-03-01 10:00] Bea said she keeps bees in Lisbon.",
+        "## User Information\n\n- Keeps bees in Lisbon\n",
+    )
+    dc = await FakeDiscord().start()
+    try:
+        async with cluster(tmp_path, fake_llm, fake_telegram, dc, nats_server, child_env) as procs:
+            bea = Person(fake_telegram, dc)
+            try:
+                await bea.discord("I like green tea", "Noted.")  # worker 0 keeps it
+                offer = await bea.telegram("/link", "Your link code")  # made by worker 1
+                [code] = set(CODE.findall(offer))
+                wrong = await bea.discord("/link ABCDEFGH", "not valid")
+                assert "telegram" not in wrong
+                question = await bea.discord(f"/link {code}", "/link confirm")  # worker 0
+                assert "telegram-42" in question and "merged into that memory" in question
+                linked = await bea.discord("/link confirm", "Linked:")
+                assert "telegram-42" in linked and "discord-77" in linked
+                reused = await bea.discord(f"/link {code}", "not valid")  # used: everywhere
+                assert "Linked" not in reused
+
+                await bea.telegram("I keep bees in Lisbon", "Noted.")
+                await bea.telegram("/new", "fresh conversation")
+                memory = await bea.discord("/memory", "Keeps bees in Lisbon")  # on worker 1
+                assert "Keeps bees" in memory
+                recall = await bea.discord("/recall bees", "Lisbon")
+                assert "2025-03-01" in recall
+                status = await bea.discord("/status", "Linked accounts")
+                assert "telegram-42" in status
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{tails(procs)}") from None
+            workers = [tmp_path / f"worker{i}" / "workspaces" for i in range(2)]
+            # The Discord side's files left worker 0; its conversation is worker 1's now,
+            # with what was said before the link and after it.
+            assert not (workers[0] / "discord-77").exists()
+            sessions = workers[1] / "telegram-42" / "sessions"
+            [dm] = [p for p in sessions.iterdir() if p.name.startswith("discord")]
+            assert "green tea" in dm.read_text()
+            assert "discord-77" in (workers[1] / ".links.json").read_text()
+    finally:
+        await dc.stop()
