@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from bot.cluster.lease import this_worker
+from bot.cluster.people import SharedPeople
 from bot.config import ClusterConfig
 from bot.platform import Core
 from tests.nats_server import NatsServer
@@ -31,14 +32,16 @@ def settings(server: NatsServer, **changes: object) -> ClusterConfig:
 
 @contextlib.asynccontextmanager
 async def serving(
-    core: Core, cluster: ClusterConfig, folder: Path, partitions: list[int] | None = None
-) -> AsyncIterator[asyncio.Task[None]]:
-    """A Worker on `folder` for `partitions` (default: all), running until the block ends."""
+    core: Core, cluster: ClusterConfig, folder: Path, partitions: list[int] | None = None,
+    people: SharedPeople | None = None,
+) -> AsyncIterator[asyncio.Task[None]]:  # fmt: skip
+    """A Worker on `folder` for `partitions` (default: all), running until the block ends;
+    `people`: the cluster's link table, as `lightgrep worker` gives it (bot/cli/cluster.py)."""
     from bot.cluster.worker import Worker
 
     folder.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - a test's folder
     chosen = partitions or list(range(cluster.partitions))
-    worker = Worker(core, cluster, chosen, this_worker(folder))
+    worker = Worker(core, cluster, chosen, this_worker(folder), people)
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop))
     ready = asyncio.create_task(worker.ready.wait())

@@ -15,12 +15,17 @@ import pytest
 
 from bench.harness import BotProcess
 from bot.cluster.partition import partition_of
+from bot.cluster.people import SharedPeople
+from bot.inbound import Inbound
+from bot.keys import session_key
+from tests.agent_helpers import make_agent, session_records
 from tests.cli_helpers import write_config
-from tests.cluster_helpers import SIGNING_KEY
+from tests.cluster_helpers import SIGNING_KEY, serving, settings
 from tests.fakes.discord_server import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.nats_server import NatsServer
+from tests.test_cluster_core import ask, ingress
 from tests.test_link import CODE, Person, llm_that_files
 
 pytestmark = pytest.mark.timeout(120)
@@ -104,6 +109,7 @@ async def test_a_link_made_through_one_ingress_is_honoured_through_the_other(
                 assert "telegram-42" in question and "merged into that memory" in question
                 linked = await bea.discord("/link confirm", "Linked:")
                 assert "telegram-42" in linked and "discord-77" in linked
+                assert not (tmp_path / "worker0" / "workspaces" / "discord-77").exists()
                 reused = await bea.discord(f"/link {code}", "not valid")  # used: everywhere
                 assert "Linked" not in reused
 
@@ -115,15 +121,53 @@ async def test_a_link_made_through_one_ingress_is_honoured_through_the_other(
                 assert "2025-03-01" in recall
                 status = await bea.discord("/status", "Linked accounts")
                 assert "telegram-42" in status
+
+                await bea.discord("/unlink", "/unlink confirm")
+                await bea.discord("/unlink confirm", "Unlinked")
+                alone = await bea.discord("/memory", "I don't remember anything")  # worker 0
+                assert "bees" not in alone
+                still = await bea.telegram("/memory", "Keeps bees in Lisbon")
+                assert "no longer shares your memory" in still
             except AssertionError as exc:
                 raise AssertionError(f"{exc}\n{tails(procs)}") from None
             workers = [tmp_path / f"worker{i}" / "workspaces" for i in range(2)]
-            # The Discord side's files left worker 0; its conversation is worker 1's now,
-            # with what was said before the link and after it.
-            assert not (workers[0] / "discord-77").exists()
+            # The Discord side's files left worker 0 at the link; its conversation stayed with
+            # the memory (worker 1's), with what was said before the link and after it.
             sessions = workers[1] / "telegram-42" / "sessions"
             [dm] = [p for p in sessions.iterdir() if p.name.startswith("discord")]
             assert "green tea" in dm.read_text()
-            assert "discord-77" in (workers[1] / ".links.json").read_text()
+            assert "discord-77" not in (workers[1] / ".links.json").read_text()
     finally:
         await dc.stop()
+
+
+async def test_a_message_published_before_the_link_is_answered_by_the_persons_worker(
+    fake_llm: FakeOpenAI, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Queued for the old partition (its worker was down when the link was made): the worker
+    that fetches it forwards it to the person's partition instead of writing a second copy."""
+    fake_llm.default = lambda request: completion("Noted.")
+    cluster = settings(nats_server)
+    agents, people = [], []
+    for i in range(2):
+        agent = make_agent(fake_llm, tmp_path / f"w{i}")
+        shared = SharedPeople(agent.workspaces.base_dir)
+        agent.links, agent.link_codes, agent.moves = shared, shared.codes, shared
+        agents.append(agent)
+        people.append(shared)
+    said = Inbound("discord", session_key("discord", "dm", "77"), "discord-77", "hello there")
+    try:
+        async with ingress(cluster) as core, serving(
+            agents[1], cluster, tmp_path / "w1", [2, 3], people[1]
+        ):  # fmt: skip
+            asking = asyncio.create_task(ask(core, said))  # to partition 0: nobody serves it
+            await people[1].change(lambda doc: {**doc, "links": {"discord-77": "telegram-42"}})
+            async with serving(agents[0], cluster, tmp_path / "w0", [0, 1], people[0]):
+                answer = await asking
+        assert answer.reply.text == "Noted."
+        kept = session_records(agents[1].workspaces.base_dir, "42")  # the Discord chat's
+        assert [r.get("content") for r in kept if r.get("role") == "user"] == ["hello there"]
+        assert not (agents[0].workspaces.base_dir / "discord-77").exists()
+    finally:
+        for agent in agents:
+            await agent.aclose()
