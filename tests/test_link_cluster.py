@@ -19,7 +19,7 @@ from bot.cluster.people import SharedPeople
 from bot.inbound import Inbound
 from bot.keys import session_key
 from tests.agent_helpers import make_agent, session_records
-from tests.cli_helpers import write_config
+from tests.cli_helpers import STEP_TIMEOUT, write_config
 from tests.cluster_helpers import SIGNING_KEY, serving, settings
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, completion
@@ -114,7 +114,12 @@ async def test_a_link_made_through_one_ingress_is_honoured_through_the_other(
                 assert "Linked" not in reused
 
                 await bea.telegram("I keep bees in Lisbon", "Noted.")
-                await bea.telegram("/new", "fresh conversation")
+                await bea.telegram("/new", "fresh conversation")  # filed in the background
+                history = tmp_path / "worker1" / "workspaces" / "telegram-42" / "HISTORY.md"
+                await fake_telegram.wait_until(
+                    lambda: history.exists() and "bees" in history.read_text(),
+                    wait_s=STEP_TIMEOUT,
+                )
                 memory = await bea.discord("/memory", "Keeps bees in Lisbon")  # on worker 1
                 assert "Keeps bees" in memory
                 recall = await bea.discord("/recall bees", "Lisbon")
@@ -128,7 +133,7 @@ async def test_a_link_made_through_one_ingress_is_honoured_through_the_other(
                 assert "bees" not in alone
                 still = await bea.telegram("/memory", "Keeps bees in Lisbon")
                 assert "no longer shares your memory" in still
-            except AssertionError as exc:
+            except (AssertionError, TimeoutError) as exc:
                 raise AssertionError(f"{exc}\n{tails(procs)}") from None
             workers = [tmp_path / f"worker{i}" / "workspaces" for i in range(2)]
             # The Discord side's files left worker 0 at the link; its conversation stayed with
@@ -171,3 +176,24 @@ async def test_a_message_published_before_the_link_is_answered_by_the_persons_wo
     finally:
         for agent in agents:
             await agent.aclose()
+
+
+def test_a_shipment_a_crash_interrupted_is_finished_or_undone_by_the_table(
+    tmp_path: Path,
+) -> None:
+    """Before serving, a worker looks at the workspaces it hid to pack (Agent._ship): one whose
+    change the table has is the other worker's now; one whose change it has not comes back."""
+    from memory.control.link import finish_shipping, shipping_root
+    from memory.links import LinkTable
+    from memory.workspace import Workspaces
+
+    workspaces = Workspaces(tmp_path / "w")
+    table = LinkTable(workspaces.base_dir)
+    table.link("discord-77", "telegram-42")  # the shipped join made it into the table
+    for key in ("discord-77", "cli-bob"):  # cli-bob's did not
+        workspaces.get(key).memory.write(f"## User Information\n\n- {key} fact\n")
+        workspaces.forget_user(key)
+        workspaces.root_of(key).rename(shipping_root(workspaces, key, "join"))
+    assert finish_shipping(workspaces, table) == 2
+    assert sorted(p.name for p in workspaces.base_dir.iterdir() if p.is_dir()) == ["cli-bob"]
+    assert "cli-bob fact" in workspaces.get("cli-bob").memory.read()

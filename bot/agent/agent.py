@@ -17,10 +17,12 @@ import errno
 import json
 import logging
 import math
+import os
 import re
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from bot import logsafe
@@ -71,7 +73,15 @@ from bot.reminders.scheduler import Scheduler
 from bot.usage import ChargedLLM, UsageBook, charged_to
 from memory import clock
 from memory.consolidation.consolidator import MemoryConsolidator, MemoryEvent
-from memory.control.link import Merged, absorb, finish_pending, merge, split
+from memory.control.link import (
+    Merged,
+    absorb,
+    finish_pending,
+    finish_shipping,
+    merge,
+    shipping_root,
+    split,
+)
 from memory.control.versions import held_update
 from memory.control.wipe import delete, hide, sweep_wiped
 from memory.links import LinkTable, with_link, without_link
@@ -963,7 +973,8 @@ class Agent:
         forgets both, to read the merged files again."""
         home = self.links.resolve(into)
         if self.moves is not None:
-            return await self._ship(member, home, lambda links: with_link(links, member, home))
+            change = partial(with_link, member=member, into=home)
+            return await self._ship(member, home, "join", change)
         first, second = sorted((member, home))
         async with self.user_exclusive(first), self.user_exclusive(second):
             moving = self._reminders_moving((member, home))
@@ -980,7 +991,8 @@ class Agent:
         others = [key for key in self.links.members(member) if key != member]
         if self.moves is not None and member == home and others:
             heir = others[0]  # the workspace goes to the heir's worker
-            await self._ship(member, heir, lambda links: without_link(links, member, heir))
+            change = partial(without_link, member=member, heir=heir)
+            await self._ship(member, heir, "split", change)
             return others
         async with self.user_exclusive(home):
             moving = self._reminders_moving(self.links.members(member))
@@ -995,18 +1007,31 @@ class Agent:
     # partition of `person`); the worker of that partition merges the files in before it
     # serves the person again (`_take_arrivals`). README, "One memory on every platform".
 
-    async def _ship(self, key: str, person: str, links: Any) -> Merged:
+    async def _ship(
+        self, key: str, person: str, action: str, links: Callable[[dict[str, str]], dict[str, str]]
+    ) -> Merged:
         assert self.moves is not None
         async with self.user_exclusive(key):
             moving = self._reminders_moving((key,))
-            await self.moves.ship(self.workspaces.root_of(key), person, links)
+            # Out of the way first (memory.control.link.finish_shipping puts a crash right).
+            root, hidden = self.workspaces.root_of(key), shipping_root(self.workspaces, key, action)
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(root, hidden)
             forget_everywhere((*self._per_user, self.sessions), key)
-            hidden = hide(self.workspaces.root_of(key))
-            if hidden is not None:
-                await asyncio.to_thread(delete, hidden)
+            try:
+                await self.moves.ship(hidden, person, links)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(hidden, root)  # not shipped: the key keeps its memory here
+                raise
+            await asyncio.to_thread(delete, hidden)
             self._reminders_moved(moving)
         log.info("%s: its workspace goes to the worker of %s", key, person)
         return Merged()
+
+    def finish_shipping(self) -> None:
+        """Cluster mode, before serving: what a crash mid-shipment left (see _ship)."""
+        finish_shipping(self.workspaces, self.links)
 
     async def _take_arrivals(self, person: str) -> None:
         assert self.moves is not None

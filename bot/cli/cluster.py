@@ -95,7 +95,10 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             # The link table and codes are the cluster's (people.py), read at the connection.
             people = SharedPeople(workspaces_dir(config))
             agent.links, agent.link_codes, agent.moves = people, people.codes, people
-            worker = Worker(metered_core(agent), config.cluster, partitions, me, people)
+            worker = Worker(
+                metered_core(agent), config.cluster, partitions, me, people,
+                before_serving=agent.finish_shipping,
+            )  # fmt: skip
             async with observed(config.metrics.listen, [], config.llm, worker.health):
                 with stop_on_signals(agent.stopping) as stop:
                     reminders = asyncio.ensure_future(_remind(agent, worker, config, stop))

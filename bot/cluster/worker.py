@@ -20,6 +20,7 @@ import contextlib
 import functools
 import logging
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import nats.errors
@@ -162,10 +163,12 @@ class Worker:
         partitions: list[int],
         me: Holder,
         people: SharedPeople | None = None,
+        before_serving: Callable[[], None] | None = None,
     ) -> None:
         self.ready = asyncio.Event()
         self._core = core
         self._people = people  # who is whom: a message goes to its person's partition
+        self._before_serving = before_serving  # once the table is read (Agent.finish_shipping)
         self._settings = settings
         self._names = Names(settings.subject_prefix)
         self._signer = Signer(settings.signing_key, required=not settings.private_network)
@@ -209,6 +212,8 @@ class Worker:
             await ensure_streams(js, self._names, self._settings)
             if self._people is not None:
                 await self._people.start(js, self._names, self._settings)
+            if self._before_serving is not None:
+                await asyncio.to_thread(self._before_serving)
             leases = self._leases = Leases(
                 js, self._names, self._partitions, self._me, self._settings.lease_ttl_s,
                 self._settings.replicas,

@@ -33,6 +33,7 @@ from pathlib import Path
 from memory.atomic import atomic_write_text, fsync_dir
 from memory.control.forget import history_entries
 from memory.control.wipe import delete, hide
+from memory.keys import decode_key
 from memory.links import LinkTable
 from memory.media import MEDIA_DIR
 from memory.preferences import MEMORY_IN_GROUPS, TIMEZONE
@@ -119,6 +120,40 @@ def finish_pending(workspaces: Workspaces, table: LinkTable) -> str | None:
 # ---- between workers (cluster mode) -------------------------------------------------------
 
 ARRIVING_PREFIX = ".arriving-"
+SHIPPING_PREFIX = ".shipping-"
+
+
+def shipping_root(workspaces: Workspaces, key: str, action: str) -> Path:
+    """Where the workspace of `key` waits, hidden, while it is packed for another worker: by
+    its name, the next start knows whose it was and whether the table took the change."""
+    return workspaces.base_dir / f"{SHIPPING_PREFIX}{action}-{workspaces.root_of(key).name}"
+
+
+def finish_shipping(workspaces: Workspaces, table: LinkTable) -> int:
+    """After a crash mid-shipment: a workspace whose change the table has (a joined key is a
+    member now; a key that left holds nobody) is another worker's already, and goes; one
+    whose change it has not goes back where it was. The number of folders put right."""
+    done = 0
+    with contextlib.suppress(FileNotFoundError):
+        for entry in sorted(workspaces.base_dir.iterdir()):
+            if not entry.name.startswith(SHIPPING_PREFIX) or not entry.is_dir():
+                continue
+            action, _, folder = entry.name[len(SHIPPING_PREFIX) :].partition("-")
+            key = decode_key(folder)
+            if key is None:  # a shortened name: the key is kept inside
+                with contextlib.suppress(OSError):
+                    key = read_bytes(entry / KEY_FILE).decode("utf-8", "replace")
+            if not key:
+                continue
+            # A joined key is a member once the table has the change; a key that left holds
+            # nobody any more.
+            taken = table.resolve(key) != key if action == "join" else table.members(key) == [key]
+            if taken:
+                delete(entry)
+            elif not (workspaces.base_dir / folder).exists():
+                os.rename(entry, workspaces.base_dir / folder)
+            done += 1
+    return done
 
 
 def pack(root: Path) -> bytes:
