@@ -18,6 +18,7 @@ from bot.cluster import wire
 from bot.cluster.adopt import subscribe_answers
 from bot.cluster.connection import ClusterError, Names, connect, ensure_streams
 from bot.cluster.ingress import BrokerCore
+from bot.cluster.people import SharedPeople
 from bot.cluster.signing import Signer
 from bot.config import ClusterConfig
 from bot.inbound import Attachment, Inbound
@@ -152,7 +153,8 @@ async def test_the_shipped_nats_users_do_their_jobs_and_nothing_else(
     """deploy/nats-users.conf on a real nats-server: an ingress and a worker, each with its
     user, answer a message and a 3 MB one (through the object store, the answer in parts)
     without a permission refused; the ingress's user cannot publish answers or read the
-    messages, the worker's cannot publish messages."""
+    messages or change who is whom (the link table), the worker's cannot read the ingress's
+    replies."""
     monkeypatch.setenv("LIGHTGREP_INGRESS_PASSWORD", "ingress-pa55-0123456789")
     monkeypatch.setenv("LIGHTGREP_WORKER_PASSWORD", "worker-pa55-0123456789")
     shutil.copy(REPO / "deploy" / "nats-users.conf", tmp_path / "nats-users.conf")
@@ -170,7 +172,8 @@ async def test_the_shipped_nats_users_do_their_jobs_and_nothing_else(
     voice = Inbound("telegram", "telegram:dm:1", "telegram-1", "voice", attachments=(audio,))
     try:
         await dead_ingress_with_an_answer(as_ingress, as_worker)
-        async with serving(Mirror(), as_worker, tmp_path / "w"):
+        people = SharedPeople(tmp_path / "w")  # the link table's buckets, as a worker's
+        async with serving(Mirror(), as_worker, tmp_path / "w", people=people):
             core = BrokerCore(as_ingress)
             platform = Taking()
             core.send_with("discord", platform)
@@ -189,7 +192,7 @@ async def test_the_shipped_nats_users_do_their_jobs_and_nothing_else(
             (as_ingress, "lightgrep.out.someone", "publish"),
             (as_ingress, "lightgrep.in.>", "subscription"),
             (as_ingress, "_INBOX.lightgrep-worker.>", "subscription"),
-            (as_worker, "lightgrep.in.0", "publish"),
+            (as_ingress, "$KV.lightgrep-links.table", "publish"),  # who is whom: workers'
             (as_worker, "_INBOX.lightgrep-ingress.>", "subscription"),
             (as_worker, "$JS.API.STREAM.PURGE.lightgrep-in", "publish"),
         ]:

@@ -8,7 +8,8 @@ Two JetStream streams, both work queues (a message is gone once acknowledged):
   `<prefix>.out.reminders-<platform>`: the reminders a worker sends, one consumer shared by the
   ingresses that serve that platform (push.py).
 A key-value bucket `<prefix>-leases` holds which worker serves which partition (lease.py),
-`<prefix>-ingresses` which ingresses run (adopt.py), and
+`<prefix>-ingresses` which ingresses run (adopt.py), `<prefix>-links` and `-linking` who is
+whom and the /link codes (people.py), and
 an object store `<prefix>-bodies` the messages too large for one NATS message (wire.py), each
 deleted once its message is answered.
 
@@ -82,6 +83,14 @@ class Names:
     @property
     def ingress_bucket(self) -> str:
         return f"{self.prefix}-ingresses"
+
+    @property
+    def links_bucket(self) -> str:
+        return f"{self.prefix}-links"
+
+    @property
+    def linking_bucket(self) -> str:
+        return f"{self.prefix}-linking"
 
     @property
     def body_bucket(self) -> str:

@@ -81,11 +81,13 @@ class SharedPeople(LinkTable):
         self.codes = SharedCodes()
 
     async def start(self, js: JetStreamContext, names: Names, settings: ClusterConfig) -> None:
-        """Open (or make) the buckets, read the table, and watch it from here on."""
+        """Open (or make) the buckets, read the table, and watch it from here on. An ingress
+        (no mirror) only reads the table: its NATS user may not change it."""
         self._loop = asyncio.get_running_loop()
-        self._kv = await _bucket(js, f"{names.prefix}-links", None, settings.replicas)
-        self.codes.kv = await _bucket(js, f"{names.prefix}-linking", WINDOW_S, settings.replicas)
-        self._bodies = await bodies(js, names, settings)
+        self._kv = await _bucket(js, names.links_bucket, None, settings.replicas)
+        if self._mirror is not None:
+            self.codes.kv = await _bucket(js, names.linking_bucket, WINDOW_S, settings.replicas)
+            self._bodies = await bodies(js, names, settings)
         await self.refresh()
         watcher = await self._kv.watch(TABLE_KEY)
         self._watching = asyncio.create_task(self._watch(watcher))
