@@ -136,3 +136,16 @@ def _tighten(path: Path) -> None:
         info = os.lstat(path)
         if stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) & 0o077:
             os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
+
+
+def append_line(path: Path | str, data: bytes, mode: int = 0o600) -> None:
+    """Append one whole record line to an append-only file (made private), or nothing; after a
+    torn last line, on a line of its own. The caller is the file's only writer."""
+    fd = open_fd(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, mode)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data  # never glue a record to a torn line
+        append_all(fd, data)
+    finally:
+        os.close(fd)

@@ -54,6 +54,14 @@ class Person:
         self.tg.group(GROUP, TG, text)
         return await self._tg_wait(before, expect)
 
+    async def telegram_told(self, expect: str) -> None:
+        """A message on Telegram that Bea did not ask for (a notice)."""
+
+        def told() -> bool:
+            return any(expect in m.text for m in self.tg.sent_to(TG))
+
+        await self.tg.wait_until(told, wait_s=STEP_TIMEOUT)
+
     async def _tg_wait(self, before: int, expect: str) -> str:
         def said() -> str:
             return "\n".join(m.text for m in self.tg.sent_to(TG)[before:])
@@ -152,8 +160,9 @@ async def test_a_fact_said_on_telegram_is_remembered_on_discord_until_unlinked(
         reused = await bea.discord(f"/link {code}", "not valid")  # one use only
         assert "Linked" not in reused
 
+        await bea.telegram_told("now shared with discord-77")  # at once, unasked
         told = await bea.telegram("I keep bees in Lisbon", "Noted.")
-        assert "now shared with discord-77" in told  # told on the next message
+        assert "now shared" not in told  # once
         await bea.telegram("/new", "fresh conversation")
         await fake_telegram.wait_until(
             lambda: "bees" in _text(workspaces / "telegram-42" / "HISTORY.md"),
@@ -174,8 +183,9 @@ async def test_a_fact_said_on_telegram_is_remembered_on_discord_until_unlinked(
         assert "stays with telegram-42" in done
         alone = await bea.discord("/memory", "I don't remember anything about you yet")
         assert "bees" not in alone
+        await bea.telegram_told("discord-77 no longer shares your memory")
         still = await bea.telegram("/memory", "Keeps bees in Lisbon")
-        assert "no longer shares your memory" in still
+        assert "no longer shares" not in still
     assert links_of(workspaces) == {}
 
 
@@ -371,3 +381,29 @@ def test_the_operator_views_of_a_linked_key_read_its_persons_workspace(
     assert main(["recall", "--config", config, "discord-77", "Telegram", "event"]) == 0
     assert "Telegram" in capsys.readouterr().out
     assert not (workspaces.base_dir / "discord-77").exists()  # read, never made
+
+
+async def test_a_notice_nobody_could_be_sent_survives_a_restart_and_is_said_once(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Telegram's account has no place on file to be told at once (and no sender is
+    registered): the notice waits in the workspace, through a restart, for its next answer."""
+    fake_llm.default = lambda request: completion("Noted.")
+    config = Config(
+        llm=LLMConfig(base_url=fake_llm.base_url, api_key="sk-test", model="fake-model"),
+        memory=MemoryConfig(workspaces_dir=workspaces_dir),
+    )
+    agent = Agent(config)
+    try:
+        [code] = set(CODE.findall(await ask(agent, "telegram-9", "/link")))
+        await ask(agent, "cli-ana", f"/link {code}")
+        assert "Linked:" in await ask(agent, "cli-ana", "/link confirm")
+    finally:
+        await agent.aclose()
+    agent = Agent(config)  # a restart
+    try:
+        told = await ask(agent, "telegram-9", "hello")
+        assert told.startswith("Noted.") and "now shared with cli-ana" in told
+        assert "now shared" not in await ask(agent, "telegram-9", "hello again")
+    finally:
+        await agent.aclose()

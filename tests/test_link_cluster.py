@@ -113,6 +113,7 @@ async def test_a_link_made_through_one_ingress_is_honoured_through_the_other(
                 reused = await bea.discord(f"/link {code}", "not valid")  # used: everywhere
                 assert "Linked" not in reused
 
+                await bea.telegram_told("now shared with discord-77")  # by worker 1
                 await bea.telegram("I keep bees in Lisbon", "Noted.")
                 await bea.telegram("/new", "fresh conversation")  # filed in the background
                 history = tmp_path / "worker1" / "workspaces" / "telegram-42" / "HISTORY.md"
@@ -131,8 +132,9 @@ async def test_a_link_made_through_one_ingress_is_honoured_through_the_other(
                 await bea.discord("/unlink confirm", "Unlinked")
                 alone = await bea.discord("/memory", "I don't remember anything")  # worker 0
                 assert "bees" not in alone
+                await bea.telegram_told("discord-77 no longer shares your memory")
                 still = await bea.telegram("/memory", "Keeps bees in Lisbon")
-                assert "no longer shares your memory" in still
+                assert "no longer shares" not in still
             except (AssertionError, TimeoutError) as exc:
                 raise AssertionError(f"{exc}\n{tails(procs)}") from None
             workers = [tmp_path / f"worker{i}" / "workspaces" for i in range(2)]

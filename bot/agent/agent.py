@@ -33,6 +33,7 @@ from bot.agent.replies import reply_record
 from bot.agent.residency import LoadedSessions, PerUser, forget_everywhere
 from bot.agent.sizing import Sizing, describe, plan, tools_text
 from bot.agent.streaming import AnswerStream
+from bot.agent.telling import Teller
 from bot.agent.tools import AgentTools
 from bot.agent.window import ServerWindow
 from bot.chats import ChatBook, chat_of
@@ -48,7 +49,7 @@ from bot.commands.context import (
     Taken,
 )
 from bot.commands.control import memory_notice
-from bot.commands.linking import Codes, LinkCodes, LinkPort, Notices, PersonMoves
+from bot.commands.linking import Codes, LinkCodes, LinkPort, PersonMoves
 from bot.commands.registry import (
     ParsedCommand,
     is_command,
@@ -82,6 +83,7 @@ from memory.control.link import (
     shipping_root,
     split,
 )
+from memory.control.notices import NoticeFile
 from memory.control.versions import held_update
 from memory.control.wipe import delete, hide, sweep_wiped
 from memory.links import LinkTable, with_link, without_link
@@ -244,7 +246,13 @@ class Agent:
         # Cluster mode (bot/cli/cluster.py): the table and codes are the cluster's, and a
         # person's files move between workers through this.
         self.moves: PersonMoves | None = None
-        self.notices = Notices()
+        self._arriving: dict[str, asyncio.Task[None]] = {}  # arrive_soon's, by person
+        # What the other accounts are told of a link made or removed (bot/agent/telling.py),
+        # through the reminders' senders.
+        self.teller = Teller(
+            self.workspaces, lambda key: self.links.resolve(key), self.reminders.senders,
+            lambda: self.moves,
+        )
         if writer:
             sweep_wiped(self.workspaces.base_dir)  # what a crash mid-/wipe left behind
             finish_pending(self.workspaces, self.links)  # what a crash mid-/link left undone
@@ -275,9 +283,12 @@ class Agent:
         )  # lone surrogates → U+FFFD
         if self.moves is not None and self.moves.arriving(inbound.user_key):
             await self._take_arrivals(inbound.user_key)
-        told = self.notices.take(own) if inbound.is_private else []
+        if inbound.delivered is None:
+            self.teller.seen(own, inbound.user_key, inbound.platform, inbound.place)
+        told = self.teller.unsaid(own, inbound.user_key) if inbound.is_private else []
         if told:
-            out = _WithNotices(out, told)
+            idents = [ident for ident, _ in told]
+            out = _WithNotices(out, told, lambda: self.teller.said(inbound.user_key, idents))
         with self.sessions.handling(inbound.user_key, inbound.session_key):
             await self._handle(inbound, out, own)
 
@@ -374,6 +385,7 @@ class Agent:
         self._closing = True
         self.attachments.stop()
         await self.background.wait_all()
+        await self.teller.aclose()
         await self.llm.aclose()
         if self.transcriber is not None:
             await self.transcriber.aclose()
@@ -925,7 +937,7 @@ class Agent:
                 codes=self.link_codes,
                 join=lambda into: self.join_person(own, into),
                 leave=lambda: self.leave_person(own),
-                tell=self.notices.add,
+                tell=self.teller.tell,
             ),
             undo=lambda: self.undo_last(inbound),
             retry=lambda: self.retry_last(inbound),
@@ -1039,14 +1051,34 @@ class Agent:
             if not self.moves.arriving(person):
                 return  # another message of theirs took them first
             moving = self._reminders_moving((person,))
-            bundles = await self.moves.arrivals(person)
-            for _, data in bundles:
-                if data:
+            arrived = await self.moves.arrivals(person)
+            for name, data in arrived:
+                if name.startswith("notice:"):  # for one of the person's keys: on file first
+                    notice = json.loads(data)
+                    NoticeFile(self.workspaces.get(person).root).add(notice["to"], notice["text"])
+                elif data:
                     await asyncio.to_thread(absorb, self.workspaces, data, person)
             forget_everywhere(self._per_user, person)
             self._reminders_moved(moving)
-            await self.moves.arrived(person, [name for name, _ in bundles])
-        log.info("merged %d packed workspace(s) into that of %s", len(bundles), person)
+            await self.moves.arrived(person, [name for name, _ in arrived])
+        self.teller.send_pending(person)
+        log.info("took %d arrival(s) for %s (workspaces, notices)", len(arrived), person)
+
+    def arrive_soon(self, person: str) -> None:
+        """Cluster mode: files or notices for a person of this worker arrived in the shared
+        table: taken now (each person once at a time), not at their next message."""
+        if person in self._arriving:
+            return
+        task = asyncio.get_running_loop().create_task(self._take_arrivals(person))
+        self._arriving[person] = task
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._arriving.pop(person, None)
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("arrivals for %s: %s; taken at their next message", person,
+                            task.exception())  # fmt: skip
+
+        task.add_done_callback(done)
 
     def _reminders_moving(self, keys: Iterable[str]) -> list[str]:
         """Before a merge or split moves reminders between keys: each key that may hold them
@@ -1287,9 +1319,12 @@ class _WithNotices:
     """An Outbound that says, under the answer, what happened elsewhere (a link made or
     removed by another platform's account of the person)."""
 
-    def __init__(self, out: Outbound, notices: list[str]) -> None:
+    def __init__(
+        self, out: Outbound, notices: list[tuple[str, str]], said: Callable[[], None]
+    ) -> None:
         self._out = out
-        self._notices = notices
+        self._notices = [text for _, text in notices]
+        self._said = said  # marked told once the answer is given
 
     async def begin(self, *, private: bool = False) -> None:
         await self._out.begin(private=private)
@@ -1309,3 +1344,4 @@ class _WithNotices:
     async def finish(self) -> None:
         await self._out.add_text("\n\n" + "\n".join(self._notices))
         await self._out.finish()
+        self._said()

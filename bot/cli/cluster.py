@@ -99,6 +99,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
                 metered_core(agent), config.cluster, partitions, me, people,
                 before_serving=agent.finish_shipping,
             )  # fmt: skip
+            people.owns, people.on_arrival = worker.owns, agent.arrive_soon
             async with observed(config.metrics.listen, [], config.llm, worker.health):
                 with stop_on_signals(agent.stopping) as stop:
                     reminders = asyncio.ensure_future(_remind(agent, worker, config, stop))

@@ -34,7 +34,12 @@ from typing import Any
 
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import (
+    BucketNotFoundError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NotFoundError,
+)
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
@@ -79,6 +84,10 @@ class SharedPeople(LinkTable):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watching: asyncio.Task[None] | None = None
         self.codes = SharedCodes()
+        # A worker's: whether it serves a person, and what it does when files or notices for
+        # one of them arrive (Agent.arrive_soon: at once, not at their next message).
+        self.owns: Callable[[str], bool] = lambda person: True
+        self.on_arrival: Callable[[str], None] | None = None
 
     async def start(self, js: JetStreamContext, names: Names, settings: ClusterConfig) -> None:
         """Open (or make) the buckets, read the table, and watch it from here on. An ingress
@@ -122,6 +131,10 @@ class SharedPeople(LinkTable):
             return
         self._doc, self._revision = {"links": links, "moving": moving}, revision
         self._links = links
+        if self.on_arrival is not None:
+            for person in moving:
+                if self.owns(person):
+                    self.on_arrival(person)
         if self._mirror is not None:
             with contextlib.suppress(OSError):  # a copy for the CLI only
                 super()._write(links)
@@ -172,6 +185,22 @@ class SharedPeople(LinkTable):
 
     # ---- a person's files on their way between workers --------------------------------
 
+    def here(self, person: str) -> bool:
+        """Whether this worker serves `person` (its workspace is in this folder)."""
+        return self.owns(person)
+
+    async def notify(self, person: str, to: str, text: str) -> None:
+        """A notice for `to`, whose person another worker serves: it travels with the
+        person's arrivals, and that worker writes it to the workspace and sends it."""
+
+        def edit(doc: Doc) -> Doc:
+            moving = dict(doc["moving"])
+            notice = {"to": to, "text": text, "id": uuid.uuid4().hex}
+            moving[person] = [*moving.get(person, []), notice]
+            return {**doc, "moving": moving}
+
+        await self.change(edit)
+
     def arriving(self, person: str) -> bool:
         """Whether files of `person` wait to be merged in (by the worker of their partition)."""
         return bool(self._doc["moving"].get(person))
@@ -198,16 +227,21 @@ class SharedPeople(LinkTable):
         await self.change(edit)
 
     async def arrivals(self, person: str) -> list[tuple[str, bytes]]:
-        """The packed workspaces waiting for `person`, each checked against its digest."""
+        """What waits for `person`, each item named: the packed workspaces, each checked
+        against its digest, and the notices (named "notice:<id>", their JSON as the bytes)."""
         assert self._bodies is not None, "start() first"
         found: list[tuple[str, bytes]] = []
         for item in list(self._doc["moving"].get(person, [])):
+            if "to" in item:
+                notice = {"to": str(item["to"]), "text": str(item.get("text", ""))}
+                found.append((_name(item), json.dumps(notice).encode()))
+                continue
             name = str(item.get("bundle", ""))
             try:
                 data = (await self._bodies.get(name)).data or b""
-            except Exception as exc:  # gone: nothing to merge (logged: it was someone's memory)
-                log.error("the files of %s in %s could not be read (%s)", person, name, exc)
-                data = b""
+            except NotFoundError:  # gone: nothing to merge (logged: it was someone's memory)
+                log.error("the files of %s in %s are gone from NATS", person, name)
+                data = b""  # (NATS away: raised, and taken again at the next message)
             if data and hashlib.sha256(data).hexdigest() != item.get("sha256"):
                 log.error("the files of %s in %s are not the ones stored; not merged", person, name)
                 data = b""
@@ -220,7 +254,7 @@ class SharedPeople(LinkTable):
 
         def edit(doc: Doc) -> Doc:
             moving = dict(doc["moving"])
-            left = [b for b in moving.get(person, []) if b.get("bundle") not in names]
+            left = [b for b in moving.get(person, []) if _name(b) not in names]
             if left:
                 moving[person] = left
             else:
@@ -229,8 +263,9 @@ class SharedPeople(LinkTable):
 
         await self.change(edit)
         for name in names:
-            with contextlib.suppress(Exception):
-                await self._bodies.delete(name)
+            if not name.startswith("notice:"):
+                with contextlib.suppress(Exception):
+                    await self._bodies.delete(name)
 
 
 class SharedCodes:
@@ -299,6 +334,10 @@ class SharedCodes:
         except (ValueError, TypeError, KeyError):
             return None
         return owner if now <= until else None
+
+
+def _name(item: dict[str, Any]) -> str:
+    return f"notice:{item.get('id')}" if "to" in item else str(item.get("bundle", ""))
 
 
 async def _bucket(

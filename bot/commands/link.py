@@ -110,7 +110,7 @@ async def _confirm(ctx: CommandContext, port: LinkPort, token: str) -> str:
     members = port.members()
     for key in members:
         if key != port.own_key:
-            port.tell(
+            await port.tell(
                 key,
                 f"(Your memory is now shared with {port.own_key}: {keys_text(members)} read and "
                 "write one memory. /unlink on any of them separates it again.)",
@@ -123,7 +123,8 @@ async def _confirm(ctx: CommandContext, port: LinkPort, token: str) -> str:
     )
     return (
         f"Linked: {keys_text(members)} now share one memory.{moved} The other side is told "
-        "with its next answer. /status lists the linked accounts; /unlink separates this one."
+        "(at once, or with its next answer). /status lists the linked accounts; /unlink "
+        "separates this one."
     )
 
 
@@ -149,7 +150,7 @@ async def cmd_unlink(ctx: CommandContext, args: str) -> str | Reply:
             return "There is nothing waiting for your confirmation. Start with /unlink."
         left = await port.leave()
         for key in left:
-            port.tell(
+            await port.tell(
                 key,
                 f"({port.own_key} no longer shares your memory; it stays with "
                 f"{keys_text(left)}.)",

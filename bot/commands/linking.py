@@ -1,4 +1,4 @@
-"""The one-time codes of /link, their throttle, and what a person is told on their next message.
+"""The one-time codes of /link, their throttle, and the ports the link commands are given.
 
 A code is 8 characters from an alphabet without look-alikes (no 0/O, 1/I/L), ~2^39 of them,
 valid 10 minutes and once: taking it, right or not, ends it. A wrong code says nothing about
@@ -81,24 +81,6 @@ def normalise(code: str) -> str:
     return "".join(code.split()).replace("-", "").upper()
 
 
-class Notices:
-    """Sentences for a key that nobody asked for (a link made or removed elsewhere), said under
-    its next answer in a private chat. In RAM: a restart forgets them."""
-
-    def __init__(self, max_keys: int = 10_000) -> None:
-        self._pending: OrderedDict[str, list[str]] = OrderedDict()
-        self._max = max_keys
-
-    def add(self, key: str, text: str) -> None:
-        self._pending.setdefault(key, []).append(text)
-        self._pending.move_to_end(key)
-        while len(self._pending) > self._max:
-            self._pending.popitem(last=False)
-
-    def take(self, key: str) -> list[str]:
-        return self._pending.pop(key, [])
-
-
 class Codes(Protocol):
     """LinkCodes, or the cluster's shared codes."""
 
@@ -115,6 +97,8 @@ class PersonMoves(Protocol):
     ) -> None: ...
     async def arrivals(self, person: str) -> list[tuple[str, bytes]]: ...
     async def arrived(self, person: str, names: list[str]) -> None: ...
+    def here(self, person: str) -> bool: ...  # served by this worker
+    async def notify(self, person: str, to: str, text: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -128,4 +112,4 @@ class LinkPort:
     codes: Codes
     join: Callable[[str], Awaitable[Merged]]  # own key → the person of this key
     leave: Callable[[], Awaitable[list[str]]]  # own key out; the keys it leaves behind
-    tell: Callable[[str, str], None]  # a sentence for a key's next private answer
+    tell: Callable[[str, str], Awaitable[None]]  # a notice for a key (bot/agent/telling.py)

@@ -2,7 +2,8 @@
 /memory history|undo and /link. Each changes files atomically, so a crash leaves every file
 loadable.
 
-Public: `forget`, `wipe`, `export`, `versions`, `link` (the merge and split of /link, /unlink).
+Public: `forget`, `wipe`, `export`, `versions`, `link` (the merge and split of /link,
+/unlink), `notices` (what the other accounts are told of a link).
 """
 
-__all__ = ["export", "forget", "link", "versions", "wipe"]
+__all__ = ["export", "forget", "link", "notices", "versions", "wipe"]

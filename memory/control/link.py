@@ -32,6 +32,7 @@ from pathlib import Path
 
 from memory.atomic import atomic_write_text, fsync_dir
 from memory.control.forget import history_entries
+from memory.control.notices import NOTICES_FILE
 from memory.control.wipe import delete, hide
 from memory.keys import decode_key
 from memory.links import LinkTable
@@ -203,6 +204,7 @@ def _merge_files(source: Workspace, target: Workspace) -> Merged:
     files = sum(_move_folder(source.root / name, target.root / name) for name in _MOVED_FOLDERS)
     _merge_usage(source.root / USAGE_FILE, target.root / USAGE_FILE)
     _merge_usage(source.reminders.path, target.reminders.path)  # records: the same union
+    _merge_usage(source.root / NOTICES_FILE, target.root / NOTICES_FILE)  # and again
     _merge_preferences(source, target)
     return Merged(facts, entries, files)
 

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memory.atomic import PRIVATE_FILE_MODE, atomic_write_text
-from memory.safefs import append_all, open_fd, read_bytes
+from memory.safefs import append_line, read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -98,15 +97,7 @@ class ReminderFile:
         """One record, as one whole line (after a torn line, on a line of its own)."""
         if record.get("type") not in (SET, DELIVERED, CANCELLED) or not record.get("id"):
             raise ValueError("a reminder record needs a type and an id")
-        data = _line(record)
-        fd = open_fd(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)
-        try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data  # never glue a record to a torn line
-            append_all(fd, data)
-        finally:
-            os.close(fd)
+        append_line(self.path, _line(record), PRIVATE_FILE_MODE)
 
     def matching(self, pattern: re.Pattern[str]) -> list[StoredReminder]:
         """The reminders whose text holds `pattern` (pending or not: /forget removes all)."""
