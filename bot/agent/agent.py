@@ -283,7 +283,9 @@ class Agent:
         )  # lone surrogates → U+FFFD
         if self.moves is not None and self.moves.arriving(inbound.user_key):
             await self._take_arrivals(inbound.user_key)
-        if inbound.delivered is None:
+        if inbound.is_private and inbound.place and _names_link(inbound.text):
+            # Where this account can be told of a link change later (both sides of a link
+            # send /link privately; a private chat's place rarely changes).
             self.teller.seen(own, inbound.user_key, inbound.platform, inbound.place)
         told = self.teller.unsaid(own, inbound.user_key) if inbound.is_private else []
         if told:
@@ -1313,6 +1315,11 @@ def _assistant_with_calls(result: ChatResult, made: list[ToolCall]) -> dict[str,
     # "" rather than null: llama-cpp-python's server refuses (HTTP 500) an assistant message
     # whose content is null, and the session would fail on every later turn.
     return {"role": "assistant", "content": result.content or "", "tool_calls": calls}
+
+
+def _names_link(text: str) -> bool:
+    command = parse_command(text)
+    return command is not None and command.name in ("link", "unlink")
 
 
 class _WithNotices:

@@ -2,11 +2,12 @@
 
 A notice is written to the person's workspace first (memory/control/notices.py), then sent in
 the background through the platform's sender, the port reminders use (`bot.platform.Resender`:
-the adapter's `send_to` in one process, `PushSender` in a worker), to where that account last
-wrote from, as a private message. Sent, it is marked told. If it cannot be sent (no place known
-yet, the platform away), it stays on file and is said under that account's next private
-answer, after a restart too. In cluster mode a notice for a person served by another worker
-travels in the shared link table (bot/cluster/people.py), and that worker writes and sends it.
+the adapter's `send_to` in one process, `PushSender` in a worker), as a private message to where
+that account last sent /link or /unlink from (privately: both sides of a link did). Sent, it
+is marked told. If it cannot be sent (no place known yet, the platform away), it stays on
+file and is said under that account's next private answer, after a restart too. In cluster
+mode a notice for a person served by another worker travels in the shared link table
+(bot/cluster/people.py), and that worker writes and sends it.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ class Teller:
         self._sending: set[asyncio.Task[None]] = set()
 
     def seen(self, own: str, person: str, platform: str, place: dict[str, str] | None) -> None:
-        """`own` wrote from `place` (plain ids): recorded in its person's workspace when it
-        changed, so a notice can reach it there later."""
+        """`own` wrote /link or /unlink privately from `place` (plain ids): recorded in its
+        person's workspace when it changed, so a notice can reach it there later."""
         if place is None:
             return
         where = {**place, "platform": platform}
