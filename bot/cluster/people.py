@@ -160,6 +160,22 @@ class SharedPeople(LinkTable):
         edit = self.change(lambda doc: {**doc, "links": change(dict(doc["links"]))})
         asyncio.run_coroutine_threadsafe(edit, self._loop).result()
 
+    def drop_person(self, user_key: str) -> list[str]:
+        """After /wipe: the person's links, and anything still on its way to them (a packed
+        workspace merged in after the wipe would bring back what it erased)."""
+        home = self.resolve(user_key)
+        dropped = [k for k, v in self._load().items() if v == home]
+
+        def edit(doc: Doc) -> Doc:
+            links = {k: v for k, v in doc["links"].items() if v != home}
+            moving = {k: v for k, v in doc["moving"].items() if k != home}
+            return {"links": links, "moving": moving}
+
+        if dropped or self.arriving(home):
+            assert self._loop is not None, "start() first"
+            asyncio.run_coroutine_threadsafe(self.change(edit), self._loop).result()
+        return dropped
+
     async def change(self, edit: Callable[[Doc], Doc]) -> None:
         """Compare-and-set: `edit` applied to the latest value (again, if another process
         changed it meanwhile). LinkError from `edit` refuses the change."""
