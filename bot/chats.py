@@ -6,7 +6,9 @@ conversation.py decides who may).
 One JSON object beside the workspaces (`.chats.json`), chat key → its settings, replaced
 atomically: a crash leaves the old settings or the new ones. The agent and the adapters of one
 process share one `ChatBook` per folder (`ChatBook.of`); a change made by another process on the
-same folder is read when the file's stamp changes, so no reader is ever stale for long.
+same folder is read when the file's stamp changes, so no reader is ever stale for long. In
+cluster mode the book is the cluster's (bot/cluster/chats.py): the workers change it, the
+ingresses (whose adapters decide whether a group message is for the bot) read it.
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ class ChatBook:
         self._stamp: tuple[int, int, int] | None = None
 
     @classmethod
+    def install(cls, folder: Path, book: ChatBook) -> None:
+        """Make `book` this folder's one book (cluster mode: the cluster's, bot/cluster/chats.py),
+        before the agent and the adapters ask `of`."""
+        cls._shared[Path(folder).absolute()] = book
+
+    @classmethod
     def of(cls, folder: Path) -> ChatBook:
         """The one book of this folder in this process (the agent's and the adapters')."""
         key = Path(folder).absolute()
@@ -88,7 +96,7 @@ class ChatBook:
         return gone
 
     def _write(self, chats: dict[str, ChatSettings]) -> None:
-        body = {key: _plain(value) for key, value in sorted(chats.items())}
+        body = {key: plain(value) for key, value in sorted(chats.items())}
         make_private_dir(self.path.parent)
         atomic_write_text(self.path, json.dumps(body, indent=1, ensure_ascii=False) + "\n")
         self._chats = chats
@@ -144,7 +152,7 @@ def clean_words(words: list[str]) -> tuple[str, ...] | str:
     return tuple(kept)
 
 
-def _plain(settings: ChatSettings) -> dict[str, Any]:
+def plain(settings: ChatSettings) -> dict[str, Any]:
     plain: dict[str, Any] = {}
     if settings.trigger:
         plain["trigger"] = settings.trigger
@@ -168,20 +176,20 @@ def _read(path: Path) -> dict[str, ChatSettings]:
         return {}
     if not isinstance(data, dict):
         return {}
-    chats = {}
-    for key, value in data.items():
-        if not isinstance(value, dict):
-            continue
-        trigger = value.get("trigger")
-        words = value.get("words")
-        persona, owner = value.get("persona"), value.get("owner")
-        chats[str(key)] = ChatSettings(
-            trigger=trigger if trigger in TRIGGERS else None,
-            words=tuple(str(w) for w in words) if isinstance(words, list) else (),
-            persona=persona if isinstance(persona, str) and persona else None,
-            owner=owner if isinstance(owner, str) else None,
-        )
-    return chats
+    return {str(key): settings_of(value) for key, value in data.items() if isinstance(value, dict)}
+
+
+def settings_of(value: dict[str, Any]) -> ChatSettings:
+    """One chat's settings as this module writes them (`plain`); anything else: the default."""
+    trigger = value.get("trigger")
+    words = value.get("words")
+    persona, owner = value.get("persona"), value.get("owner")
+    return ChatSettings(
+        trigger=trigger if trigger in TRIGGERS else None,
+        words=tuple(str(w) for w in words) if isinstance(words, list) else (),
+        persona=persona if isinstance(persona, str) and persona else None,
+        owner=owner if isinstance(owner, str) else None,
+    )
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:

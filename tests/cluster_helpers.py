@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from bot.cluster.chats import SharedChats
 from bot.cluster.lease import this_worker
 from bot.cluster.people import SharedPeople
 from bot.config import ClusterConfig
@@ -33,15 +34,16 @@ def settings(server: NatsServer, **changes: object) -> ClusterConfig:
 @contextlib.asynccontextmanager
 async def serving(
     core: Core, cluster: ClusterConfig, folder: Path, partitions: list[int] | None = None,
-    people: SharedPeople | None = None,
+    people: SharedPeople | None = None, chats: SharedChats | None = None,
 ) -> AsyncIterator[asyncio.Task[None]]:  # fmt: skip
     """A Worker on `folder` for `partitions` (default: all), running until the block ends;
-    `people`: the cluster's link table, as `lightgrep worker` gives it (bot/cli/cluster.py)."""
+    `people`, `chats`: the cluster's link table and chat settings, as `lightgrep worker` gives
+    them (bot/cli/cluster.py)."""
     from bot.cluster.worker import Worker
 
     folder.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - a test's folder
     chosen = partitions or list(range(cluster.partitions))
-    worker = Worker(core, cluster, chosen, this_worker(folder), people)
+    worker = Worker(core, cluster, chosen, this_worker(folder), people, chats=chats)
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop))
     ready = asyncio.create_task(worker.ready.wait())

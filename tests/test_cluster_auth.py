@@ -16,6 +16,7 @@ import pytest
 
 from bot.cluster import wire
 from bot.cluster.adopt import subscribe_answers
+from bot.cluster.chats import SharedChats
 from bot.cluster.connection import ClusterError, Names, connect, ensure_streams
 from bot.cluster.ingress import BrokerCore
 from bot.cluster.people import SharedPeople
@@ -173,8 +174,9 @@ async def test_the_shipped_nats_users_do_their_jobs_and_nothing_else(
     try:
         await dead_ingress_with_an_answer(as_ingress, as_worker)
         people = SharedPeople(tmp_path / "w")  # the link table's buckets, as a worker's
-        async with serving(Mirror(), as_worker, tmp_path / "w", people=people):
-            core = BrokerCore(as_ingress)
+        chats = SharedChats(tmp_path / "w")  # and the chats' settings
+        async with serving(Mirror(), as_worker, tmp_path / "w", people=people, chats=chats):
+            core = BrokerCore(as_ingress, chats=SharedChats(tmp_path / "i"))
             platform = Taking()
             core.send_with("discord", platform)
             assert await core.start(asyncio.Event())
@@ -193,6 +195,7 @@ async def test_the_shipped_nats_users_do_their_jobs_and_nothing_else(
             (as_ingress, "lightgrep.in.>", "subscription"),
             (as_ingress, "_INBOX.lightgrep-worker.>", "subscription"),
             (as_ingress, "$KV.lightgrep-links.table", "publish"),  # who is whom: workers'
+            (as_ingress, "$KV.lightgrep-chats.chat", "publish"),
             (as_worker, "_INBOX.lightgrep-ingress.>", "subscription"),
             (as_worker, "$JS.API.STREAM.PURGE.lightgrep-in", "publish"),
         ]:

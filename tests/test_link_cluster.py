@@ -26,11 +26,12 @@ from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.nats_server import NatsServer
 from tests.test_cluster_core import ask, ingress
-from tests.test_link import CODE, Person, llm_that_files
+from tests.test_link import CODE, GROUP, TG, Person, llm_that_files
 
 pytestmark = pytest.mark.timeout(120)
 PARTITIONS = 4
 RANGES = ("0-1", "2-3")  # discord-77 is in partition 0, telegram-42 in 2: two workers
+OTHER = 45  # a member of Bea's Telegram group; partition 0: worker 0
 
 
 def cluster_section(nats: NatsServer) -> str:
@@ -80,6 +81,10 @@ async def cluster(
                     await proc.kill()
 
 
+def in_group(tg: FakeTelegram, text: str) -> bool:
+    return any(text in m.text for m in tg.sent_to(GROUP))
+
+
 def tails(procs: list[BotProcess]) -> str:
     return "\n".join(f"--- {p.log_path.parent.name}\n{p.log_tail(20)}" for p in procs)
 
@@ -90,6 +95,7 @@ async def test_a_link_made_through_one_ingress_is_honoured_through_the_other(
 ) -> None:  # fmt: skip
     assert partition_of("discord-77", PARTITIONS) in (0, 1)
     assert partition_of("telegram-42", PARTITIONS) in (2, 3)
+    assert partition_of(f"telegram-{OTHER}", PARTITIONS) in (0, 1)
     llm_that_files(
         fake_llm,
         "[2025-03-01 10:00] Bea said she keeps bees in Lisbon.",
@@ -100,6 +106,17 @@ async def test_a_link_made_through_one_ingress_is_honoured_through_the_other(
         async with cluster(tmp_path, fake_llm, fake_telegram, dc, nats_server, child_env) as procs:
             bea = Person(fake_telegram, dc)
             try:
+                # A group's trigger, set through worker 1 (Bea's), holds at the ingress for a
+                # message of a member worker 0 serves (the chats' settings are the cluster's).
+                fake_telegram.admins[GROUP].add(TG)
+                fake_telegram.group(GROUP, TG, "/group trigger always")
+                await fake_telegram.wait_until(
+                    lambda: in_group(fake_telegram, "every message"), wait_s=STEP_TIMEOUT
+                )
+                fake_telegram.group(GROUP, OTHER, "nice weather")  # no @mention
+                await fake_telegram.wait_until(
+                    lambda: in_group(fake_telegram, "Noted."), wait_s=STEP_TIMEOUT
+                )
                 await bea.discord("I like green tea", "Noted.")  # worker 0 keeps it
                 offer = await bea.telegram("/link", "Your link code")  # made by worker 1
                 [code] = set(CODE.findall(offer))

@@ -28,7 +28,9 @@ log = logging.getLogger("lightgrep")
 
 async def cmd_ingress(args: argparse.Namespace) -> int:
     """The enabled platforms, answered by the workers through NATS JetStream."""
+    from bot.chats import ChatBook
     from bot.cli.serve import observed, serve, stop_on_signals
+    from bot.cluster.chats import SharedChats
     from bot.cluster.connection import ClusterError
     from bot.cluster.ingress import BrokerCore, ingress_id_for
     from bot.platform import Resender
@@ -44,7 +46,10 @@ async def cmd_ingress(args: argparse.Namespace) -> int:
     factories = {name: platform_factory(name) for name in names}
     # The platforms keep their state here (Telegram's spool): one ingress per folder.
     with only_writer(config):
-        core = BrokerCore(config.cluster, ingress_id_for(workspaces_dir(config)))
+        # The chats' settings are the cluster's: its adapters decide by the workers' book.
+        chats = SharedChats(workspaces_dir(config))
+        ChatBook.install(workspaces_dir(config), chats)
+        core = BrokerCore(config.cluster, ingress_id_for(workspaces_dir(config)), chats)
         with stop_on_signals() as stop:
             try:
                 try:
@@ -69,6 +74,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     import asyncio
 
     from bot.cli.serve import close_agent, observed, stop_on_signals
+    from bot.cluster.chats import SharedChats
     from bot.cluster.connection import ClusterError
     from bot.cluster.lease import this_worker
     from bot.cluster.partition import RangeError, describe_ranges, parse_ranges
@@ -95,9 +101,10 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             # The link table and codes are the cluster's (people.py), read at the connection.
             people = SharedPeople(workspaces_dir(config))
             agent.links, agent.link_codes, agent.moves = people, people.codes, people
+            agent.chats = SharedChats(workspaces_dir(config))  # a group's, for every worker
             worker = Worker(
                 metered_core(agent), config.cluster, partitions, me, people,
-                before_serving=agent.finish_shipping,
+                before_serving=agent.finish_shipping, chats=agent.chats,
             )  # fmt: skip
             people.owns, people.on_arrival = worker.owns, agent.arrive_soon
             async with observed(config.metrics.listen, [], config.llm, worker.health):

@@ -10,4 +10,4 @@ the connection and the streams in connection.py. `lightgrep run` uses none of th
 
 # What the CLI starts; the rest (wire, signing, publish, assembly, adopt, resend) is the
 # cluster's own.
-__all__ = ["connection", "ingress", "lease", "partition", "people", "worker"]
+__all__ = ["chats", "connection", "ingress", "lease", "partition", "people", "worker"]

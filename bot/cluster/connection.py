@@ -9,7 +9,7 @@ Two JetStream streams, both work queues (a message is gone once acknowledged):
   ingresses that serve that platform (push.py).
 A key-value bucket `<prefix>-leases` holds which worker serves which partition (lease.py),
 `<prefix>-ingresses` which ingresses run (adopt.py), `<prefix>-links` and `-linking` who is
-whom and the /link codes (people.py), and
+whom and the /link codes (people.py), `<prefix>-chats` the chats' settings (chats.py), and
 an object store `<prefix>-bodies` the messages too large for one NATS message (wire.py), each
 deleted once its message is answered.
 
@@ -91,6 +91,10 @@ class Names:
     @property
     def linking_bucket(self) -> str:
         return f"{self.prefix}-linking"
+
+    @property
+    def chats_bucket(self) -> str:
+        return f"{self.prefix}-chats"
 
     @property
     def body_bucket(self) -> str:

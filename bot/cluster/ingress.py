@@ -43,6 +43,7 @@ from nats.js.object_store import ObjectStore
 from bot.cluster import wire
 from bot.cluster.adopt import REPLY_BATCH, REPLY_WAIT_S, Adopter, subscribe_answers
 from bot.cluster.assembly import Assembly
+from bot.cluster.chats import SharedChats
 from bot.cluster.connection import Names, bodies, connect, ensure_streams
 from bot.cluster.lease import folder_id
 from bot.cluster.partition import partition_of
@@ -80,7 +81,12 @@ def _host() -> str:
 class BrokerCore:
     """Core for the adapters of an ingress: the answers come from the workers (see above)."""
 
-    def __init__(self, settings: ClusterConfig, ingress_id: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: ClusterConfig,
+        ingress_id: str | None = None,
+        chats: SharedChats | None = None,
+    ) -> None:
         self._settings = settings
         self._names = Names(settings.subject_prefix)
         self._signer = Signer(settings.signing_key, required=not settings.private_network)
@@ -102,6 +108,7 @@ class BrokerCore:
         # Who is whom (people.py): a message goes to the partition of its sender's person,
         # so every platform of one person is served by one worker, one writer.
         self.people = SharedPeople(None)
+        self._chats = chats  # the chats' settings its adapters ask (group triggers)
 
     @property
     def waiting(self) -> int:
@@ -127,6 +134,8 @@ class BrokerCore:
         self._receipts = Publisher(js, "where an answer was sent", "receipt")
         self._bodies = await bodies(js, self._names, self._settings)
         await self.people.start(js, self._names, self._settings)
+        if self._chats is not None:
+            await self._chats.start(js, self._names, self._settings)
         self._limit = max(1024, client.max_payload - wire.HEADROOM)
         sub = await self._subscribe(js)
         self._listener = asyncio.create_task(self._listen(js, sub))
@@ -162,6 +171,8 @@ class BrokerCore:
             if task is not None:
                 await cancel_and_wait(task)
         await self.people.close()
+        if self._chats is not None:
+            await self._chats.close()
         await self.resending.close()
         if self._adopter is not None:
             await self._adopter.release()

@@ -93,9 +93,9 @@ class SharedPeople(LinkTable):
         """Open (or make) the buckets, read the table, and watch it from here on. An ingress
         (no mirror) only reads the table: its NATS user may not change it."""
         self._loop = asyncio.get_running_loop()
-        self._kv = await _bucket(js, names.links_bucket, None, settings.replicas)
+        self._kv = await open_bucket(js, names.links_bucket, None, settings.replicas)
         if self._mirror is not None:
-            self.codes.kv = await _bucket(js, names.linking_bucket, WINDOW_S, settings.replicas)
+            self.codes.kv = await open_bucket(js, names.linking_bucket, WINDOW_S, settings.replicas)
             self._bodies = await bodies(js, names, settings)
         await self.refresh()
         watcher = await self._kv.watch(TABLE_KEY)
@@ -356,9 +356,11 @@ def _name(item: dict[str, Any]) -> str:
     return f"notice:{item.get('id')}" if "to" in item else str(item.get("bundle", ""))
 
 
-async def _bucket(
+async def open_bucket(
     js: JetStreamContext, name: str, ttl_s: float | None, replicas: int
 ) -> KeyValue:
+    """A key-value bucket of history 1 (`ttl_s`: keys expire after their last write), made on
+    first use."""
     try:
         return await js.key_value(name)
     except BucketNotFoundError:

@@ -51,6 +51,7 @@ from bot.outbound import BufferedOutbound, Button, Notice, OutFile
 from bot.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
+    from bot.cluster.chats import SharedChats
     from bot.cluster.people import SharedPeople
     from bot.platform import Core
 
@@ -164,11 +165,13 @@ class Worker:
         me: Holder,
         people: SharedPeople | None = None,
         before_serving: Callable[[], None] | None = None,
+        chats: SharedChats | None = None,
     ) -> None:
         self.ready = asyncio.Event()
         self._core = core
         self._people = people  # who is whom: a message goes to its person's partition
         self._before_serving = before_serving  # once the table is read (Agent.finish_shipping)
+        self._chats = chats  # the chats' settings (the agent's book)
         self._settings = settings
         self._names = Names(settings.subject_prefix)
         self._signer = Signer(settings.signing_key, required=not settings.private_network)
@@ -212,6 +215,8 @@ class Worker:
             await ensure_streams(js, self._names, self._settings)
             if self._people is not None:
                 await self._people.start(js, self._names, self._settings)
+            if self._chats is not None:
+                await self._chats.start(js, self._names, self._settings)
             if self._before_serving is not None:
                 await asyncio.to_thread(self._before_serving)
             leases = self._leases = Leases(
@@ -225,6 +230,8 @@ class Worker:
                 await leases.release()
             if self._people is not None:
                 await self._people.close()
+            if self._chats is not None:
+                await self._chats.close()
             with contextlib.suppress(Exception):
                 await client.close()
 
