@@ -80,7 +80,8 @@ class Teller:
         """(id, text) of the notices for `own` still to be said (under its next answer)."""
         if not self._workspaces.exists(person):
             return []
-        pending = NoticeFile(self._workspaces.get(person).root).pending(own)
+        # By its path, opening nothing: an unsafe workspace is refused by the turn, which says so.
+        pending = NoticeFile(self._workspaces.root_of(person)).pending(own)
         return [(ident, text) for ident, _, text in pending]
 
     def said(self, person: str, idents: list[str]) -> None:
