@@ -99,10 +99,12 @@ async def test_set_by_command_and_by_the_model_sent_in_the_right_chat_on_time(
     on_time(fake_telegram, GROUP, "⏰ Reminder for User43: book the tickets", tickets)
     assert not texts(fake_telegram, 43, "tickets")  # the group's, not in a private chat
 
-    # The model knows it reminded them: the reminder is in the session it was asked in.
-    session = (workspaces / "telegram-42" / "sessions").iterdir()
-    transcript = "".join(p.read_text() for p in session)
-    assert "⏰ Reminder: water the plants" in transcript
+    # The model knows it reminded them: the reminder is in the session it was asked in (noted
+    # once the platform took it: after the fake saw it, so waited for).
+    def transcript() -> str:
+        return "".join(p.read_text() for p in (workspaces / "telegram-42" / "sessions").iterdir())
+
+    await fake_telegram.wait_until(lambda: "⏰ Reminder: water the plants" in transcript())
 
     # A bad `when`: the forms that work, and nothing set.
     before = len(records(workspaces, "telegram-42"))
