@@ -4,6 +4,7 @@ appended, seen stale when the file is replaced, and gone with the words /forget 
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import random
@@ -13,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from bot.keys import user_key
 from memory.control.export import write_archive
 from memory.control.forget import forget
 from memory.search import history_index
 from memory.search.engine import CHUNK_BYTES, SCANS, search_history
 from memory.workspace import Workspaces
+from tests.agent_helpers import ask, dm, make_agent
+from tests.fakes.openai_server import FakeOpenAI, completion
 
 NOW = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -292,3 +296,27 @@ def test_a_link_merge_drops_the_index_of_the_history_it_rewrites(
     assert answers(ours.history_path, "quokka")[0] == 1
     assert history_index.build(ours.history_path, CHUNK_BYTES)
     assert_same_answers(ours.history_path)
+
+
+async def test_a_persons_first_message_prepares_the_index_of_a_big_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
+) -> None:
+    """Their first search then answers from the index, instead of reading the whole file while
+    they wait and only then starting the build."""
+    monkeypatch.setattr(history_index, "MIN_BYTES", 64 * 1024)
+    monkeypatch.setattr(history_index, "SEGMENT_BYTES", 64 * 1024)
+    agent = make_agent(fake_llm, tmp_path / "workspaces")
+    try:
+        history = agent.workspaces.get(user_key("telegram", "42")).history_path
+        history.write_text(history_text(7, 3000), "utf-8")
+        assert history.stat().st_size > 64 * 1024
+        fake_llm.queue(completion("Hello again."))
+        assert (await ask(agent, dm("42", "hi"))).text == "Hello again."
+        for _ in range(400):  # the build runs in a thread of its own: wait for its file
+            if history_index.index_path(history).exists():
+                break
+            await asyncio.sleep(0.025)
+        assert history_index.lookup(history, CHUNK_BYTES) is not None, "no index was built"
+        assert answers(history, "paid euros late") == without_index(history, "paid euros late")
+    finally:
+        await agent.aclose()

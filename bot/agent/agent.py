@@ -20,6 +20,7 @@ import math
 import os
 import re
 import secrets
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 from functools import partial
@@ -97,6 +98,7 @@ from memory.llm import (
 )
 from memory.preferences import MEMORY_IN_GROUPS
 from memory.safefs import LinkRefusedError
+from memory.search.engine import prepare as prepare_search
 from memory.session import HIDDEN, REPLY_TO, TURN, Session
 from memory.text import valid_text
 from memory.tokens import TokenEstimator
@@ -259,6 +261,9 @@ class Agent:
         self._tools_text = tools_text(self.sizing.form)
         self._draining: set[tuple[str, str]] = set()  # sessions consolidating in the background
         self._closing = False  # aclose(): a backlog's background work stops after its round
+        # Workspaces whose history index was looked at since they were loaded (_prepare_search).
+        self._search_ready: weakref.WeakSet[Workspace] = weakref.WeakSet()
+        self._small_tasks: set[asyncio.Task[None]] = set()
 
     def _estimated_usage(
         self, messages: list[dict[str, Any]], result: ChatResult
@@ -387,6 +392,7 @@ class Agent:
         self._closing = True
         self.attachments.stop()
         await self.background.wait_all()
+        await asyncio.gather(*self._small_tasks, return_exceptions=True)
         await self.teller.aclose()
         await self.llm.aclose()
         if self.transcriber is not None:
@@ -401,6 +407,7 @@ class Agent:
             workspace = self.workspaces.get(inbound.user_key)
             session = await workspace.sessions.load(inbound.session_key)
             await self.estimator.warm(session)  # a backlog: counted in a thread, once
+            self._prepare_search(workspace)
             earlier = self._earlier_copy(session, inbound.message_id)
             if earlier is not None:
                 return await self._redelivered(workspace, session, inbound, earlier, out)
@@ -1238,6 +1245,18 @@ class Agent:
         workspace = self.workspaces.cached(user_key)
         if workspace is not None:
             workspace.sessions.evict(session_key)
+
+    def _prepare_search(self, workspace: Workspace) -> None:
+        """The person's first message since their workspace was loaded: a big history's index is
+        checked, and built in the background if it is missing or stale, so that their first
+        /recall or search_history answers from it instead of reading the whole file. Off the
+        loop, not awaited: the turn does not wait for it."""
+        if workspace in self._search_ready:
+            return
+        self._search_ready.add(workspace)
+        task = asyncio.create_task(asyncio.to_thread(prepare_search, workspace.history_path))
+        self._small_tasks.add(task)
+        task.add_done_callback(self._small_tasks.discard)
 
     def _drop_user_if_idle(self, user_key: str) -> bool:
         """The person leaves RAM once none of their sessions is loaded and nothing holds their

@@ -79,7 +79,14 @@ from memory.search.word_scan import (
     scan_words,
 )
 
-__all__ = ["STOPWORDS", "HistoryHit", "SearchError", "SearchResult", "search_history"]
+__all__ = [
+    "STOPWORDS",
+    "HistoryHit",
+    "SearchError",
+    "SearchResult",
+    "prepare",
+    "search_history",
+]
 
 log = logging.getLogger(__name__)
 
@@ -655,6 +662,17 @@ def _read_entry(f: BinaryIO, start: int, length: int, first: int = SAMPLE_BYTES)
         if not block:
             return data
         pos = max(pos, last + 1)
+
+
+def prepare(path: Path) -> None:
+    """Have the index of a big HISTORY.md ready before its first search: a missing or stale one
+    starts building in the background (nothing for a small file). Blocking (a few reads): call it
+    off the loop. Without it, the first search of a history the bot has not indexed yet scans
+    the whole file (several times `grep`'s time on 100 MB) and only then starts the build."""
+    try:
+        history_index.lookup(path, CHUNK_BYTES)
+    except (OSError, ValueError, IndexError) as exc:  # never needed: the search scans
+        log.warning("search index of %s not prepared: %s", path, exc)
 
 
 def search_history(
