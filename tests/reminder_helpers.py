@@ -19,6 +19,11 @@ from tests.fakes.telegram_server import TOKEN, FakeTelegram, Sent
 WAIT_S = 30.0  # a hang guard: a child's cold start on a loaded machine (tests/cli_helpers.py)
 ALLOWED = ("42", "43", "44")
 
+# The scheduler sleeps until a reminder's time (bot/reminders/scheduler.py), so any lateness is the
+# machine's: a loaded one (CI beside other jobs) was seen at 1.02 s. A scheduler that woke on a
+# tick, or on the person's next message, would be several seconds late.
+LATE_S = 2.0
+
 
 def run_config(folder: Path, llm: FakeOpenAI, telegram: FakeTelegram, extra: str = "") -> Path:
     """Telegram at the fake, three people allowed, repeats as short as a second."""
