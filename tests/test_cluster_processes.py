@@ -20,32 +20,19 @@ import pytest
 
 from bench.cluster_harness import SIGNING_KEY, ClusterRig
 from bench.crash_loop import Traffic
-from bench.harness import FIRST_USER_ID, BenchLLM, BenchTelegram, _user_of
+from bench.harness import FIRST_USER_ID, _user_of
+from tests.cluster_rig import WAIT_S, cluster_rig, until
 from tests.nats_server import NatsServer, free_port
 
+__all__ = ["until"]  # tests/cluster_rig.py's, as before
+
 pytestmark = pytest.mark.timeout(120)
-WAIT_S = 30.0
 
 
 @pytest.fixture
 async def rig(tmp_path: Path, nats_server: NatsServer) -> AsyncIterator[ClusterRig]:
-    llm = await BenchLLM(latency_s=0.2, reply_words=20).start()
-    telegram = await BenchTelegram().start()
-    rig = ClusterRig(tmp_path, llm, telegram, nats_server)
-    try:
+    async with cluster_rig(tmp_path, nats_server, latency_s=0.2, reply_words=20) as rig:
         yield rig
-    finally:
-        await rig.kill_all()
-        await telegram.stop()
-        await llm.stop()
-
-
-async def until(rig: ClusterRig, predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}\n{rig.log_tails()}")
-        await asyncio.sleep(0.02)
 
 
 def check_kept_once_in_order_by_their_worker(rig: ClusterRig, sent: dict[int, int]) -> None:

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from bench.cluster_harness import ClusterRig
-from bench.harness import FIRST_USER_ID, BenchLLM, BenchTelegram
+from bench.harness import FIRST_USER_ID
 from bot.cluster.connection import Names, connect
 from bot.keys import user_key
 from tests.cluster_helpers import settings
+from tests.cluster_rig import cluster_rig
 from tests.nats_server import NatsServer
 from tests.reminder_helpers import LATE_S, due_of, records, texts, until, wall_time
 from tests.test_cluster_hostile import (
@@ -39,15 +40,8 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 async def rig(tmp_path: Path, nats_server: NatsServer) -> AsyncIterator[ClusterRig]:
-    llm = await BenchLLM(latency_s=0.05, reply_words=5).start()
-    telegram = await BenchTelegram().start()
-    rig = ClusterRig(tmp_path, llm, telegram, nats_server)
-    try:
+    async with cluster_rig(tmp_path, nats_server, latency_s=0.05, reply_words=5) as rig:
         yield rig
-    finally:
-        await rig.kill_all()
-        await telegram.stop()
-        await llm.stop()
 
 
 async def messages_waiting(nats: NatsServer, stream: str) -> int:
