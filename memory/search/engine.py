@@ -55,7 +55,7 @@ from memory.safefs import open_binary
 from memory.search import history_index, rerank, stems, terms
 from memory.search.dates import DateSpan
 from memory.search.regex import RegexError
-from memory.search.regions import SAMPLE_BYTES, walk
+from memory.search.regions import SAMPLE_BYTES, cut_regions, walk
 from memory.search.regions import estimate_entries as _estimate_entries
 from memory.search.scan_cache import Region, ScanCache, Version, file_version
 from memory.search.stems import WORD_BYTES, word_end
@@ -386,23 +386,9 @@ def _scan_regions(
     deadline = time.monotonic() + REGEX_TIME_BUDGET_S if query.regex else None
     words = [WordScan(t.forms) if t.forms is not None and not query.regex else None for t in terms]
     with open_binary(path) as f:
-        carry = b""
-        base = 0  # file offset of carry[0]
-        want = chunk
-        while True:
-            data = f.read(want)
-            eof = not data
-            buf = carry + data if carry else data
-            del carry, data
-            if not buf:
-                break
-            if eof:
-                cut = len(buf)
-            else:
-                cut = BYTES_LAYOUT.last_start(buf)
-                if cut == 0:  # one entry larger than the chunk: read on
-                    carry, want = buf, want * 2
-                    continue
+        for piece in cut_regions(f, chunk):  # memory/search/regions.py: as the index cuts them
+            buf, base, cut, eof = piece.buf, piece.base, piece.cut, piece.eof
+            del piece
             # + 1: the region's first entry, whose marker (if any) ends the previous region
             region = (base, cut, _estimate_entries(buf, cut) + 1)
             r = len(seen_regions)
@@ -437,11 +423,7 @@ def _scan_regions(
                 if kept is not None:
                     kept.append(got)
             tally.add_region([got for got in found if got is not None])
-            del seen, found
-            carry, base, want = buf[cut:], base + cut, chunk
-            del buf
-            if eof:
-                break
+            del seen, found, buf
     if file_version(path) == version:  # not changed while it was read
         for key, hits in zip(keys, fresh, strict=True):
             if key is None or hits is None:

@@ -11,12 +11,13 @@ of the file's start.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from memory.search.terms import BYTES_LAYOUT
 
-__all__ = ["SAMPLE_BYTES", "Cursor", "estimate_entries", "walk"]
+__all__ = ["SAMPLE_BYTES", "Cursor", "CutRegion", "cut_regions", "estimate_entries", "walk"]
 
 SAMPLE_BYTES = 128 * 1024  # per region, to estimate the number of entries
 
@@ -41,13 +42,31 @@ class Cursor:
     entries: int = 0
 
 
-def walk(f: BinaryIO, cursor: Cursor, chunk: int) -> tuple[int, Cursor]:
-    """The estimated entries of the whole file (regions as the scan cuts them), and the last
-    cursor that an append leaves valid. Reads from ``cursor`` on only."""
-    f.seek(cursor.base)
-    carry = f.read(cursor.read - cursor.base)
-    base, entries, stable = cursor.base, cursor.entries, cursor
-    read, want = cursor.read, chunk
+class CutRegion(NamedTuple):
+    """One region as the scan cuts it: ``buf[:cut]`` is whole entries from file offset ``base``
+    (what follows ``cut`` is carried into the next region); ``read``: how far the file was read;
+    ``full``: its last read filled the chunk (a region cut from a full read depends only on the
+    bytes before it)."""
+
+    buf: bytes
+    base: int
+    cut: int
+    eof: bool
+    read: int
+    full: bool
+
+
+def cut_regions(f: BinaryIO, chunk: int, cursor: Cursor | None = None) -> Iterator[CutRegion]:
+    """The regions of ``f`` from ``cursor`` on (the file's start if None), read ``chunk`` bytes
+    at a time after what the last region left over; a region ends at the last entry start of
+    what it holds (an entry larger than the chunk: read on, twice as much)."""
+    if cursor is None:
+        base, read, carry = 0, 0, b""
+    else:
+        f.seek(cursor.base)
+        carry = f.read(cursor.read - cursor.base)
+        base, read = cursor.base, cursor.read
+    want = chunk
     while True:
         data = f.read(want)
         full = len(data) == want
@@ -56,7 +75,7 @@ def walk(f: BinaryIO, cursor: Cursor, chunk: int) -> tuple[int, Cursor]:
         buf = carry + data if carry else data
         del carry, data
         if not buf:
-            break
+            return
         if eof:
             cut = len(buf)
         else:
@@ -64,13 +83,19 @@ def walk(f: BinaryIO, cursor: Cursor, chunk: int) -> tuple[int, Cursor]:
             if cut == 0:  # one entry larger than the chunk: read on
                 carry, want = buf, want * 2
                 continue
-        entries += estimate_entries(buf, cut) + 1
-        carry, base, want = buf[cut:], base + cut, chunk
-        if full and not eof:
-            stable = Cursor(base, read, entries)
-        else:
-            full = False
-        del buf
+        yield CutRegion(buf, base, cut, eof, read, full)
         if eof:
-            break
+            return
+        carry, base, want = buf[cut:], base + cut, chunk
+        del buf
+
+
+def walk(f: BinaryIO, cursor: Cursor, chunk: int) -> tuple[int, Cursor]:
+    """The estimated entries of the whole file (regions as the scan cuts them), and the last
+    cursor that an append leaves valid. Reads from ``cursor`` on only."""
+    entries, stable = cursor.entries, cursor
+    for region in cut_regions(f, chunk, cursor):
+        entries += estimate_entries(region.buf, region.cut) + 1
+        if region.full and not region.eof:
+            stable = Cursor(region.base + region.cut, region.read, entries)
     return entries, stable
