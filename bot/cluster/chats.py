@@ -5,10 +5,12 @@ its settings as JSON; deleted when it has the defaults again).
 A group's members are served by different workers (each by their person's partition), and
 whether a group message is for the bot at all is decided by the ingress's adapter, so every
 process must see one book. Each watches the bucket and keeps it in RAM, so a question costs no
-round trip. A worker's change (made by a command, on the event loop, which cannot wait for
-NATS) is applied to its RAM copy at once and put into the bucket in the background, tried again
-until NATS takes it; the other processes have it once their watch brings it (milliseconds).
-Two workers changing one chat at once: the later write wins, as with the file.
+round trip; the watch is supervised (people.py's `supervise_watch`: opened again when it ends,
+fails or the connection comes back, catching up). A worker's change (made by a command, on the
+event loop, which cannot wait for NATS) is applied to its RAM copy at once and put into the
+bucket in the background, tried again until NATS takes it; the other processes have it once
+their watch brings it (milliseconds). Two workers changing one chat at once: the later write
+wins, as with the file.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from nats.js.kv import KeyValue
 
 from bot.chats import ChatBook, ChatSettings, plain, settings_of
 from bot.cluster.connection import Names
-from bot.cluster.people import open_bucket
+from bot.cluster.people import open_bucket, supervise_watch
 from bot.config import ClusterConfig
 from bot.tasks import cancel_and_wait
 
@@ -46,22 +48,19 @@ class SharedChats(ChatBook):
 
     async def start(self, js: JetStreamContext, names: Names, settings: ClusterConfig) -> None:
         """Open (or make) the bucket and read every chat before anything is asked."""
-        self._kv = await open_bucket(js, names.chats_bucket, None, settings.replicas)
-        watcher = await self._kv.watchall()
+        kv = self._kv = await open_bucket(js, names.chats_bucket, None, settings.replicas)
+        watcher = await kv.watchall()
         while (entry := await watcher.updates(timeout=30)) is not None:  # None: all read
             self._take(entry)
-        self._watching = asyncio.create_task(self._watch(watcher))
+        self._watching = asyncio.create_task(
+            supervise_watch(names.chats_bucket, js, watcher, kv.watchall, self._take)
+        )
 
     async def close(self) -> None:
         if self._watching is not None:
             await cancel_and_wait(self._watching)
         if self._writes:  # what a command changed goes out before we stop (briefly)
             await asyncio.wait(self._writes, timeout=5)
-
-    async def _watch(self, watcher: Any) -> None:
-        async for entry in watcher:
-            if entry is not None:
-                self._take(entry)
 
     def _take(self, entry: Any) -> None:
         key = _chat_key(entry.key)

@@ -10,7 +10,10 @@ their way from one worker to another, in NATS JetStream key-value buckets.
 - Every process watches the key and keeps the latest value in RAM (`resolve` costs no round
   trip, on every message); a worker that gets a message whose person is not in its partitions
   reads the key again before it forwards the message (bot/cluster/worker.py), so a change the
-  watch has not brought yet is never acted on. A worker keeps `.links.json` in its folder as
+  watch has not brought yet is never acted on. The watch is supervised (`supervise_watch`,
+  chats.py's too): one that ends or fails is logged and opened again, re-reading the value,
+  and one is opened again after each reconnection, since its consumer may have gone with the
+  server; so a RAM copy is never left stale. A worker keeps `.links.json` in its folder as
   a copy, so `lightgrep memory KEY` and `recall` there follow the links.
 - `<prefix>-linking` (keys expire an hour after their last write): the codes (`code.<CODE>`,
   with their own expiry inside, taken by a delete that names the revision read: once) and each
@@ -28,10 +31,11 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import (
@@ -61,6 +65,8 @@ log = logging.getLogger(__name__)
 
 TABLE_KEY = "table"
 WINDOW_S = 3600.0  # the throttle's hour; also how long a key of the linking bucket lives
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0  # a failed watch is opened again after these, doubling
+LIVENESS_S = 1.0  # how often a watch looks whether its connection reconnected meanwhile
 
 Doc = dict[str, Any]  # {"links": {member: home}, "moving": {person: [{"bundle", "sha256"}]}}
 
@@ -98,8 +104,13 @@ class SharedPeople(LinkTable):
             self.codes.kv = await open_bucket(js, names.linking_bucket, WINDOW_S, settings.replicas)
             self._bodies = await bodies(js, names, settings)
         await self.refresh()
-        watcher = await self._kv.watch(TABLE_KEY)
-        self._watching = asyncio.create_task(self._watch(watcher))
+        kv = self._kv
+        watcher = await kv.watch(TABLE_KEY)
+        self._watching = asyncio.create_task(
+            supervise_watch(
+                names.links_bucket, js, watcher, lambda: kv.watch(TABLE_KEY), self._entry
+            )
+        )
 
     async def close(self) -> None:
         if self._watching is not None:
@@ -114,10 +125,9 @@ class SharedPeople(LinkTable):
             return
         self._take(entry.value or b"", entry.revision or 0)
 
-    async def _watch(self, watcher: Any) -> None:
-        async for entry in watcher:
-            if entry is not None and entry.value:
-                self._take(entry.value, entry.revision or 0)
+    def _entry(self, entry: Any) -> None:
+        if entry.value:
+            self._take(entry.value, entry.revision or 0)
 
     def _take(self, value: bytes, revision: int) -> None:
         if revision <= self._revision:
@@ -354,6 +364,59 @@ class SharedCodes:
 
 def _name(item: dict[str, Any]) -> str:
     return f"notice:{item.get('id')}" if "to" in item else str(item.get("bundle", ""))
+
+
+async def supervise_watch(
+    what: str, js: JetStreamContext, watcher: Any, reopen: Callable[[], Awaitable[Any]],
+    take: Callable[[Any], None],
+) -> None:  # fmt: skip
+    """Each entry of `watcher` (a KV watch of the bucket `what`) given to `take`, for as long
+    as the process runs (cancel it to stop). A watch that ends or fails (NATS away, `take`
+    raising) is logged once and opened again with `reopen`, with a back-off; one is opened
+    again at once after a reconnection (the server may have lost its consumer: nats-py would
+    notice only after missed heartbeats, if ever). A new watch delivers the current values
+    first, so the RAM copy catches up. A closed connection (the process stopping) ends it
+    quietly."""
+    client = js._nc  # nats-py keeps the connection there; it has no public accessor
+    delay, warned = RETRY_FIRST_S, False
+    while True:
+        reconnects = client.stats["reconnects"]
+        why: str | None = None
+        try:
+            if watcher is None:
+                watcher = await reopen()
+            while why is None:
+                try:
+                    entry = await watcher.updates(timeout=LIVENESS_S)
+                except nats.errors.TimeoutError:
+                    if client.stats["reconnects"] != reconnects:
+                        break  # reconnected: open it again (not an error)
+                    continue
+                if entry is KeyValue.KeyWatcher.STOP_ITER:
+                    why = "it ended"
+                elif entry is not None:
+                    take(entry)
+                    if warned:  # a restarted watch delivers again: the copy is current
+                        log.info("watching the bucket %s again", what)
+                    delay, warned = RETRY_FIRST_S, False
+        except Exception as exc:  # any failure of a watch: opened again
+            why = type(exc).__name__  # (its text may hold a server's address: not logged)
+        if watcher is not None:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+            watcher = None
+        if client.is_closed:
+            return  # the process closed its connection: it is stopping
+        if why is None:
+            continue
+        if not warned:
+            warned = True
+            log.warning(
+                "the watch of the bucket %s stopped (%s); opening it again (back-off up to "
+                "%.0f s)", what, why, RETRY_MAX_S,
+            )  # fmt: skip
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, RETRY_MAX_S)
 
 
 async def open_bucket(
