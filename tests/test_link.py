@@ -21,7 +21,7 @@ from bot.agent.agent import Agent
 from bot.commands.linking import ALPHABET, CODE_TTL_S, LinkCodes
 from bot.config import Config, LLMConfig, MemoryConfig
 from bot.outbound import BufferedOutbound
-from memory.links import LINKS_FILE
+from memory.links import LINKS_FILE, LinkTable
 from memory.workspace import Workspaces
 from tests.cli_helpers import STEP_TIMEOUT, write_config
 from tests.fakes.discord_server import FakeDiscord, user_payload
@@ -407,3 +407,37 @@ async def test_a_notice_nobody_could_be_sent_survives_a_restart_and_is_said_once
         assert "now shared" not in await ask(agent, "telegram-9", "hello again")
     finally:
         await agent.aclose()
+
+
+def test_in_a_cluster_folder_the_operator_commands_refuse_and_links_says_it_is_a_copy(
+    tmp_path: Path, clean_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker ran on this folder (it left its id): the table is the cluster's, in NATS, and
+    `.links.json` here is the worker's copy. Link and unlink refuse, changing nothing, and say
+    what to do instead; `links` lists the copy, saying so."""
+    from bot.cli.main import main
+    from bot.cluster.lease import this_worker
+
+    workspaces = Workspaces(tmp_path / "workspaces")
+    fill(workspaces, "telegram-42", "Telegram", 1, sessions=1)
+    fill(workspaces, "discord-77", "Discord", 1, sessions=1)
+    fill(workspaces, "cli-ana", "Terminal", 1, sessions=1)
+    this_worker(workspaces.base_dir)  # as `lightgrep worker` does when it starts
+    LinkTable(workspaces.base_dir).link("cli-ana", "telegram-42")  # the worker's copy
+    before = links_of(workspaces.base_dir)
+    config = str(write_config(tmp_path, "http://127.0.0.1:9/v1"))
+
+    assert main(["link", "--config", config, "discord-77", "telegram-42"]) != 0
+    err = capsys.readouterr().err
+    assert "lightgrep-links" in err and "/link <code>" in err, err
+    assert main(["unlink", "--config", config, "cli-ana"]) != 0
+    err = capsys.readouterr().err
+    assert "lightgrep-links" in err and "send /unlink" in err, err
+    assert links_of(workspaces.base_dir) == before
+    assert (workspaces.base_dir / "discord-77").exists()  # nothing merged
+    assert (workspaces.base_dir / "cli-ana").exists()  # nothing split
+
+    assert main(["links", "--config", config]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("(a copy: the cluster's link table is in NATS, bucket lightgrep-")
+    assert lines[1:] == ["telegram-42: cli-ana"]
