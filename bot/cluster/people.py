@@ -385,20 +385,19 @@ async def supervise_watch(
         try:
             if watcher is None:
                 watcher = await reopen()
-            while why is None:
-                try:
+            while why is None and client.stats["reconnects"] == reconnects:
+                try:  # (reconnected: opened again, and that is no error)
                     entry = await watcher.updates(timeout=LIVENESS_S)
                 except nats.errors.TimeoutError:
-                    if client.stats["reconnects"] != reconnects:
-                        break  # reconnected: open it again (not an error)
                     continue
                 if entry is KeyValue.KeyWatcher.STOP_ITER:
                     why = "it ended"
-                elif entry is not None:
+                    continue
+                if entry is not None:
                     take(entry)
-                    if warned:  # a restarted watch delivers again: the copy is current
-                        log.info("watching the bucket %s again", what)
-                    delay, warned = RETRY_FIRST_S, False
+                if warned:  # a restarted watch delivers again (None: nothing there)
+                    log.info("watching the bucket %s again", what)
+                delay, warned = RETRY_FIRST_S, False
         except Exception as exc:  # any failure of a watch: opened again
             why = type(exc).__name__  # (its text may hold a server's address: not logged)
         if watcher is not None:
