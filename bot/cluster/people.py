@@ -35,7 +35,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import (
@@ -379,27 +378,33 @@ async def supervise_watch(
     quietly."""
     client = js._nc  # nats-py keeps the connection there; it has no public accessor
     delay, warned = RETRY_FIRST_S, False
+
+    def delivered() -> None:  # the watch works (again): the copy is current
+        nonlocal delay, warned
+        if warned:
+            log.info("watching the bucket %s again", what)
+        delay, warned = RETRY_FIRST_S, False
+
     while True:
         reconnects = client.stats["reconnects"]
         why: str | None = None
+        following: asyncio.Future[None] | None = None
         try:
             if watcher is None:
                 watcher = await reopen()
-            while why is None and client.stats["reconnects"] == reconnects:
-                try:  # (reconnected: opened again, and that is no error)
-                    entry = await watcher.updates(timeout=LIVENESS_S)
-                except nats.errors.TimeoutError:
-                    continue
-                if entry is KeyValue.KeyWatcher.STOP_ITER:
-                    why = "it ended"
-                    continue
-                if entry is not None:
-                    take(entry)
-                if warned:  # a restarted watch delivers again (None: nothing there)
-                    log.info("watching the bucket %s again", what)
-                delay, warned = RETRY_FIRST_S, False
+            # Followed in a task of its own, so that looking for a reconnection does not
+            # time out a read (wait_for on nats-py's queue may drop an entry it just took).
+            following = asyncio.ensure_future(_follow(watcher, take, delivered))
+            while not following.done() and client.stats["reconnects"] == reconnects:
+                await asyncio.wait({following}, timeout=LIVENESS_S)
+            if following.done():
+                following.result()  # raises what made it stop
+                why = "it ended"
         except Exception as exc:  # any failure of a watch: opened again
             why = type(exc).__name__  # (its text may hold a server's address: not logged)
+        finally:
+            if following is not None:
+                await cancel_and_wait(following)
         if watcher is not None:
             with contextlib.suppress(Exception):
                 await watcher.stop()
@@ -407,7 +412,7 @@ async def supervise_watch(
         if client.is_closed:
             return  # the process closed its connection: it is stopping
         if why is None:
-            continue
+            continue  # reconnected: opened again, and that is no error
         if not warned:
             warned = True
             log.warning(
@@ -416,6 +421,14 @@ async def supervise_watch(
             )  # fmt: skip
         await asyncio.sleep(delay)
         delay = min(delay * 2, RETRY_MAX_S)
+
+
+async def _follow(watcher: Any, take: Callable[[Any], None], delivered: Callable[[], None]) -> None:
+    """Until the watch stops: each entry taken (None: all there was is delivered)."""
+    async for entry in watcher:
+        if entry is not None:
+            take(entry)
+        delivered()
 
 
 async def open_bucket(
