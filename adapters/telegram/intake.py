@@ -89,6 +89,7 @@ class Intake:
         self._running: dict[int, int] = {}  # user id → its updates handed to the application
         self._backlog: dict[int, list[dict[str, Any]]] = {}  # user id → durable, waiting
         self._known: set[int] = set()  # ids running or waiting (a redelivery is skipped)
+        self._writing: dict[int, asyncio.Future[None]] = {}  # webhook: id → its spool write
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._holding = False  # restored updates wait for release()
@@ -109,8 +110,9 @@ class Intake:
         self._holding = False
         self._pump_all()
 
-    def take(self, updates: list[dict[str, Any]]) -> None:
-        """Polling: run each update now if its user is under the cap, else spool it."""
+    async def take(self, updates: list[dict[str, Any]]) -> None:
+        """Polling: run each update now if its user is under the cap, else spool it (returns
+        once they are on disk: then the offset may move past them)."""
         spill = []
         for raw in updates:
             if self._seen(raw["update_id"]):
@@ -124,7 +126,7 @@ class Intake:
         if not spill:
             return
         try:
-            self._spool.add(spill)
+            await self._spool.add(spill)
         except OSError as exc:  # keep them in memory, holding the offset: nothing is lost
             log.warning("telegram: cannot spool %d update(s) (%s); running them", len(spill), exc)
             for raw in spill:
@@ -134,26 +136,35 @@ class Intake:
             self._queue(raw)
         self._pump_all()
 
-    def accept(self, raw: dict[str, Any]) -> None:
+    async def accept(self, raw: dict[str, Any]) -> None:
         """Webhook: on disk first (raises OSError, and then it must not be acknowledged)."""
-        if self._seen(raw["update_id"]):
+        uid = raw["update_id"]
+        writing = self._writing.get(uid)
+        if writing is not None:  # the same POST again while the first is being written
+            await asyncio.shield(writing)  # acknowledged only once it is on disk
+            return
+        if self._seen(uid):
             return  # Telegram sent it again (our 200 did not reach it), or a replay
         user = _sender(raw)
         cheap = self._cheap(raw)
         if user is None or cheap:  # nothing worth keeping: a refusal at most
             self._start(raw, durable=False, remember=not cheap)
             return
-        self._spool.add([raw])
+        writing = self._writing[uid] = asyncio.ensure_future(self._spool.add([raw]))
+        try:
+            await asyncio.shield(writing)
+        finally:
+            del self._writing[uid]
         self._queue(raw)
         self._pump(user)
 
-    def spool_held(self) -> None:
+    async def spool_held(self) -> None:
         """Put every held update on disk, so that polling may acknowledge past them."""
         raws = [raw for uid, raw in self.held.items() if _sender(raw) is not None]
         if not raws:
             return
         try:
-            self._spool.add(raws)
+            await self._spool.add(raws)
         except OSError as exc:
             log.warning("telegram: cannot spool the running updates (%s)", exc)
             return
@@ -169,10 +180,12 @@ class Intake:
         return len(self._known)
 
     async def drain(self) -> None:
-        """Let running updates finish; what waits in the backlogs stays spooled for next time."""
+        """Let running updates finish; what waits in the backlogs stays spooled for next time.
+        The spool's queued writes are done when this returns."""
         self._stopping = True
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._spool.flush()
 
     def _seen(self, uid: int) -> bool:
         """Running, waiting, or handled lately: the same update again gets no second turn."""

@@ -133,7 +133,7 @@ class Poller:
             if failures:
                 log.info("telegram: getUpdates works again")
             failures = 0
-            self._dispatch(updates)
+            await self._dispatch(updates)
         log.info("telegram: stopping; finishing %d running turn(s)", len(self._intake.held))
         await self._intake.drain()
         await self._acknowledge_handled()
@@ -190,8 +190,9 @@ class Poller:
             raise TelegramError(f"getUpdates returned {type(result).__name__}, not a list")
         return [u for u in result if isinstance(u, dict) and isinstance(u.get("update_id"), int)]
 
-    def _dispatch(self, updates: list[dict[str, Any]]) -> None:
-        """Hand each update not yet handed over to the intake, in id order."""
+    async def _dispatch(self, updates: list[dict[str, Any]]) -> None:
+        """Hand each update not yet handed over to the intake, in id order; returns once those
+        to be acknowledged are on disk or running (held)."""
         fresh = []
         for raw in sorted(updates, key=lambda u: u["update_id"]):
             uid = raw["update_id"]
@@ -202,13 +203,13 @@ class Poller:
             self._dispatched.add(uid)
             fresh.append(raw)
         self._got_new = bool(fresh)
-        self._intake.take(fresh)
+        await self._intake.take(fresh)
         if self._first:
             self._first = False
             self._intake.release()
         self._full = len(updates) >= POLL_LIMIT
         if self._full:
-            self._intake.spool_held()  # the window is full: let the offset move past them
+            await self._intake.spool_held()  # the window is full: let the offset move past them
 
     async def _acknowledge_handled(self) -> None:
         """The last getUpdates: tell Telegram what was handled since the last poll."""

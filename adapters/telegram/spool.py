@@ -22,6 +22,14 @@ means that update may be handled once more, and then the core recognises a messa
 already persisted by `Inbound.message_id` (it sends the stored answer again, as any
 at-least-once delivery).
 
+The disk work runs in one thread of the spool's own (`Spool._submit`), never on the event loop
+(an fsync, or a compaction's atomic rewrite, took up to 200 ms: a flood of one person paused
+everybody's turns). One thread keeps the writes in the order they were asked for, and a
+compaction reads the file in that thread, so no append falls between its read and its rewrite.
+`add` is awaited until its fsync is done; `done` only queues its mark; `flush` (at a stop) waits
+for everything queued. What is pending is counted on the loop when it is asked for, so a
+"nothing pending: empty the file" queued behind an append never drops that append's update.
+
 Both live in the workspaces folder (`.telegram-<bot id>.spool`, `….handled`): the folder lock
 that makes one process the only writer of the workspaces makes it the only reader and writer of
 these files too.
@@ -29,11 +37,14 @@ these files too.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import os
 from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +61,10 @@ class Spool:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.handled = HandledIds(path.with_name(path.name + ".handled"))
+        self.handled = HandledIds(path.with_name(path.name + ".handled"), self._submit)
         self._pending: dict[int, int] = {}  # update id → bytes of its line in the file
-        self._size = 0  # bytes of the file, as this object read and wrote it
+        self._size = 0  # bytes of the file, as this object read and wrote it (its thread's)
+        self._io: ThreadPoolExecutor | None = None  # the one thread of its disk work, if started
 
     def load(self) -> list[dict[str, Any]]:
         """The updates a previous run accepted and did not finish, in update_id order; from
@@ -75,33 +87,46 @@ class Spool:
         updates = self._scan(quiet=True)[0]
         return [updates[uid] for uid in sorted(updates)]
 
-    def add(self, updates: list[dict[str, Any]]) -> None:
-        """Append and fsync; once this returns, the updates may be acknowledged. Raises OSError
-        (nothing of this call is left in the file then)."""
+    async def add(self, updates: list[dict[str, Any]]) -> None:
+        """Append and fsync (in the spool's thread); once this returns, the updates may be
+        acknowledged. Raises OSError (nothing of this call is left in the file then)."""
         if not updates:
             return
         lines = [_line({"update": u}) for u in updates]
-        self._append(b"".join(lines), sync=True)
+        fresh = {}  # counted as pending now (see the module docstring), uncounted if it fails
         for update, line in zip(updates, lines, strict=True):
-            self._pending[update["update_id"]] = len(line)
+            if update["update_id"] not in self._pending:
+                fresh[update["update_id"]] = len(line)
+        self._pending.update(fresh)
+        written = self._submit(self._append, b"".join(lines), True)
+        try:
+            await asyncio.shield(asyncio.wrap_future(written))  # cancelled or not, it is written
+        except OSError:
+            for uid in fresh:
+                self._pending.pop(uid, None)
+            raise
 
     def done(self, update_id: int, *, remember: bool = True) -> None:
         """The update's turn is over: no longer pending; `remember`: kept as handled (see
-        HandledIds). Not fsynced (see the module docstring)."""
+        HandledIds). Its mark is queued for the spool's thread, not fsynced (see the module
+        docstring)."""
         if remember:
             self.handled.add(update_id)
         if self._pending.pop(update_id, None) is None:
             return
         if not self._pending:
-            self._empty()
+            self._submit(self._empty)
             return
-        try:
-            self._append(_line({"done": update_id}), sync=False)
-        except OSError as exc:
-            log.warning("telegram: could not mark update %s done in the spool (%s)", update_id, exc)
+        self._submit(self._mark, update_id, sum(self._pending.values()))
+
+    async def flush(self) -> None:
+        """Wait until the disk work asked for so far is done (at a stop); the spool's thread
+        ends, and starts again if more comes."""
+        io, self._io = self._io, None
+        if io is None:
             return
-        if self._size >= COMPACT_MIN_BYTES and self._size > 2 * sum(self._pending.values()):
-            self._compact(self._scan(quiet=False)[0])
+        await asyncio.wrap_future(io.submit(lambda: None))  # after all queued before it
+        io.shutdown(wait=True)  # idle now: at once
 
     def __contains__(self, update_id: int) -> bool:
         return update_id in self._pending
@@ -131,6 +156,23 @@ class Spool:
         pending = {uid: update for uid, update in updates.items() if uid not in done}
         return pending, torn, len(data)
 
+    def _submit(self, work: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Queue `work` for the spool's thread (started on first use), after all queued before."""
+        if self._io is None:
+            self._io = ThreadPoolExecutor(1, thread_name_prefix="telegram-spool")
+        return self._io.submit(work, *args)
+
+    def _mark(self, update_id: int, pending_bytes: int) -> None:
+        """(In the spool's thread.) Note the update done; compact once the done part is most of
+        the file. `pending_bytes`: of the pending lines, when it was asked for."""
+        try:
+            self._append(_line({"done": update_id}), sync=False)
+        except OSError as exc:
+            log.warning("telegram: could not mark update %s done in the spool (%s)", update_id, exc)
+            return
+        if self._size >= COMPACT_MIN_BYTES and self._size > 2 * pending_bytes:
+            self._compact(self._scan(quiet=False)[0])
+
     def _compact(self, updates: dict[int, dict[str, Any]]) -> None:
         """Rewrite the file with the pending updates only (atomically: a crash leaves the old
         file or the new one). `updates`: the pending ones in the file as it is now."""
@@ -158,10 +200,12 @@ class Spool:
 
 class HandledIds:
     """The last KEEP_HANDLED handled update ids, in memory and in a file of one id a line
-    (appended, rewritten with the last KEEP_HANDLED once it holds twice as many)."""
+    (appended, rewritten with the last KEEP_HANDLED once it holds twice as many). Its writes go
+    through `submit` (the spool's thread); its memory is the loop's."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, submit: Callable[..., Future[Any]]) -> None:
         self.path = path
+        self._submit = submit
         self._order: deque[int] = deque()  # oldest first
         self._ids: set[int] = set()
         self._lines = 0  # in the file
@@ -178,20 +222,26 @@ class HandledIds:
                 self._keep(int(line))  # a torn last line is only a mark lost
         self._lines = len(lines)
         if self._lines > len(self._order) or not data.endswith(b"\n"):
-            self._compact()
+            self._compact(list(self._order))
+            self._lines = len(self._order)
 
     def add(self, update_id: int) -> None:
         if update_id in self._ids:
             return
         self._keep(update_id)
+        self._lines += 1
+        if self._lines > 2 * KEEP_HANDLED:
+            kept = list(self._order)  # the loop's memory, copied for the thread
+            self._lines = len(kept)
+            self._submit(self._compact, kept)
+        else:
+            self._submit(self._note, update_id)
+
+    def _note(self, update_id: int) -> None:
         try:
             _append(self.path, b"%d\n" % update_id, sync=False)
         except OSError as exc:
             log.warning("telegram: could not note update %s as handled (%s)", update_id, exc)
-            return
-        self._lines += 1
-        if self._lines > 2 * KEEP_HANDLED:
-            self._compact()
 
     def __contains__(self, update_id: int) -> bool:
         return update_id in self._ids
@@ -207,14 +257,12 @@ class HandledIds:
         if len(self._order) > KEEP_HANDLED:
             self._ids.discard(self._order.popleft())
 
-    def _compact(self) -> None:
-        data = b"".join(b"%d\n" % uid for uid in self._order)
+    def _compact(self, kept: list[int]) -> None:
+        data = b"".join(b"%d\n" % uid for uid in kept)
         try:
             atomic_write_text(self.path, data)
-        except OSError as exc:
+        except OSError as exc:  # the appended file says the same, only longer
             log.warning("telegram: could not compact %s (%s)", self.path.name, exc)
-            return
-        self._lines = len(self._order)
 
 
 def _append(path: Path, data: bytes, *, sync: bool) -> int:

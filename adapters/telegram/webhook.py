@@ -153,7 +153,7 @@ class WebhookServer:
             log.warning("telegram: webhook POST without an update_id; refused")
             return web.Response(status=400)
         try:
-            self._intake.accept(raw)
+            await self._intake.accept(raw)
         except OSError as exc:
             log.error(
                 "telegram: cannot keep update %s (%s); Telegram will send it again",
