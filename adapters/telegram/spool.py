@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -98,7 +99,7 @@ class Spool:
             if update["update_id"] not in self._pending:
                 fresh[update["update_id"]] = len(line)
         self._pending.update(fresh)
-        written = self._submit(self._append, b"".join(lines), True)
+        written = self._submit(functools.partial(self._append, b"".join(lines), sync=True))
         try:
             await asyncio.shield(asyncio.wrap_future(written))  # cancelled or not, it is written
         except OSError:
@@ -117,7 +118,7 @@ class Spool:
         if not self._pending:
             self._submit(self._empty)
             return
-        self._submit(self._mark, update_id, sum(self._pending.values()))
+        self._submit(functools.partial(self._mark, update_id, sum(self._pending.values())))
 
     async def flush(self) -> None:
         """Wait until the disk work asked for so far is done (at a stop); the spool's thread
@@ -156,11 +157,11 @@ class Spool:
         pending = {uid: update for uid, update in updates.items() if uid not in done}
         return pending, torn, len(data)
 
-    def _submit(self, work: Callable[..., Any], *args: Any) -> Future[Any]:
+    def _submit(self, work: Callable[[], Any]) -> Future[Any]:
         """Queue `work` for the spool's thread (started on first use), after all queued before."""
         if self._io is None:
             self._io = ThreadPoolExecutor(1, thread_name_prefix="telegram-spool")
-        return self._io.submit(work, *args)
+        return self._io.submit(work)
 
     def _mark(self, update_id: int, pending_bytes: int) -> None:
         """(In the spool's thread.) Note the update done; compact once the done part is most of
@@ -203,7 +204,7 @@ class HandledIds:
     (appended, rewritten with the last KEEP_HANDLED once it holds twice as many). Its writes go
     through `submit` (the spool's thread); its memory is the loop's."""
 
-    def __init__(self, path: Path, submit: Callable[..., Future[Any]]) -> None:
+    def __init__(self, path: Path, submit: Callable[[Callable[[], Any]], Future[Any]]) -> None:
         self.path = path
         self._submit = submit
         self._order: deque[int] = deque()  # oldest first
@@ -233,9 +234,9 @@ class HandledIds:
         if self._lines > 2 * KEEP_HANDLED:
             kept = list(self._order)  # the loop's memory, copied for the thread
             self._lines = len(kept)
-            self._submit(self._compact, kept)
+            self._submit(functools.partial(self._compact, kept))
         else:
-            self._submit(self._note, update_id)
+            self._submit(functools.partial(self._note, update_id))
 
     def _note(self, update_id: int) -> None:
         try:
