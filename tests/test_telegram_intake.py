@@ -5,7 +5,9 @@ Real python-telegram-bot against the fake Bot API, the real Agent against the fa
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -191,3 +193,37 @@ async def test_the_spool_stays_about_the_size_of_its_backlog(workspaces_dir: Pat
     restarted.done(1)
     await restarted.flush()
     assert path.stat().st_size == 0  # nothing pending: no word of anyone is kept
+
+
+async def test_a_stalled_spool_write_leaves_the_event_loop_free(workspaces_dir: Path) -> None:
+    """A spool whose disk does not answer (here a FIFO nobody reads yet: opening it blocks)
+    must not stop the event loop, which runs everybody's turns: the loop gets to run while the
+    write waits; the write then fails (a FIFO cannot be fsynced) with an OSError, so that
+    update is not acknowledged. When the write ran on the loop, the loop never ran until the
+    reader gave up waiting for it."""
+    workspaces_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - a test's folder
+    path = workspaces_dir / ".telegram-999.spool"
+    os.mkfifo(path)
+    loop_ran, over = threading.Event(), threading.Event()
+    saw: list[bool] = []
+
+    def reader() -> None:  # the disk answering, once the loop has run (or after 5 s)
+        saw.append(loop_ran.wait(5))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # the spool's open goes through now
+        over.wait(5)
+        os.close(fd)
+
+    spool = Spool(path)
+    update = {"update_id": 1, "message": {"message_id": 1, "from": {"id": 7}, "text": "hi"}}
+    disk = threading.Thread(target=reader)
+    disk.start()
+    asyncio.get_running_loop().call_soon(loop_ran.set)
+    try:
+        with pytest.raises(OSError):
+            await spool.add([update])
+    finally:
+        over.set()
+        await asyncio.to_thread(disk.join)
+    assert saw == [True]  # the loop ran while the spool's write was stuck
+    await spool.flush()
+    assert 1 not in spool  # not pending: it was never on disk
