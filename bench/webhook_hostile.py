@@ -7,7 +7,9 @@ one update pending, and /forget questions nobody answers (issue 22, findings 6 a
    start of a request head and nothing more; then how many of those the bot had closed, and
    after how long. A delivery counts as unanswered after 15 s.
 2. Spool: one update pending while N others are added and handled (adapters/telegram/spool.py
-   directly): the file's size, and the longest and median `done()` (it runs on the loop).
+   directly): the file's size, the awaited `add()` (its fsync, in the spool's thread) and the
+   median and longest `done()` (on the loop: it only queues its mark; bench/spool_bench.py
+   measures the loop's pauses).
 3. Confirmations: 100,000 people each ask /forget once (a 400-character phrase), 50 a second
    of a simulated clock, and never answer: questions held and their bytes (tracemalloc).
 
@@ -170,7 +172,7 @@ async def webhook_part(folder: Path) -> None:
         await llm.stop()
 
 
-def spool_part(folder: Path) -> None:
+async def spool_part(folder: Path) -> None:
     print(f"2. spool: one update pending, {SPOOL_UPDATES} others added and handled")
     spool = Spool(folder / "bench.spool")
     spool.load()
@@ -187,17 +189,18 @@ def spool_part(folder: Path) -> None:
             },
         }
 
-    spool.add([update(1)])
+    await spool.add([update(1)])
     adds, dones = [], []
     for uid in range(2, SPOOL_UPDATES + 2):
         started = time.perf_counter()
-        spool.add([update(uid)])
+        await spool.add([update(uid)])
         adds.append(time.perf_counter() - started)
         spool.done(uid)
         dones.append(time.perf_counter() - adds[-1] - started)
+    await spool.flush()
     size = spool.path.stat().st_size
     print(f"  file: {size / 1000:.1f} kB ({size / SPOOL_UPDATES:.1f} B per update handled)")
-    for name, pauses in (("add() (fsync)", adds), ("done()", dones)):
+    for name, pauses in (("await add() (fsync)", adds), ("done()", dones)):
         ordered = sorted(pauses)
         p99 = ordered[len(ordered) * 99 // 100]
         print(
@@ -228,7 +231,7 @@ def confirmations_part() -> None:
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        spool_part(folder)
+        await spool_part(folder)
         confirmations_part()
         await webhook_part(folder)
 
