@@ -257,6 +257,8 @@ class TelegramAdapter:
         down)."""
         if self._sending:
             await asyncio.wait(set(self._sending), timeout=SEND_WAIT_S)
+        if self.intake is not None:
+            await self.intake.flush()
         with contextlib.suppress(Exception):
             if app.updater is not None and app.updater.running:
                 await app.updater.stop()

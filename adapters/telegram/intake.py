@@ -185,6 +185,11 @@ class Intake:
         self._stopping = True
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Wait for the spool's queued writes (a run that failed flushes too: the next run's
+        spool must be the file's only writer)."""
         await self._spool.flush()
 
     def _seen(self, uid: int) -> bool:
