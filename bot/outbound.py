@@ -103,6 +103,32 @@ class Outbound(Protocol):
     async def finish(self) -> None: ...
 
 
+class PassingOutbound:
+    """An Outbound that passes every call on to `out`: the base of one that changes a few (the
+    streamed answer's tidying, the notices said under an answer) and passes the rest."""
+
+    def __init__(self, out: Outbound) -> None:
+        self._out = out
+
+    async def begin(self, *, private: bool = False) -> None:
+        await self._out.begin(private=private)
+
+    async def add_text(self, text: str) -> None:
+        await self._out.add_text(text)
+
+    async def attach_file(self, file: OutFile) -> None:
+        await self._out.attach_file(file)
+
+    async def offer(self, buttons: tuple[Button, ...]) -> None:
+        await self._out.offer(buttons)
+
+    async def notice(self, what: Notice) -> None:
+        await self._out.notice(what)
+
+    async def finish(self) -> None:
+        await self._out.finish()
+
+
 @dataclass(frozen=True)
 class Reply:
     """A whole answer, as BufferedOutbound collects it."""

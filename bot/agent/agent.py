@@ -68,7 +68,13 @@ from bot.media.pictures import Pictures, load_pictures
 from bot.media.rules import MediaRules
 from bot.media.transcribe import Transcriber
 from bot.observe.metrics import count_limit_refusal
-from bot.outbound import CONSOLIDATING, BufferedOutbound, Button, Notice, Outbound, OutFile, Reply
+from bot.outbound import (
+    CONSOLIDATING,
+    BufferedOutbound,
+    Outbound,
+    PassingOutbound,
+    Reply,
+)
 from bot.platform import Resender
 from bot.reminders.desk import PersonReminders, ReminderBook
 from bot.reminders.scheduler import Scheduler
@@ -1341,31 +1347,16 @@ def _names_link(text: str) -> bool:
     return command is not None and command.name in ("link", "unlink")
 
 
-class _WithNotices:
+class _WithNotices(PassingOutbound):
     """An Outbound that says, under the answer, what happened elsewhere (a link made or
     removed by another platform's account of the person)."""
 
     def __init__(
         self, out: Outbound, notices: list[tuple[str, str]], said: Callable[[], None]
     ) -> None:
-        self._out = out
+        super().__init__(out)
         self._notices = [text for _, text in notices]
         self._said = said  # marked told once the answer is given
-
-    async def begin(self, *, private: bool = False) -> None:
-        await self._out.begin(private=private)
-
-    async def add_text(self, text: str) -> None:
-        await self._out.add_text(text)
-
-    async def attach_file(self, file: OutFile) -> None:
-        await self._out.attach_file(file)
-
-    async def offer(self, buttons: tuple[Button, ...]) -> None:
-        await self._out.offer(buttons)
-
-    async def notice(self, what: Notice) -> None:
-        await self._out.notice(what)
 
     async def finish(self) -> None:
         await self._out.add_text("\n\n" + "\n".join(self._notices))

@@ -14,17 +14,17 @@ The reply port has no way to take text back, so what has been shown stays part o
 
 from __future__ import annotations
 
-from bot.outbound import Button, Notice, Outbound, OutFile
+from bot.outbound import Outbound, PassingOutbound
 
 SEPARATOR = "\n\n"
 
 
-class AnswerStream:
+class AnswerStream(PassingOutbound):
     """The Outbound the core answers a turn through when [agent] stream is on: text pieces go
     on to `out` at once (tidied as the module docstring says); the rest is passed through."""
 
     def __init__(self, out: Outbound) -> None:
-        self._out = out
+        super().__init__(out)
         self.shown = ""  # every piece passed on, concatenated
         self._round = ""  # what was shown of the current round (without a separator)
         self._held = ""  # trailing white space of the current round, not shown yet
@@ -60,18 +60,3 @@ class AnswerStream:
         if self.shown and answer:
             return SEPARATOR + answer
         return answer
-
-    async def begin(self, *, private: bool = False) -> None:
-        await self._out.begin(private=private)
-
-    async def attach_file(self, file: OutFile) -> None:
-        await self._out.attach_file(file)
-
-    async def offer(self, buttons: tuple[Button, ...]) -> None:
-        await self._out.offer(buttons)
-
-    async def notice(self, what: Notice) -> None:
-        await self._out.notice(what)
-
-    async def finish(self) -> None:
-        await self._out.finish()
