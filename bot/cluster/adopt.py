@@ -35,14 +35,12 @@ from nats.js.kv import KeyValue
 
 from bot.cluster import wire
 from bot.cluster.connection import Names, expiring_keys
-from bot.cluster.resend import Resending, drop
+from bot.cluster.resend import PULL_BATCH, PULL_WAIT_S, Resending, drop
 from bot.cluster.signing import Signer
 from bot.config import ClusterConfig
 
 log = logging.getLogger(__name__)
 
-REPLY_BATCH = 256
-REPLY_WAIT_S = 1.0
 MAX_PENDING_ANSWERS = 20_000  # answer messages delivered, not yet acknowledged
 IDLE_CONSUMER_S = 3600.0  # an answer consumer nobody pulls from this long: NATS deletes it
 
@@ -140,7 +138,7 @@ class Adopter:
         try:
             while True:
                 try:
-                    msgs = await sub.fetch(REPLY_BATCH, timeout=REPLY_WAIT_S)
+                    msgs = await sub.fetch(PULL_BATCH, timeout=PULL_WAIT_S)
                 except (nats.errors.TimeoutError, TimeoutError):
                     return
                 for msg in msgs:

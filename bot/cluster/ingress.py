@@ -33,15 +33,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
 from nats.js.object_store import ObjectStore
 
 from bot.cluster import wire
-from bot.cluster.adopt import REPLY_BATCH, REPLY_WAIT_S, Adopter, subscribe_answers
+from bot.cluster.adopt import Adopter, subscribe_answers
 from bot.cluster.assembly import Assembly
 from bot.cluster.chats import SharedChats
 from bot.cluster.connection import Names, bodies, connect, ensure_streams
@@ -50,7 +48,7 @@ from bot.cluster.partition import partition_of
 from bot.cluster.people import SharedPeople
 from bot.cluster.publish import Publisher
 from bot.cluster.push import deliver_pushed
-from bot.cluster.resend import Resending, ack_soon, drop
+from bot.cluster.resend import Resending, ack_soon, drop, pull_forever
 from bot.cluster.signing import Signer, digest
 from bot.config import ClusterConfig
 from bot.inbound import Inbound
@@ -259,28 +257,7 @@ class BrokerCore:
         return await subscribe_answers(js, self._names, self._settings, self.ingress_id)
 
     async def _listen(self, js: JetStreamContext, sub: Any) -> None:
-        while True:
-            try:
-                msgs = await sub.fetch(REPLY_BATCH, timeout=REPLY_WAIT_S)
-            except (nats.errors.TimeoutError, TimeoutError):
-                continue
-            except asyncio.CancelledError:
-                raise
-            except NotFoundError:  # idle too long (cut off from NATS), or adopted: made anew
-                log.warning("ingress: our answer consumer was gone; making it again")
-                with contextlib.suppress(Exception):
-                    sub = await self._subscribe(js)
-                continue
-            except Exception as exc:  # NATS away: the client reconnects; so do we
-                log.debug("ingress: fetching answers failed (%s)", exc)
-                await asyncio.sleep(REPLY_WAIT_S)
-                continue
-            for msg in msgs:
-                try:
-                    self._take(msg)
-                except Exception:  # one bad answer must not stop every other
-                    log.exception("ingress: dropping an answer message that could not be taken")
-                    drop(msg, "failed")
+        await pull_forever(sub, lambda: self._subscribe(js), self._take, "answer")
 
     def _take(self, msg: Msg) -> None:
         refused = self._signer.refusal("answer", msg.subject, msg.headers, msg.data)

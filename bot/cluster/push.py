@@ -19,15 +19,14 @@ import logging
 import uuid
 from typing import Any
 
-import nats.errors
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import BadRequestError
 
 from bot.cluster import wire
-from bot.cluster.adopt import REPLY_BATCH, REPLY_WAIT_S
 from bot.cluster.connection import Names
-from bot.cluster.resend import Resending, drop
+from bot.cluster.resend import PULL_WAIT_S, Resending, drop, pull_forever
 from bot.cluster.signing import Signer
 from bot.config import ClusterConfig
 from bot.outbound import Reply
@@ -101,37 +100,20 @@ async def deliver_pushed(
             raise
         except Exception as exc:  # NATS away: as everywhere, wait and try again
             log.debug("ingress: cannot subscribe to the reminders of %s (%s)", platform, exc)
-            await asyncio.sleep(REPLY_WAIT_S)
-    while True:
-        try:
-            msgs = await sub.fetch(REPLY_BATCH, timeout=REPLY_WAIT_S)
-        except (nats.errors.TimeoutError, TimeoutError):
-            continue
-        except asyncio.CancelledError:
-            raise
-        except NotFoundError:
-            with contextlib.suppress(Exception):
-                sub = await _subscribe(js, names, settings, platform)
-            continue
-        except Exception as exc:
-            log.debug("ingress: fetching reminders failed (%s)", exc)
-            await asyncio.sleep(REPLY_WAIT_S)
-            continue
-        for msg in msgs:
-            refused = signer.refusal("answer", msg.subject, msg.headers, msg.data)
-            if refused is not None:
-                log.warning(
-                    "ingress: dropping a reminder on %s, %s: not from a worker of this cluster "
-                    "(or its [cluster] signing_key differs)", msg.subject, refused,
-                )  # fmt: skip
-                drop(msg, "unauthenticated")
-                continue
-            try:
-                resending.take((msg.headers or {}).get(wire.KEY, ""), msg)
-            except Exception:  # one bad message must not stop every other
-                log.exception("ingress: dropping a reminder message that could not be taken")
-                drop(msg, "failed")
+            await asyncio.sleep(PULL_WAIT_S)
 
+    def take(msg: Msg) -> None:
+        refused = signer.refusal("answer", msg.subject, msg.headers, msg.data)
+        if refused is not None:
+            log.warning(
+                "ingress: dropping a reminder on %s, %s: not from a worker of this cluster "
+                "(or its [cluster] signing_key differs)", msg.subject, refused,
+            )  # fmt: skip
+            drop(msg, "unauthenticated")
+            return
+        resending.take((msg.headers or {}).get(wire.KEY, ""), msg)
+
+    await pull_forever(sub, lambda: _subscribe(js, names, settings, platform), take, "reminder")
 
 async def _subscribe(
     js: JetStreamContext, names: Names, settings: ClusterConfig, platform: str

@@ -19,9 +19,12 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+import nats.errors
 from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
 
 from bot.cluster import wire
 from bot.cluster.assembly import Assembly
@@ -30,6 +33,9 @@ from bot.outbound import BufferedOutbound, Reply
 from bot.platform import Resender
 
 log = logging.getLogger(__name__)
+
+PULL_BATCH = 256  # messages fetched at once from an ingress's consumers
+PULL_WAIT_S = 1.0
 
 RETRY_AFTER_S = 5.0  # an answer for a platform this ingress does not serve: for another
 FIRST_RETRY_S = 1.0  # an answer the platform refused comes back this much later, doubling
@@ -171,3 +177,35 @@ def drop(msgs: Msg | list[Msg], reason: str) -> None:
 async def _terminate(msg: Msg) -> None:
     with contextlib.suppress(Exception):  # not terminated: delivered again, dropped again
         await msg.term()
+
+
+async def pull_forever(
+    sub: Any, subscribe: Callable[[], Awaitable[Any]], take: Callable[[Msg], None], what: str
+) -> None:
+    """Until cancelled, in an ingress: every message of the pull subscription `sub` to `take`
+    (one that raises is dropped, logged and counted: it must not stop the others). A consumer
+    that is gone (idle too long, cut off from NATS, or adopted) is made again by `subscribe`;
+    while NATS is away the client reconnects, and this waits and asks again. `what`: the
+    messages' name in the log ("answer", "reminder")."""
+    while True:
+        try:
+            msgs = await sub.fetch(PULL_BATCH, timeout=PULL_WAIT_S)
+        except (nats.errors.TimeoutError, TimeoutError):
+            continue
+        except asyncio.CancelledError:
+            raise
+        except NotFoundError:
+            log.warning("ingress: the %s consumer was gone; making it again", what)
+            with contextlib.suppress(Exception):
+                sub = await subscribe()
+            continue
+        except Exception as exc:
+            log.debug("ingress: fetching %ss failed (%s)", what, exc)
+            await asyncio.sleep(PULL_WAIT_S)
+            continue
+        for msg in msgs:
+            try:
+                take(msg)
+            except Exception:
+                log.exception("ingress: dropping a %s message that could not be taken", what)
+                drop(msg, "failed")
