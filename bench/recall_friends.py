@@ -34,6 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from memory.search.numbers import cardinal
+
 SEED = 20261202
 NOW = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 START = datetime(2024, 3, 4, 19, 0)
@@ -366,9 +368,7 @@ def home_topic(r: random.Random, p: Person) -> Topic:
 
 def charity_topic(r: random.Random, p: Person) -> Topic:
     (cause, how), amount = r.choice(CAUSES), r.randrange(3, 40) * 50
-    from recall_talk import in_words
-
-    words = in_words(amount)
+    words = cardinal(amount)
     return Topic(
         [f"We did {how} for the {cause} {r.choice(WHEN_SAID)}.",
          f"We raised {words if r.random() < 0.5 else amount} dollars!"],

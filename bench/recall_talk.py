@@ -36,6 +36,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from memory.search.numbers import cardinal as in_words
+from memory.search.numbers import ordinal
+
 SEED = 20260915
 NOW = datetime(2026, 1, 10, 8, 0, tzinfo=UTC)
 START = datetime(2023, 6, 1, 9, 0)
@@ -90,43 +93,6 @@ MONTHS = [
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 OPENERS = ["", "", "User mentioned that ", "We talked about how ", "The user said "]
 LINKS = [" ", " Also: ", " Later, ", " Separately, ", " They also mentioned that "]
-
-_ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
-_ONES += ["eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen"]
-_ONES += ["eighteen", "nineteen"]
-_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-_ORDINALS = {1: "first", 2: "second", 3: "third", 5: "fifth", 8: "eighth", 9: "ninth"}
-_ORDINALS |= {12: "twelfth", 20: "twentieth", 30: "thirtieth"}
-
-
-def in_words(n: int) -> str:
-    """0 to 9999 in English words: 1250 -> "one thousand two hundred and fifty"."""
-    if n < 20:
-        return _ONES[n]
-    if n < 100:
-        tens, ones = divmod(n, 10)
-        return _TENS[tens] + (f"-{_ONES[ones]}" if ones else "")
-    if n < 1000:
-        hundreds, rest = divmod(n, 100)
-        return f"{_ONES[hundreds]} hundred" + (f" and {in_words(rest)}" if rest else "")
-    thousands, rest = divmod(n, 1000)
-    if not rest:
-        return f"{in_words(thousands)} thousand"
-    joiner = " and " if rest < 100 else " "
-    return f"{in_words(thousands)} thousand{joiner}{in_words(rest)}"
-
-
-def ordinal(n: int) -> str:
-    """5 -> "fifth", 21 -> "twenty-first"."""
-    if n in _ORDINALS:
-        return _ORDINALS[n]
-    if n < 20:
-        return _ONES[n] + "th"
-    tens, ones = divmod(n, 10)
-    if not ones:
-        return _TENS[tens][:-1] + "ieth"
-    return f"{_TENS[tens]}-{ordinal(ones)}"
-
 
 def typo(r: random.Random, word: str) -> str:
     """One slip of the keyboard in a word of five letters or more: a letter dropped, doubled,
