@@ -30,14 +30,14 @@ if str(ROOT) not in sys.path:
 from bench.harness import BotProcess, child_env, percentile  # noqa: E402
 from bot.keys import session_key, user_key  # noqa: E402
 from memory.keys import encode_key  # noqa: E402
-from tests.fakes.openai_server import (  # noqa: E402
+from tests.rigs.fakes.openai_server import (  # noqa: E402
     Delay,
     FakeOpenAI,
     completion,
     is_consolidation,
     save_memory_call,
 )
-from tests.fakes.telegram_server import TOKEN, FakeTelegram  # noqa: E402
+from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram  # noqa: E402
 
 GOAL_S = 0.5
 MEMORY = "## User Information\n- Grows tomatoes\n\n## Preferences\n\n## Project Context\n\n"

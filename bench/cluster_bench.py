@@ -45,7 +45,7 @@ from bench.harness import (
     percentile,
     write_config,
 )
-from tests.nats_server import NatsServer
+from tests.rigs.nats_server import NatsServer
 
 WARM_UP_S = 3.0
 

@@ -21,7 +21,7 @@ from bench.harness import (
 from bot.cluster.partition import parse_ranges, partition_of
 from bot.keys import user_key
 from memory.session import SessionStore
-from tests.nats_server import NatsServer
+from tests.rigs.nats_server import NatsServer
 
 PARTITIONS = 16
 WORKER_READY = "worker: serving partitions"

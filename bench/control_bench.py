@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bot.config import LimitsConfig  # noqa: E402
-from tests.agent_helpers import ask, dm, make_agent  # noqa: E402
-from tests.fakes.openai_server import (  # noqa: E402
+from tests.rigs.agent import ask, dm, make_agent  # noqa: E402
+from tests.rigs.fakes.openai_server import (  # noqa: E402
     FakeOpenAI,
     completion,
     is_consolidation,

@@ -6,7 +6,7 @@ conversation so far), append the answer, sendMessage. The libraries bot (`librar
 same five steps through python-telegram-bot's `Bot` and the openai SDK, each on its own default
 HTTP and again on lightgrep's aiohttp transports: what the clients the project must use cost by
 themselves. All run as real processes against their
-own fake Bot API and one instant fake LLM on 127.0.0.1 (tests/fakes), one turn at a time: a
+own fake Bot API and one instant fake LLM on 127.0.0.1 (tests/rigs/fakes), one turn at a time: a
 message is sent once the previous one is answered. Turns alternate between the bots in
 blocks, so a machine shared with other work slows all alike.
 
@@ -43,7 +43,7 @@ from bench.harness import (
     percentile,
     write_config,
 )
-from tests.fakes.telegram_server import TOKEN
+from tests.rigs.fakes.telegram_server import TOKEN
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 WINDOW_TOKENS = 1_000_000  # no consolidation: the floor bot has none

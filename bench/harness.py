@@ -34,14 +34,14 @@ from aiohttp import web  # noqa: E402
 from adapters.telegram.spool import Spool  # noqa: E402
 from memory import clock  # noqa: E402
 from memory.session import SessionStore  # noqa: E402
-from tests.fakes.openai_server import (  # noqa: E402
+from tests.rigs.fakes.openai_server import (  # noqa: E402
     Delay,
     FakeOpenAI,
     completion,
     is_consolidation,
     save_memory_call,
 )
-from tests.fakes.telegram_server import TOKEN, FakeTelegram, Sent  # noqa: E402
+from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram, Sent  # noqa: E402
 
 FIRST_USER_ID = 1000
 TOKEN_RE = re.compile(r"\bLG(\d+)m(\d+)\b")

@@ -32,8 +32,8 @@ from memory_bench import generate_history  # noqa: E402
 from bench.harness import BotProcess, child_env  # noqa: E402
 from bot.keys import user_key  # noqa: E402
 from memory.search.history_index import index_path  # noqa: E402
-from tests.fakes.openai_server import Delay, FakeOpenAI, completion  # noqa: E402
-from tests.fakes.telegram_server import FakeTelegram  # noqa: E402
+from tests.rigs.fakes.openai_server import Delay, FakeOpenAI, completion  # noqa: E402
+from tests.rigs.fakes.telegram_server import FakeTelegram  # noqa: E402
 
 GOAL_S = 0.5
 

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bot.config import LimitsConfig  # noqa: E402
-from tests.agent_helpers import ask, dm, make_agent  # noqa: E402
-from tests.fakes.openai_server import Delay, FakeOpenAI, completion  # noqa: E402
+from tests.rigs.agent import ask, dm, make_agent  # noqa: E402
+from tests.rigs.fakes.openai_server import Delay, FakeOpenAI, completion  # noqa: E402
 
 FLOOD = 300
 LATENCY_S = 0.2

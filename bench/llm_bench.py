@@ -1,6 +1,6 @@
 """CPU of one chat completion in the bot's own process: LLMClient.chat and .stream alone.
 
-The fake OpenAI server runs in a child process (tests/fakes, instant answers of --reply-words
+The fake OpenAI server runs in a child process (tests/rigs/fakes, instant answers of --reply-words
 words, streamed in one write as a fast server sends them), so the CPU measured here is the
 client's only: the openai SDK's request path, our aiohttp transport, the event-stream reader and
 the answer's assembly. The floor is a bare aiohttp POST of the same body, its JSON read, in
@@ -36,7 +36,7 @@ SYSTEM = "You are a helpful assistant. Answer briefly.\n" * 20
 
 def _serve(reply_words: int, ports: Any) -> None:
     """The child: a FakeOpenAI answering every request with the same completion."""
-    from tests.fakes.openai_server import FakeOpenAI, completion
+    from tests.rigs.fakes.openai_server import FakeOpenAI, completion
 
     async def main() -> None:
         fake = FakeOpenAI()

@@ -41,7 +41,7 @@ from bench.harness import (
     read_workspaces,
     write_config,
 )
-from tests.fakes.telegram_server import Sent
+from tests.rigs.fakes.telegram_server import Sent
 
 
 @dataclass

@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from aiohttp import web
 
 from bench.harness import BenchLLM, BenchTelegram, BotProcess, child_env, write_config
-from tests.fakes.openai_server import Delay, completion, tool_call
-from tests.media_helpers import png, slow_pdf
+from tests.rigs.fakes.openai_server import Delay, completion, tool_call
+from tests.rigs.media import png, slow_pdf
 
 OTHER = 7  # the person who only wants an answer
 

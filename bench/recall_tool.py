@@ -1,7 +1,7 @@
 """The search tool as the model calls it: does the tool's answer hold the entry asked about?
 
 For every question of bench/recall_table.py's sets (life, eval, talk, friends), a real Agent,
-with its real openai client, talks to the fake provider (tests/fakes/openai_server.py), which
+with its real openai client, talks to the fake provider (tests/rigs/fakes/openai_server.py), which
 is scripted the way the tool's description and the system prompt tell a model to ask: one
 `search_history` call with the question's dates as said and its keywords (filler words
 dropped; names, numbers and rare words kept), then an answer. What the tool returned (the tool
@@ -27,8 +27,8 @@ import recall_table  # noqa: E402
 
 from memory import clock  # noqa: E402
 from memory.search.dates import extract_dates  # noqa: E402
-from tests.agent_helpers import ask, dm, make_agent  # noqa: E402
-from tests.fakes.openai_server import FakeOpenAI, completion, tool_call  # noqa: E402
+from tests.rigs.agent import ask, dm, make_agent  # noqa: E402
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion, tool_call  # noqa: E402
 
 
 def keywords(question: str, s: recall_table.EvalSet) -> str:

@@ -31,8 +31,8 @@ from adapters.telegram import TelegramConfig, create  # noqa: E402
 from adapters.telegram.markup import markdown_to_html  # noqa: E402
 from bot.agent.agent import Agent  # noqa: E402
 from bot.config import AgentConfig, Config, LLMConfig, MemoryConfig  # noqa: E402
-from tests.fakes.openai_server import FakeOpenAI, Streamed  # noqa: E402
-from tests.fakes.telegram_server import TOKEN, FakeTelegram, visible_text  # noqa: E402
+from tests.rigs.fakes.openai_server import FakeOpenAI, Streamed  # noqa: E402
+from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram, visible_text  # noqa: E402
 
 GROUP = -100777
 

@@ -35,8 +35,8 @@ if str(ROOT) not in sys.path:
 from adapters.telegram.spool import Spool  # noqa: E402
 from bench.harness import BotProcess, child_env, write_config  # noqa: E402
 from bot.commands.confirm import Confirmations  # noqa: E402
-from tests.fakes.openai_server import FakeOpenAI, completion  # noqa: E402
-from tests.fakes.telegram_server import FakeTelegram  # noqa: E402
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion  # noqa: E402
+from tests.rigs.fakes.telegram_server import FakeTelegram  # noqa: E402
 
 HALF_OPEN = 1100
 BOT_FD_LIMIT = 1024

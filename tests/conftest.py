@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_server import FakeTelegram
-from tests.nats_server import NatsServer
+from tests.rigs.fakes.openai_server import FakeOpenAI
+from tests.rigs.fakes.telegram_server import FakeTelegram
+from tests.rigs.nats_server import NatsServer
 
 REPO = Path(__file__).resolve().parent.parent
 

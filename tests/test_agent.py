@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bot.inbound import Inbound
-from tests.agent_helpers import ask, dm, make_agent, session_records, user_home
-from tests.fakes.openai_server import (
+from tests.rigs.agent import ask, dm, make_agent, session_records, user_home
+from tests.rigs.fakes.openai_server import (
     Delay,
     FakeOpenAI,
     Held,

@@ -16,15 +16,15 @@ from typing import Any
 from bot.keys import session_key, user_key
 from memory.keys import encode_key
 from memory.session import SessionStore
-from tests.cli_helpers import STEP_TIMEOUT, write_config
-from tests.fakes.openai_server import (
+from tests.rigs.cli import STEP_TIMEOUT, write_config
+from tests.rigs.fakes.openai_server import (
     FakeOpenAI,
     Held,
     completion,
     is_consolidation,
     save_memory_call,
 )
-from tests.fakes.telegram_server import TOKEN, FakeTelegram
+from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.test_cli import read_until, start_run
 
 BACKLOG = 20_000

@@ -31,8 +31,8 @@ from bot.usage import GLOBAL_USAGE_FILE
 from memory.keys import decode_key, encode_key, is_hashed_name
 from memory.session import SessionStore
 from memory.workspace import Workspaces
-from tests.agent_helpers import ask, dm, make_agent
-from tests.fakes.openai_server import FakeOpenAI, Status, completion, tool_call
+from tests.rigs.agent import ask, dm, make_agent
+from tests.rigs.fakes.openai_server import FakeOpenAI, Status, completion, tool_call
 
 ANSWER = "fine, noted"
 RECALL_PREFIXES = (

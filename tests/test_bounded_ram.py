@@ -7,8 +7,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from tests.agent_helpers import ask, dm, make_agent
-from tests.fakes.openai_server import Delay, FakeOpenAI, completion
+from tests.rigs.agent import ask, dm, make_agent
+from tests.rigs.fakes.openai_server import Delay, FakeOpenAI, completion
 
 
 def last_user(request: dict[str, Any]) -> str:

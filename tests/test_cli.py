@@ -16,7 +16,7 @@ import pytest
 from bot.cli.main import main
 from memory.folder_lock import FolderLock
 from memory.workspace import Workspaces
-from tests.cli_helpers import (
+from tests.rigs.cli import (
     STEP_TIMEOUT,
     end_chat,
     run_chat,
@@ -25,8 +25,8 @@ from tests.cli_helpers import (
     without_write_override,
     write_config,
 )
-from tests.fakes.discord_server import FakeDiscord, user_payload
-from tests.fakes.openai_server import (
+from tests.rigs.fakes.discord_server import FakeDiscord, user_payload
+from tests.rigs.fakes.openai_server import (
     Delay,
     FakeOpenAI,
     Status,
@@ -35,7 +35,7 @@ from tests.fakes.openai_server import (
     save_memory_call,
     tool_call,
 )
-from tests.fakes.telegram_server import TOKEN, FakeTelegram
+from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram
 
 pytestmark = pytest.mark.usefixtures("keep_logging")
 

@@ -15,8 +15,8 @@ import pytest
 
 from memory.session import SessionStore
 from memory.store import MemoryStore
-from tests.agent_helpers import ask, dm, make_agent, session_records, user_home
-from tests.fakes.openai_server import FakeOpenAI, completion, save_memory_call
+from tests.rigs.agent import ask, dm, make_agent, session_records, user_home
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion, save_memory_call
 
 NEW_YORK = "EST5EDT,M3.2.0,M11.1.0"  # America/New_York as a POSIX rule: needs no tz database
 

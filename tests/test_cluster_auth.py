@@ -24,10 +24,10 @@ from bot.cluster.signing import Signer
 from bot.config import ClusterConfig
 from bot.inbound import Attachment, Inbound
 from bot.outbound import BufferedOutbound, Outbound, OutFile, Reply
-from tests.agent_helpers import dm
-from tests.cluster_helpers import WAIT_S, serving, settings
-from tests.nats_auth import creds_user, nkey_user
-from tests.nats_server import NatsServer
+from tests.rigs.agent import dm
+from tests.rigs.cluster import WAIT_S, serving, settings
+from tests.rigs.nats_auth import creds_user, nkey_user
+from tests.rigs.nats_server import NatsServer
 
 pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parent.parent

@@ -21,10 +21,10 @@ from bot.cluster.wire import RemoteTurnFailed
 from bot.config import ClusterConfig
 from bot.inbound import Attachment, Inbound
 from bot.outbound import BufferedOutbound, Outbound, OutFile
-from tests.agent_helpers import dm, make_agent, session_records
-from tests.cluster_helpers import WAIT_S, serving, settings
-from tests.fakes.openai_server import FakeOpenAI, completion
-from tests.nats_server import NatsServer
+from tests.rigs.agent import dm, make_agent, session_records
+from tests.rigs.cluster import WAIT_S, serving, settings
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion
+from tests.rigs.nats_server import NatsServer
 
 pytestmark = pytest.mark.timeout(60)
 

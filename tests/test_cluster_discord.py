@@ -13,11 +13,11 @@ import pytest
 
 from bench.harness import BotProcess, child_env
 from bot.cluster.connection import connect
-from tests.agent_helpers import make_agent
-from tests.cluster_helpers import SIGNING_KEY, WAIT_S, serving, settings
-from tests.fakes.discord_server import FakeDiscord, user_payload
-from tests.fakes.openai_server import FakeOpenAI, completion
-from tests.nats_server import NatsServer
+from tests.rigs.agent import make_agent
+from tests.rigs.cluster import SIGNING_KEY, WAIT_S, serving, settings
+from tests.rigs.fakes.discord_server import FakeDiscord, user_payload
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion
+from tests.rigs.nats_server import NatsServer
 
 pytestmark = pytest.mark.timeout(120)
 DM_CHANNEL = 555

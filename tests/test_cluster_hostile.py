@@ -30,10 +30,10 @@ from bot.inbound import Attachment, Inbound
 from bot.observe.metrics import REGISTRY
 from bot.outbound import BufferedOutbound, Outbound, Reply
 from memory.workspace import Workspaces
-from tests.agent_helpers import dm, make_agent, user_home
-from tests.cluster_helpers import SIGNING_KEY, WAIT_S, serving, settings
-from tests.fakes.openai_server import FakeOpenAI
-from tests.nats_server import NatsServer
+from tests.rigs.agent import dm, make_agent, user_home
+from tests.rigs.cluster import SIGNING_KEY, WAIT_S, serving, settings
+from tests.rigs.fakes.openai_server import FakeOpenAI
+from tests.rigs.nats_server import NatsServer
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -21,10 +21,10 @@ import pytest
 from bench.cluster_harness import SIGNING_KEY, ClusterRig
 from bench.crash_loop import Traffic
 from bench.harness import FIRST_USER_ID, _user_of
-from tests.cluster_rig import WAIT_S, cluster_rig, until
-from tests.nats_server import NatsServer, free_port
+from tests.rigs.cluster_rig import WAIT_S, cluster_rig, until
+from tests.rigs.nats_server import NatsServer, free_port
 
-__all__ = ["until"]  # tests/cluster_rig.py's, as before
+__all__ = ["until"]  # tests/rigs/cluster_rig.py's, as before
 
 pytestmark = pytest.mark.timeout(120)
 

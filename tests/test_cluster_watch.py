@@ -20,8 +20,8 @@ from bot.chats import ChatSettings
 from bot.cluster.chats import SharedChats
 from bot.cluster.connection import Names
 from bot.cluster.people import Doc, SharedPeople
-from tests.cluster_helpers import settings
-from tests.nats_server import NatsServer
+from tests.rigs.cluster import settings
+from tests.rigs.nats_server import NatsServer
 
 pytestmark = pytest.mark.timeout(90)
 WAIT_S = 30.0

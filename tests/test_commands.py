@@ -10,8 +10,8 @@ import pytest
 
 from adapters.terminal.adapter import HELP_NOTES
 from bot.commands.recall import RecallArgsError, RecallQuery, parse_recall_args
-from tests.agent_helpers import ask, dm, make_agent, user_home
-from tests.fakes.openai_server import FakeOpenAI, completion
+from tests.rigs.agent import ask, dm, make_agent, user_home
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion
 
 ENTRIES = (
     "[2026-01-01 10:00] ENTRY one: tea in Kyoto.",

@@ -23,7 +23,7 @@ from memory.session import Session
 from memory.store import MEMORY_TEMPLATE
 from memory.tokens import TokenEstimator
 from memory.workspace import Workspace, Workspaces
-from tests.fakes.openai_server import (
+from tests.rigs.fakes.openai_server import (
     Delay,
     FakeOpenAI,
     Status,

@@ -32,13 +32,13 @@ from bench.harness import (
     token,
     write_config,
 )
-from tests.fakes.openai_server import Delay
+from tests.rigs.fakes.openai_server import Delay
 
 WAIT_S = 20.0
 # A hang guard. The kill loop costs ~12 s of CPU (measured: four cold starts of the bot at
 # ~2.6 s each, its traffic and consolidation); 90 s was overrun when three of these tests
 # shared 2 cores with other work (a seventh of a core each). 150 s holds at a tenth, as the
-# 30 s steps of tests/cli_helpers.py do for one cold start.
+# 30 s steps of tests/rigs/cli.py do for one cold start.
 pytestmark = pytest.mark.timeout(150)
 
 

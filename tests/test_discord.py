@@ -24,8 +24,8 @@ from bot.config import Config, LLMConfig, MemoryConfig
 from bot.platform import PlatformStartError
 from memory.keys import encode_key
 from memory.workspace import Workspaces
-from tests.fakes.discord_server import MESSAGE_CONTENT_INTENT, FakeDiscord, user_payload
-from tests.fakes.openai_server import Delay, FakeOpenAI, completion
+from tests.rigs.fakes.discord_server import MESSAGE_CONTENT_INTENT, FakeDiscord, user_payload
+from tests.rigs.fakes.openai_server import Delay, FakeOpenAI, completion
 
 ALICE = user_payload(42, "alice")
 STRANGER = user_payload(7, "mallory")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.fakes.discord_server import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAI, completion
+from tests.rigs.fakes.discord_server import FakeDiscord
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion
 from tests.test_discord import ALICE, DM, GUILD, discord_fake, make_config, running
 
 __all__ = ["discord_fake"]  # the fixture, with its guild

@@ -16,9 +16,9 @@ import pytest
 from aiohttp import web
 
 from bot.agent.agent import Agent
-from tests.agent_helpers import ask, dm, session_records, user_home
-from tests.agent_helpers import make_agent as shared_make_agent
-from tests.fakes.openai_server import (
+from tests.rigs.agent import ask, dm, session_records, user_home
+from tests.rigs.agent import make_agent as shared_make_agent
+from tests.rigs.fakes.openai_server import (
     Delay,
     FakeOpenAI,
     Status,

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from bot.agent.agent import Agent
-from tests.agent_helpers import ask, dm, group, make_agent, user_home
-from tests.fakes.openai_server import FakeOpenAI, completion, is_consolidation, tool_call
+from tests.rigs.agent import ask, dm, group, make_agent, user_home
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion, is_consolidation, tool_call
 
 CHAT = "-1001"
 SECRET = "platypus-7731"  # told in a private chat

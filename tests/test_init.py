@@ -16,9 +16,9 @@ import pytest
 
 from bot.cli.main import main
 from bot.config import load_config
-from tests.cli_helpers import Terminal, open_terminal, terminal_session
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_server import TOKEN
+from tests.rigs.cli import Terminal, open_terminal, terminal_session
+from tests.rigs.fakes.openai_server import FakeOpenAI
+from tests.rigs.fakes.telegram_server import TOKEN
 
 pytestmark = pytest.mark.usefixtures("keep_logging")
 

@@ -21,9 +21,9 @@ from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.outbound import Reply
 from bot.usage import GLOBAL_USAGE_FILE
-from tests import agent_helpers as helpers
-from tests.agent_helpers import ask, make_agent
-from tests.fakes.openai_server import (
+from tests.rigs import agent as helpers
+from tests.rigs.agent import ask, make_agent
+from tests.rigs.fakes.openai_server import (
     FakeOpenAI,
     completion,
     is_consolidation,

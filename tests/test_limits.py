@@ -22,8 +22,8 @@ from bot.limits import Limits
 from bot.usage import UsageBook
 from memory.usage import USAGE_FILE, UsageLog
 from memory.workspace import Workspaces
-from tests.agent_helpers import ask, dm, make_agent, session_records, user_home
-from tests.fakes.openai_server import (
+from tests.rigs.agent import ask, dm, make_agent, session_records, user_home
+from tests.rigs.fakes.openai_server import (
     FakeOpenAI,
     Streamed,
     completion,

@@ -23,10 +23,10 @@ from bot.config import Config, LLMConfig, MemoryConfig
 from bot.outbound import BufferedOutbound
 from memory.links import LINKS_FILE, LinkTable
 from memory.workspace import Workspaces
-from tests.cli_helpers import STEP_TIMEOUT, write_config
-from tests.fakes.discord_server import FakeDiscord, user_payload
-from tests.fakes.openai_server import FakeOpenAI, completion, is_consolidation, save_memory_call
-from tests.fakes.telegram_server import (
+from tests.rigs.cli import STEP_TIMEOUT, write_config
+from tests.rigs.fakes.discord_server import FakeDiscord, user_payload
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion, is_consolidation, save_memory_call
+from tests.rigs.fakes.telegram_server import (
     TOKEN,
     FakeTelegram,
 )
@@ -338,7 +338,7 @@ __all__ = ["pytest"]
 def test_the_operator_links_lists_and_unlinks_the_key_that_holds_the_workspace(
     tmp_path: Path, child_env: dict[str, str]
 ) -> None:
-    from tests.cli_helpers import run_cli
+    from tests.rigs.cli import run_cli
 
     workspaces = tmp_path / "workspaces"
     fill(Workspaces(workspaces), "telegram-42", "Telegram", 2, sessions=1)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.agent_helpers import ask, dm, make_agent, session_records, user_home
-from tests.fakes.openai_server import (
+from tests.rigs.agent import ask, dm, make_agent, session_records, user_home
+from tests.rigs.fakes.openai_server import (
     BrokenStream,
     ContextLimited,
     FakeOpenAI,

@@ -14,9 +14,9 @@ from aiohttp import web
 
 from bot.llm.client import LLMClient
 from memory.llm import LLMError
-from tests.fakes.local_server import serve_locally
-from tests.fakes.openai_server import completion
-from tests.fakes.tls import self_signed
+from tests.rigs.fakes.local_server import serve_locally
+from tests.rigs.fakes.openai_server import completion
+from tests.rigs.fakes.tls import self_signed
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from bench.harness import BotProcess, child_env, write_config
-from tests.fakes.openai_server import FakeOpenAI, completion
-from tests.fakes.telegram_server import TOKEN, FakeTelegram
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion
+from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram
 
 pytestmark = pytest.mark.timeout(60)
 LLM_KEY = "bench-key"  # bench.harness.write_config's [llm] api_key

@@ -17,9 +17,9 @@ from adapters.telegram import TelegramConfig, create
 from bot.agent.agent import Agent
 from bot.config import Config, LLMConfig, MediaConfig, MemoryConfig, TranscriptionConfig
 from memory.keys import encode_key
-from tests.fakes.openai_server import BLIND_ANSWERS, FakeOpenAI, Status, completion, image_urls
-from tests.fakes.telegram_server import TOKEN, FakeTelegram, Sent
-from tests.media_helpers import (
+from tests.rigs.fakes.openai_server import BLIND_ANSWERS, FakeOpenAI, Status, completion, image_urls
+from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram, Sent
+from tests.rigs.media import (
     jpeg,
     media_files,
     ogg,

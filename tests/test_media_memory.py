@@ -12,14 +12,14 @@ from pathlib import Path
 
 from bot.inbound import Attachment, Inbound
 from memory.tokens import TokenEstimator
-from tests.agent_helpers import ask, dm, make_agent, user_home
-from tests.fakes.openai_server import (
+from tests.rigs.agent import ask, dm, make_agent, user_home
+from tests.rigs.fakes.openai_server import (
     FakeOpenAI,
     completion,
     is_consolidation,
     save_memory_call,
 )
-from tests.media_helpers import jpeg, media_files, sha
+from tests.rigs.media import jpeg, media_files, sha
 
 
 def photo(user: str, caption: str, data: bytes) -> Inbound:

@@ -11,8 +11,8 @@ from typing import Any
 from bot.agent.agent import Agent
 from memory.consolidation.checks import check_memory_update, held_because, kept_fact_lines
 from memory.workspace import Workspaces
-from tests.agent_helpers import ask, dm, group, make_agent, session_records, user_home
-from tests.fakes.openai_server import (
+from tests.rigs.agent import ask, dm, group, make_agent, session_records, user_home
+from tests.rigs.fakes.openai_server import (
     FakeOpenAI,
     completion,
     is_condense,

@@ -20,8 +20,8 @@ from memory.control.export import write_archive
 from memory.control.forget import forget
 from memory.session import SessionStore
 from memory.workspace import Workspace, Workspaces
-from tests.agent_helpers import ask, dm, group, make_agent, user_home
-from tests.fakes.openai_server import (
+from tests.rigs.agent import ask, dm, group, make_agent, user_home
+from tests.rigs.fakes.openai_server import (
     Delay,
     FakeOpenAI,
     completion,

@@ -16,9 +16,9 @@ from adapters.terminal.adapter import TerminalAdapter
 from bot.agent.agent import Agent
 from bot.config import Config, LLMConfig, MemoryConfig
 from memory.workspace import Workspaces
-from tests.fakes.discord_server import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_server import FakeTelegram
+from tests.rigs.fakes.discord_server import FakeDiscord
+from tests.rigs.fakes.openai_server import FakeOpenAI
+from tests.rigs.fakes.telegram_server import FakeTelegram
 from tests.test_discord import ALICE, CHANNEL, DM, EPHEMERAL, GUILD, callbacks, discord_fake
 from tests.test_discord import make_config as discord_config
 from tests.test_discord import running as discord_running

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.agent.tools import MAX_CALLS_PER_TURN
-from tests.agent_helpers import ask, dm, make_agent, session_records
-from tests.fakes.openai_server import FakeOpenAI, completion, tool_call
+from tests.rigs.agent import ask, dm, make_agent, session_records
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion, tool_call
 
 FACTS = "- Name: Ana\n- Lives in Oslo\n- Has a cat named Miso\n- Plays the cello\n"
 MEMORY = f"## User Information\n{FACTS}\n## Preferences\n- Likes green tea\n"

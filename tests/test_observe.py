@@ -10,9 +10,9 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.cli_helpers import STEP_TIMEOUT, write_config
-from tests.fakes.openai_server import FakeOpenAI, completion
-from tests.fakes.telegram_server import TOKEN, FakeTelegram
+from tests.rigs.cli import STEP_TIMEOUT, write_config
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion
+from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.test_cli import closed_port_url, read_until, start_run
 
 

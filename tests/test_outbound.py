@@ -13,8 +13,8 @@ import pytest
 
 from adapters.terminal.adapter import PrintedOutbound
 from bot.outbound import BufferedOutbound, Button, OutFile
-from tests.agent_helpers import dm, make_agent
-from tests.fakes.openai_server import FakeOpenAI, completion
+from tests.rigs.agent import dm, make_agent
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion
 
 
 class RecordingOutbound:

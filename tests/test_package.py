@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import write_config
-from tests.fakes.openai_server import FakeOpenAI, completion
+from tests.rigs.cli import write_config
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -74,7 +74,7 @@ async def test_the_built_wheel_installs_and_runs_in_a_fresh_venv(
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert {"config.example.toml", "LICENSE", "Dockerfile", "deploy/lightgrep.service"} <= names
-    assert {"tests/fakes/openai_server.py", "bot/config.example.toml"} <= names
+    assert {"tests/rigs/fakes/openai_server.py", "bot/config.example.toml"} <= names
     with zipfile.ZipFile(wheel) as archive:
         files = set(archive.namelist())
         info = f"lightgrep-{version}.dist-info"

@@ -17,7 +17,7 @@ from memory.consolidation.consolidator import MemoryConsolidator
 from memory.store import MEMORY_TEMPLATE
 from memory.tokens import TokenEstimator
 from memory.workspace import Workspace, Workspaces
-from tests.fakes.openai_server import (
+from tests.rigs.fakes.openai_server import (
     FakeOpenAI,
     Status,
     completion,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_helpers import ask, dm, make_agent, session_records
-from tests.fakes.openai_server import FakeOpenAI, Status, completion
+from tests.rigs.agent import ask, dm, make_agent, session_records
+from tests.rigs.fakes.openai_server import FakeOpenAI, Status, completion
 
 OTHER_KEY = "sk-proj-SOMEONE-ELSES-KEY-5521"  # not a configured secret: masked by its look
 OUR_KEY = "sk-test-secret"  # the key make_agent configures

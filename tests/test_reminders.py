@@ -21,9 +21,9 @@ from bot.reminders.repeat import DAILY, INTERVAL, WEEKLY, Repeat
 from bot.reminders.when import WhenError, parse, split
 from memory import clock
 from memory.reminders.records import ReminderFile
-from tests.agent_helpers import ask, make_agent
-from tests.agent_helpers import dm as private_message
-from tests.fakes.openai_server import FakeOpenAI
+from tests.rigs.agent import ask, make_agent
+from tests.rigs.agent import dm as private_message
+from tests.rigs.fakes.openai_server import FakeOpenAI
 
 LISBON = ZoneInfo("Europe/Lisbon")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -269,7 +269,7 @@ async def test_the_operators_wipe_leaves_no_line_of_the_person_in_the_index(
     fake_llm: FakeOpenAI, tmp_path: Path, clean_env: None, keep_logging: None
 ) -> None:
     from bot.cli.main import main
-    from tests.cli_helpers import write_config
+    from tests.rigs.cli import write_config
 
     config = write_config(tmp_path, fake_llm)
     agent = make_agent(fake_llm, tmp_path / "workspaces")

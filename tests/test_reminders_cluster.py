@@ -15,10 +15,10 @@ from bench.cluster_harness import ClusterRig
 from bench.harness import FIRST_USER_ID
 from bot.cluster.connection import Names, connect
 from bot.keys import user_key
-from tests.cluster_helpers import settings
-from tests.cluster_rig import cluster_rig
-from tests.nats_server import NatsServer
-from tests.reminder_helpers import LATE_S, due_of, records, texts, until, wall_time
+from tests.rigs.cluster import settings
+from tests.rigs.cluster_rig import cluster_rig
+from tests.rigs.nats_server import NatsServer
+from tests.rigs.reminders import LATE_S, due_of, records, texts, until, wall_time
 from tests.test_cluster_hostile import (
     TOKEN,
     Taking,

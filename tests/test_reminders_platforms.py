@@ -17,9 +17,9 @@ from discord.http import Route
 from adapters.discord import DiscordConfig, create
 from bot.agent.agent import Agent
 from bot.config import Config, LLMConfig, MemoryConfig
-from tests.cli_helpers import STEP_TIMEOUT, write_config
-from tests.fakes.discord_server import FakeDiscord, user_payload
-from tests.fakes.openai_server import FakeOpenAI
+from tests.rigs.cli import STEP_TIMEOUT, write_config
+from tests.rigs.fakes.discord_server import FakeDiscord, user_payload
+from tests.rigs.fakes.openai_server import FakeOpenAI
 
 ALICE = user_payload(42, "alice")
 GUILD, CHANNEL, DM = 3000, 3001, 500

@@ -20,9 +20,9 @@ import pytest
 
 from bench.harness import BotProcess
 from memory import clock
-from tests.fakes.openai_server import FakeOpenAI, completion, tool_call
-from tests.fakes.telegram_server import FakeTelegram
-from tests.reminder_helpers import (
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion, tool_call
+from tests.rigs.fakes.telegram_server import FakeTelegram
+from tests.rigs.reminders import (
     LATE_S,
     answer,
     bot_process,

@@ -20,8 +20,8 @@ from memory.control.forget import forget
 from memory.search import history_index
 from memory.search.engine import CHUNK_BYTES, SCANS, search_history
 from memory.workspace import Workspaces
-from tests.agent_helpers import ask, dm, make_agent
-from tests.fakes.openai_server import FakeOpenAI, completion
+from tests.rigs.agent import ask, dm, make_agent
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion
 
 NOW = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
 

@@ -15,16 +15,16 @@ import pytest
 from bot.cli.common import new_agent, sized
 from bot.cli.main import main
 from bot.config import load_config
-from tests.agent_helpers import ask, dm, make_agent
-from tests.cli_helpers import run_chat
-from tests.fakes.openai_server import (
+from tests.rigs.agent import ask, dm, make_agent
+from tests.rigs.cli import run_chat
+from tests.rigs.fakes.openai_server import (
     ContextLimited,
     FakeOpenAI,
     completion,
     is_consolidation,
     save_memory_call,
 )
-from tests.fakes.telegram_server import TOKEN
+from tests.rigs.fakes.telegram_server import TOKEN
 
 WINDOWS = {
     "llama.cpp": ("props", lambda n: {"default_generation_settings": {"n_ctx": n}}),

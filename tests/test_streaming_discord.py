@@ -10,8 +10,8 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from tests.fakes.discord_server import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAI, Streamed, pieces_of, tool_call
+from tests.rigs.fakes.discord_server import FakeDiscord
+from tests.rigs.fakes.openai_server import FakeOpenAI, Streamed, pieces_of, tool_call
 from tests.test_discord import ALICE, CHANNEL, DM, GUILD, discord_fake, make_config, running
 
 __all__ = ["discord_fake"]  # a fixture, used by name

@@ -16,8 +16,8 @@ from pathlib import Path
 from adapters.telegram.adapter import FAILED
 from bot.agent.agent import LLM_FAILED_REPLY
 from bot.config import AgentConfig
-from tests.fakes.openai_server import FakeOpenAI, Streamed, pieces_of, tool_call
-from tests.fakes.telegram_server import FakeTelegram
+from tests.rigs.fakes.openai_server import FakeOpenAI, Streamed, pieces_of, tool_call
+from tests.rigs.fakes.telegram_server import FakeTelegram
 from tests.test_telegram import GROUP, make_config, running, session_lines
 
 ANSWER = (
@@ -211,7 +211,7 @@ async def test_stream_false_sends_the_whole_answer_at_once(
 def _visible(markdown: str) -> str:
     """What Telegram shows for the answer (its HTML rendering, read back)."""
     from adapters.telegram.markup import markdown_to_html
-    from tests.fakes.telegram_server import visible_text
+    from tests.rigs.fakes.telegram_server import visible_text
 
     return visible_text(markdown_to_html(markdown))
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli_helpers import end_chat, run_chat, start_chat, write_config
-from tests.fakes.openai_server import FakeOpenAI, Streamed, pieces_of
+from tests.rigs.cli import end_chat, run_chat, start_chat, write_config
+from tests.rigs.fakes.openai_server import FakeOpenAI, Streamed, pieces_of
 
 ANSWER = "The **first** paragraph.\n\nThe second paragraph.\n\nThe third and last paragraph."
 

@@ -24,8 +24,8 @@ from bot.commands.registry import COMMANDS
 from bot.config import Config, LLMConfig, MemoryConfig
 from bot.platform import PlatformStartError
 from memory.keys import encode_key
-from tests.fakes.openai_server import Delay, FakeOpenAI, Held, Status, completion
-from tests.fakes.telegram_server import TOKEN, FakeTelegram, visible_text
+from tests.rigs.fakes.openai_server import Delay, FakeOpenAI, Held, Status, completion
+from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram, visible_text
 
 BOT_NAME = "lightgrep_bot"
 GROUP = -1001234

@@ -15,8 +15,8 @@ import pytest
 
 from adapters.telegram.adapter import REFUSAL
 from adapters.telegram.spool import Spool
-from tests.fakes.openai_server import Delay, FakeOpenAI, Held, completion
-from tests.fakes.telegram_server import FakeTelegram
+from tests.rigs.fakes.openai_server import Delay, FakeOpenAI, Held, completion
+from tests.rigs.fakes.telegram_server import FakeTelegram
 from tests.test_telegram import (
     by_prompt,
     eventually,

@@ -23,9 +23,9 @@ from telegram import Bot
 from telegram.error import NetworkError, TimedOut
 
 from adapters.telegram.request import AiohttpRequest
-from tests.fakes.local_server import serve_locally
-from tests.fakes.telegram_server import BOT, TOKEN
-from tests.fakes.tls import self_signed
+from tests.rigs.fakes.local_server import serve_locally
+from tests.rigs.fakes.telegram_server import BOT, TOKEN
+from tests.rigs.fakes.tls import self_signed
 
 NAME = 'résumé ✓ "x"; name="chat_id.txt'
 CHAT = {"id": 42, "type": "private", "first_name": "User42"}

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from adapters.telegram import webhook
-from tests.fakes.openai_server import FakeOpenAI, completion
-from tests.fakes.telegram_server import FakeTelegram
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion
+from tests.rigs.fakes.telegram_server import FakeTelegram
 from tests.test_telegram import by_prompt, eventually, make_config, running
 from tests.test_telegram_intake import webhook_config
 

@@ -7,8 +7,8 @@ import json
 import stat
 from pathlib import Path
 
-from tests.cli_helpers import end_chat, run_chat, run_cli, start_chat, write_config
-from tests.fakes.openai_server import Delay, FakeOpenAI, Status, completion, is_consolidation
+from tests.rigs.cli import end_chat, run_chat, run_cli, start_chat, write_config
+from tests.rigs.fakes.openai_server import Delay, FakeOpenAI, Status, completion, is_consolidation
 
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"  # what a terminal sends around a paste
 ESC_ENTER = "\x1b\r"

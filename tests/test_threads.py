@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from memory.threads import in_thread
-from tests.agent_helpers import ask, dm, make_agent, user_home
-from tests.fakes.openai_server import FakeOpenAI, completion, tool_call
+from tests.rigs.agent import ask, dm, make_agent, user_home
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion, tool_call
 
 
 async def test_a_cancelled_caller_lets_go_only_once_the_work_is_done() -> None:

@@ -20,8 +20,8 @@ from memory.consolidation.consolidator import MemoryConsolidator
 from memory.store import MEMORY_TEMPLATE
 from memory.tokens import TokenEstimator
 from memory.workspace import Workspace, Workspaces
-from tests.agent_helpers import ask, dm, make_agent, session_records, user_home
-from tests.fakes.openai_server import (
+from tests.rigs.agent import ask, dm, make_agent, session_records, user_home
+from tests.rigs.fakes.openai_server import (
     CONTEXT_ERRORS,
     ContextLimited,
     FakeOpenAI,

@@ -12,7 +12,7 @@ from bot.cluster.lease import this_worker
 from bot.cluster.people import SharedPeople
 from bot.config import ClusterConfig
 from bot.platform import Core
-from tests.nats_server import NatsServer
+from tests.rigs.nats_server import NatsServer
 
 WAIT_S = 15.0
 

@@ -17,7 +17,7 @@ import sys
 import termios
 from pathlib import Path
 
-from tests.fakes.openai_server import FakeOpenAI
+from tests.rigs.fakes.openai_server import FakeOpenAI
 
 # One step of a child `lightgrep` process, which may include its cold start: ~2.6 s of CPU
 # (importing the client libraries, start-up) plus discord.py's 2 s wait for guilds. Where the

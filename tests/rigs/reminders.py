@@ -13,10 +13,10 @@ from typing import Any
 
 from bench.harness import BotProcess
 from memory import clock
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_server import TOKEN, FakeTelegram, Sent
+from tests.rigs.fakes.openai_server import FakeOpenAI
+from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram, Sent
 
-WAIT_S = 30.0  # a hang guard: a child's cold start on a loaded machine (tests/cli_helpers.py)
+WAIT_S = 30.0  # a hang guard: a child's cold start on a loaded machine (tests/rigs/cli.py)
 ALLOWED = ("42", "43", "44")
 
 # The scheduler sleeps until a reminder's time (bot/reminders/scheduler.py), so any lateness is the

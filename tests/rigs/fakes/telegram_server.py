@@ -41,7 +41,7 @@ from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
-from tests.fakes.local_server import serve_locally, stream_file
+from tests.rigs.fakes.local_server import serve_locally, stream_file
 
 TOKEN = "123456:TEST-token_for-the-fake"
 BOT = {"id": 999, "is_bot": True, "first_name": "LightGrep", "username": "lightgrep_bot"}

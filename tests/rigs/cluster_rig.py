@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bench.cluster_harness import ClusterRig
 from bench.harness import BenchLLM, BenchTelegram
-from tests.nats_server import NatsServer
+from tests.rigs.nats_server import NatsServer
 
 WAIT_S = 30.0  # a hang guard: three cold starts and a backlog on a loaded machine
 

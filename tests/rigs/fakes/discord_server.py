@@ -30,7 +30,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from tests.fakes.local_server import serve_locally, stream_file
+from tests.rigs.fakes.local_server import serve_locally, stream_file
 
 MESSAGE_CONTENT_INTENT = 1 << 15
 IS_VOICE_MESSAGE = 1 << 13  # message flag

@@ -12,7 +12,7 @@ from bot.config import Config, LimitsConfig, LLMConfig, MediaConfig, MemoryConfi
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.outbound import BufferedOutbound, Reply
-from tests.fakes.openai_server import FakeOpenAI
+from tests.rigs.fakes.openai_server import FakeOpenAI
 
 
 def make_agent(

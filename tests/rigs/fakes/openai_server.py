@@ -37,7 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.local_server import serve_locally
+from tests.rigs.fakes.local_server import serve_locally
 
 
 @dataclass

@@ -1,0 +1,3 @@
+"""The shared rigs of the tests: fakes of what lies outside the project (fakes/), helpers that
+build the real parts (agent, cli, cluster …) and the fixtures every test folder shares
+(registered by tests/conftest.py). Test files import from here, never from one another."""
