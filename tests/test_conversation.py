@@ -14,7 +14,12 @@ from bot.inbound import Delivered, Quoted
 from memory.session import SENT, SUPERSEDED, WITHDRAWN
 from memory.tokens import TokenEstimator
 from tests.rigs.agent import ask, dm, group, make_agent, session_records
-from tests.rigs.fakes.openai_server import FakeOpenAI, completion, is_consolidation, save_memory_call
+from tests.rigs.fakes.openai_server import (
+    FakeOpenAI,
+    completion,
+    is_consolidation,
+    save_memory_call,
+)
 
 
 def said_to_model(request: dict[str, Any]) -> list[str]:

@@ -10,7 +10,12 @@ from typing import Any
 
 from tests.rigs.cli import STEP_TIMEOUT, write_config
 from tests.rigs.fakes.discord_server import FakeDiscord, user_payload
-from tests.rigs.fakes.openai_server import FakeOpenAI, completion, is_consolidation, save_memory_call
+from tests.rigs.fakes.openai_server import (
+    FakeOpenAI,
+    completion,
+    is_consolidation,
+    save_memory_call,
+)
 from tests.test_cli import read_until, start_run
 from tests.test_conversation_telegram import conversation, last_said, stopped
 

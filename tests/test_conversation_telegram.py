@@ -11,7 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.rigs.cli import STEP_TIMEOUT, write_config
-from tests.rigs.fakes.openai_server import FakeOpenAI, completion, is_consolidation, save_memory_call
+from tests.rigs.fakes.openai_server import (
+    FakeOpenAI,
+    completion,
+    is_consolidation,
+    save_memory_call,
+)
 from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram, Sent
 from tests.test_cli import read_until, start_run
 

@@ -19,7 +19,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from tests.rigs.cli import STEP_TIMEOUT, run_chat, without_write_override, write_config
-from tests.rigs.fakes.openai_server import FakeOpenAI, completion, is_consolidation, save_memory_call
+from tests.rigs.fakes.openai_server import (
+    FakeOpenAI,
+    completion,
+    is_consolidation,
+    save_memory_call,
+)
 
 
 class Chat:

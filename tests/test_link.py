@@ -25,7 +25,12 @@ from memory.links import LINKS_FILE, LinkTable
 from memory.workspace import Workspaces
 from tests.rigs.cli import STEP_TIMEOUT, write_config
 from tests.rigs.fakes.discord_server import FakeDiscord, user_payload
-from tests.rigs.fakes.openai_server import FakeOpenAI, completion, is_consolidation, save_memory_call
+from tests.rigs.fakes.openai_server import (
+    FakeOpenAI,
+    completion,
+    is_consolidation,
+    save_memory_call,
+)
 from tests.rigs.fakes.telegram_server import (
     TOKEN,
     FakeTelegram,

@@ -14,7 +14,14 @@ from bot.agent.agent import LLM_FAILED_REPLY, Agent
 from bot.inbound import Inbound
 from bot.outbound import BufferedOutbound
 from tests.rigs.agent import dm, make_agent, session_records, user_home
-from tests.rigs.fakes.openai_server import FakeOpenAI, Status, Streamed, completion, pieces_of, tool_call
+from tests.rigs.fakes.openai_server import (
+    FakeOpenAI,
+    Status,
+    Streamed,
+    completion,
+    pieces_of,
+    tool_call,
+)
 
 ANSWER = "Tea is a drink made by steeping leaves in hot water."
 
