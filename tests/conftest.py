@@ -16,6 +16,16 @@ from tests.rigs.nats_server import NatsServer
 
 REPO = Path(__file__).resolve().parent.parent
 
+# The fixtures the test folders share, each defined once in its rig (tests/rigs/): `tg`,
+# `discord_fake`, `guarded` (a nats-server that asks for a token), `llm` (a real LLMClient on
+# the fake provider).
+pytest_plugins = [
+    "tests.rigs.agent",
+    "tests.rigs.cluster",
+    "tests.rigs.discord",
+    "tests.rigs.telegram",
+]
+
 # Bytecode cached, as in any installed copy: with PYTHONDONTWRITEBYTECODE set (some shells and
 # images set it), every `lightgrep` child a test starts compiled our ~150 modules again, about
 # 0.4 s of a 1.7 s cold start. Popped here, before pytest-xdist starts its workers, so they and

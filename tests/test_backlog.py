@@ -16,7 +16,7 @@ from typing import Any
 from bot.keys import session_key, user_key
 from memory.keys import encode_key
 from memory.session import SessionStore
-from tests.rigs.cli import STEP_TIMEOUT, write_config
+from tests.rigs.cli import STEP_TIMEOUT, read_until, start_run, write_config
 from tests.rigs.fakes.openai_server import (
     FakeOpenAI,
     Held,
@@ -25,7 +25,6 @@ from tests.rigs.fakes.openai_server import (
     save_memory_call,
 )
 from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram
-from tests.test_cli import read_until, start_run
 
 BACKLOG = 20_000
 MEMORY = "## User Information\n- Grows tomatoes\n\n## Preferences\n\n## Project Context\n\n"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +17,14 @@ from memory.folder_lock import FolderLock
 from memory.workspace import Workspaces
 from tests.rigs.cli import (
     STEP_TIMEOUT,
+    closed_port_url,
     end_chat,
+    read_until,
     run_chat,
     run_cli,
     start_chat,
+    start_run,
+    telegram_config,
     without_write_override,
     write_config,
 )
@@ -38,13 +41,6 @@ from tests.rigs.fakes.openai_server import (
 from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram
 
 pytestmark = pytest.mark.usefixtures("keep_logging")
-
-
-def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"
 
 
 # ---- lightgrep chat, as a real process ----------------------------------------------------------
@@ -140,37 +136,6 @@ async def test_chat_with_a_bad_config_is_one_line(
 
 
 # ---- lightgrep run, as a real process ---------------------------------------------------------
-
-
-def telegram_config(folder: Path, llm: FakeOpenAI, telegram: FakeTelegram, token: str) -> Path:
-    return write_config(
-        folder,
-        llm,
-        f'[telegram]\nenabled = true\ntoken = "{token}"\nallow_from = ["*"]\n'
-        f'api_base = "{telegram.api_base}"\npoll_timeout_s = 1\n',
-    )
-
-
-async def start_run(config: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "run", "--config", str(config),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=config.parent,
-        env=env,
-    )  # fmt: skip
-
-
-async def read_until(stream: asyncio.StreamReader, text: str) -> str:
-    seen = ""
-    async with asyncio.timeout(STEP_TIMEOUT):
-        while text not in seen:
-            line = await stream.readline()
-            if not line:
-                raise AssertionError(f"stream ended before {text!r}; saw {seen!r}")
-            seen += line.decode()
-    return seen
 
 
 async def test_run_serves_telegram_until_sigterm(

@@ -6,43 +6,24 @@ failing core is an apology, and a partition is served by one worker at a time.""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from bot.cluster.connection import Names, connect
-from bot.cluster.ingress import BrokerCore
 from bot.cluster.lease import Holder, LeaseHeld, Leases, this_worker
 from bot.cluster.wire import RemoteTurnFailed
-from bot.config import ClusterConfig
 from bot.inbound import Attachment, Inbound
 from bot.outbound import BufferedOutbound, Outbound, OutFile
 from tests.rigs.agent import dm, make_agent, session_records
-from tests.rigs.cluster import WAIT_S, serving, settings
+from tests.rigs.cluster import WAIT_S, ask, ingress, serving, settings
 from tests.rigs.fakes.openai_server import FakeOpenAI, completion
 from tests.rigs.nats_server import NatsServer
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@contextlib.asynccontextmanager
-async def ingress(cluster: ClusterConfig) -> AsyncIterator[BrokerCore]:
-    core = BrokerCore(cluster)
-    assert await core.start(asyncio.Event())
-    try:
-        yield core
-    finally:
-        await core.close()
-
-
-async def ask(core: BrokerCore, inbound: Inbound) -> BufferedOutbound:
-    out = BufferedOutbound()
-    await asyncio.wait_for(core.handle(inbound, out), WAIT_S)
-    return out
 
 
 async def test_an_answer_comes_back_as_the_agent_gave_it(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,15 +22,6 @@ from tests.rigs.nats_server import NatsServer
 pytestmark = pytest.mark.timeout(120)
 DM_CHANNEL = 555
 READY = "discord: connected as"
-
-
-@pytest.fixture
-async def discord_fake() -> AsyncIterator[FakeDiscord]:
-    fake = await FakeDiscord().start()
-    try:
-        yield fake
-    finally:
-        await fake.stop()
 
 
 def ingress_process(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ from memory.tokens import TokenEstimator
 from memory.workspace import Workspace, Workspaces
 from tests.rigs.fakes.openai_server import (
     Delay,
-    FakeOpenAI,
     Status,
     completion,
     save_memory_call,
@@ -40,17 +39,6 @@ RAW_HEADER = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\] \[RAW\] (\d+) messa
 # A MEMORY.md as a good model writes it back: every section kept.
 ALPHA_MEMORY = MEMORY_TEMPLATE.replace("Information\n", "Information\n- likes alpha\n")
 GOOD = save_memory_call("[2024-05-01 10:00] Talked about alpha and beta.", ALPHA_MEMORY)
-
-
-@pytest.fixture
-async def llm(fake_llm: FakeOpenAI) -> AsyncIterator[LLMClient]:
-    client = LLMClient(
-        model="fake-model", base_url=fake_llm.base_url, api_key="test", max_retries=0, timeout_s=5
-    )
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.rigs.cli import STEP_TIMEOUT, write_config
+from tests.rigs.cli import STEP_TIMEOUT, read_until, start_run, stopped, write_config
+from tests.rigs.conversation import conversation, last_said
 from tests.rigs.fakes.discord_server import FakeDiscord, user_payload
 from tests.rigs.fakes.openai_server import (
     FakeOpenAI,
@@ -16,8 +17,6 @@ from tests.rigs.fakes.openai_server import (
     is_consolidation,
     save_memory_call,
 )
-from tests.test_cli import read_until, start_run
-from tests.test_conversation_telegram import conversation, last_said, stopped
 
 GUILD, CHANNEL, THREAD, DM = 500, 501, 502, 600
 MOD, MEMBER = user_payload(77, "mod"), user_payload(78, "member")

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.rigs.cli import STEP_TIMEOUT, write_config
+from tests.rigs.cli import STEP_TIMEOUT, read_until, start_run, stopped, write_config
+from tests.rigs.conversation import conversation, last_said
 from tests.rigs.fakes.openai_server import (
     FakeOpenAI,
     completion,
@@ -18,23 +19,9 @@ from tests.rigs.fakes.openai_server import (
     save_memory_call,
 )
 from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram, Sent
-from tests.test_cli import read_until, start_run
 
 GROUP = -100777
 ADMIN, MEMBER, BOT_ADMIN = 42, 43, 44
-
-
-def user_text(message: dict[str, Any]) -> str:
-    content = message["content"]
-    return content if isinstance(content, str) else content[0]["text"]
-
-
-def last_said(request: dict[str, Any]) -> str:
-    return next(user_text(m) for m in reversed(request["messages"]) if m["role"] == "user")
-
-
-def conversation(request: dict[str, Any]) -> str:
-    return "\n".join(user_text(m) for m in request["messages"][1:] if m.get("content"))
 
 
 class Model:
@@ -60,17 +47,6 @@ async def started(config: Path, env: dict[str, str]) -> asyncio.subprocess.Proce
     assert proc.stderr is not None
     await read_until(proc.stderr, "telegram is ready")
     return proc
-
-
-async def stopped(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        proc.terminate()
-        try:
-            await asyncio.wait_for(proc.wait(), STEP_TIMEOUT)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
 
 
 async def answer_in(tg: FakeTelegram, chat: int, count: int) -> Sent:

@@ -8,11 +8,9 @@ from pathlib import Path
 
 from adapters.discord.adapter import FAILURE
 from bot.outbound import Reply
+from tests.rigs.discord import CHANNEL, DM, GUILD, make_config, running
 from tests.rigs.fakes.discord_server import FakeDiscord
 from tests.rigs.fakes.openai_server import FakeOpenAI
-from tests.test_discord import CHANNEL, DM, GUILD, discord_fake, make_config, running
-
-__all__ = ["discord_fake"]  # the fixture, with its guild
 
 
 async def test_answers_go_where_their_destination_says(

@@ -7,11 +7,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from tests.rigs.discord import ALICE, DM, GUILD, make_config, running
 from tests.rigs.fakes.discord_server import FakeDiscord
 from tests.rigs.fakes.openai_server import FakeOpenAI, completion
-from tests.test_discord import ALICE, DM, GUILD, discord_fake, make_config, running
 
-__all__ = ["discord_fake"]  # the fixture, with its guild
 assert (GUILD >> 22) % 2 == 0  # the test guild is on shard 0 of 2
 SHARD_1_GUILD, SHARD_1_CHANNEL = 3 << 22, 7001  # (guild id >> 22) % 2 == 1
 

@@ -20,13 +20,12 @@ from bot.inbound import Inbound
 from bot.keys import session_key
 from tests.rigs.agent import make_agent, session_records
 from tests.rigs.cli import STEP_TIMEOUT, write_config
-from tests.rigs.cluster import SIGNING_KEY, serving, settings
+from tests.rigs.cluster import SIGNING_KEY, ask, ingress, serving, settings
 from tests.rigs.fakes.discord_server import FakeDiscord
 from tests.rigs.fakes.openai_server import FakeOpenAI, completion
 from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram
+from tests.rigs.link import CODE, GROUP, TG, Person, llm_that_files
 from tests.rigs.nats_server import NatsServer
-from tests.test_cluster_core import ask, ingress
-from tests.test_link import CODE, GROUP, TG, Person, llm_that_files
 
 pytestmark = pytest.mark.timeout(120)
 PARTITIONS = 4

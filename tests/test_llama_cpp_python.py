@@ -22,7 +22,7 @@ from tests.rigs.fakes.openai_server import (
     is_consolidation,
     save_memory_call,
 )
-from tests.test_window import MIRO, message
+from tests.rigs.window import MIRO, message
 
 OUTAGE = "couldn't reach my language model"
 

@@ -76,11 +76,6 @@ async def serving(config: Config) -> AsyncIterator[Agent]:
         task.result()
 
 
-@pytest.fixture
-def tg(fake_telegram: FakeTelegram) -> FakeTelegram:
-    return fake_telegram
-
-
 def home(workspaces: Path, user: int) -> Path:
     return workspaces / encode_key(f"telegram-{user}")
 

@@ -10,13 +10,10 @@ from typing import Any
 
 from bot.config import Config, LLMConfig, TranscriptionConfig
 from memory.keys import encode_key
+from tests.rigs.discord import ALICE, DM, make_config, running
 from tests.rigs.fakes.discord_server import FakeDiscord
 from tests.rigs.fakes.openai_server import FakeOpenAI, completion, image_urls
 from tests.rigs.media import media_files, png, sha
-from tests.test_discord import ALICE, DM, make_config, running
-from tests.test_discord import discord_fake as discord_far_end
-
-discord_fake = discord_far_end  # the fixture, by the name the tests ask for
 
 
 def media_config(fake: FakeDiscord, llm: FakeOpenAI, workspaces: Path) -> Config:

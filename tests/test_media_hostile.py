@@ -19,12 +19,11 @@ from pathlib import Path
 from bot.inbound import Attachment, Inbound
 from bot.llm.body import Spliced, encode_body
 from tests.rigs.agent import ask, dm, group, make_agent, user_home
-from tests.rigs.cli import STEP_TIMEOUT
+from tests.rigs.cli import STEP_TIMEOUT, read_until, start_run, telegram_config
 from tests.rigs.fakes.openai_server import FakeOpenAI, completion, image_urls, tool_call
 from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.rigs.media import bulky_pdf, media_files, pdf, png, slow_pdf, user_texts
-from tests.test_cli import read_until, start_run, telegram_config
-from tests.test_telegram import eventually
+from tests.rigs.telegram import eventually
 
 
 def sent(

@@ -17,9 +17,8 @@ from memory.control.forget import forget
 from memory.folder_lock import FolderLock
 from memory.session import SessionStore
 from memory.workspace import Workspaces
-from tests.rigs.cli import write_config
-from tests.test_cli import closed_port_url
-from tests.test_memory_control import SECRET, all_bytes, files_holding, fill
+from tests.rigs.cli import closed_port_url, write_config
+from tests.rigs.memory_control import SECRET, all_bytes, files_holding, fill
 
 pytestmark = pytest.mark.usefixtures("keep_logging")
 

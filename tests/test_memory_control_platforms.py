@@ -16,18 +16,16 @@ from adapters.terminal.adapter import TerminalAdapter
 from bot.agent.agent import Agent
 from bot.config import Config, LLMConfig, MemoryConfig
 from memory.workspace import Workspaces
+from tests.rigs.discord import ALICE, CHANNEL, DM, EPHEMERAL, GUILD, callbacks
+from tests.rigs.discord import make_config as discord_config
+from tests.rigs.discord import running as discord_running
 from tests.rigs.fakes.discord_server import FakeDiscord
 from tests.rigs.fakes.openai_server import FakeOpenAI
 from tests.rigs.fakes.telegram_server import FakeTelegram
-from tests.test_discord import ALICE, CHANNEL, DM, EPHEMERAL, GUILD, callbacks, discord_fake
-from tests.test_discord import make_config as discord_config
-from tests.test_discord import running as discord_running
-from tests.test_memory_control import SECRET, all_bytes, files_holding, fill
-from tests.test_telegram import GROUP, tg
-from tests.test_telegram import make_config as telegram_config
-from tests.test_telegram import running as telegram_running
-
-__all__ = ["discord_fake", "tg"]  # fixtures, used by name
+from tests.rigs.memory_control import SECRET, all_bytes, files_holding, fill
+from tests.rigs.telegram import GROUP
+from tests.rigs.telegram import make_config as telegram_config
+from tests.rigs.telegram import running as telegram_running
 
 
 def unpacked(data: bytes, into: Path) -> dict[str, bytes]:

@@ -10,10 +10,9 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.rigs.cli import STEP_TIMEOUT, write_config
+from tests.rigs.cli import STEP_TIMEOUT, closed_port_url, read_until, start_run, write_config
 from tests.rigs.fakes.openai_server import FakeOpenAI, completion
 from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram
-from tests.test_cli import closed_port_url, read_until, start_run
 
 
 def free_port() -> int:

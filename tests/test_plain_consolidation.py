@@ -6,7 +6,7 @@ MEMORY.md by code. The fake model's answers are what SmolLM2-135M-Instruct on ll
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,15 +74,6 @@ UNRELATED = "The user is a food blogger who loves to share his culinary adventur
 def timestamps_save(request: dict[str, Any]) -> dict[str, Any]:
     """The model's own template: a forced save_memory call with timestamps as both fields."""
     return save_memory_call("[2026-12-01 21:40]", "[2026-12-01 21:40]")
-
-
-@pytest.fixture
-async def llm(fake_llm: FakeOpenAI) -> AsyncIterator[LLMClient]:
-    client = LLMClient(model="m", base_url=fake_llm.base_url, api_key="t", max_retries=0)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture

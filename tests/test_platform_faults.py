@@ -7,11 +7,10 @@ import asyncio
 import socket
 from pathlib import Path
 
-from tests.rigs.cli import STEP_TIMEOUT
+from tests.rigs.cli import STEP_TIMEOUT, read_until, start_run, telegram_config
 from tests.rigs.fakes.discord_server import FakeDiscord, user_payload
 from tests.rigs.fakes.openai_server import Delay, FakeOpenAI, completion
 from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram
-from tests.test_cli import read_until, start_run, telegram_config
 
 
 def both_platforms(folder: Path, llm: FakeOpenAI, telegram: FakeTelegram, discord: FakeDiscord):

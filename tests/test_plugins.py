@@ -18,6 +18,8 @@ from bot.cli.main import main
 from bot.config import ConfigError, LLMConfig, load_config
 from bot.llm.client import LLMClient
 
+pytestmark = pytest.mark.usefixtures("keep_logging")
+
 SECRET = "echo-SECRET-4242"
 
 PLUGIN_MODULE = '''
@@ -95,16 +97,6 @@ def echo_installed(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> Ite
     monkeypatch.syspath_prepend(str(site))
     yield site
     sys.modules.pop("echo_platform", None)
-
-
-@pytest.fixture(autouse=True)
-def keep_logging() -> Iterator[None]:
-    """main() configures the root logger; give the next test the one it had."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def write(folder: Path, text: str) -> Path:

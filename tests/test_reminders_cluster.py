@@ -15,25 +15,22 @@ from bench.cluster_harness import ClusterRig
 from bench.harness import FIRST_USER_ID
 from bot.cluster.connection import Names, connect
 from bot.keys import user_key
-from tests.rigs.cluster import settings
-from tests.rigs.cluster_rig import cluster_rig
-from tests.rigs.nats_server import NatsServer
-from tests.rigs.reminders import LATE_S, due_of, records, texts, until, wall_time
-from tests.test_cluster_hostile import (
+from tests.rigs.cluster import (
     TOKEN,
     Taking,
     _none_left,
     for_channel,
-    guarded,
     ingress,
     publish,
     raw_client,
     rejected,
+    settings,
     whole_answer,
 )
-from tests.test_cluster_hostile import until as hostile_until
-
-__all__ = ["guarded"]  # a fixture
+from tests.rigs.cluster import until as hostile_until
+from tests.rigs.cluster_rig import cluster_rig
+from tests.rigs.nats_server import NatsServer
+from tests.rigs.reminders import LATE_S, due_of, records, texts, until, wall_time
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,31 +10,13 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-from discord.gateway import DiscordWebSocket
-from discord.http import Route
-
 from adapters.discord import DiscordConfig, create
 from bot.agent.agent import Agent
 from bot.config import Config, LLMConfig, MemoryConfig
 from tests.rigs.cli import STEP_TIMEOUT, write_config
-from tests.rigs.fakes.discord_server import FakeDiscord, user_payload
+from tests.rigs.discord import ALICE, CHANNEL, DM, GUILD
+from tests.rigs.fakes.discord_server import FakeDiscord
 from tests.rigs.fakes.openai_server import FakeOpenAI
-
-ALICE = user_payload(42, "alice")
-GUILD, CHANNEL, DM = 3000, 3001, 500
-
-
-@pytest.fixture
-async def discord_fake() -> AsyncIterator[FakeDiscord]:
-    saved = (Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY)
-    fake = await FakeDiscord().start()
-    fake.add_guild(GUILD, CHANNEL)
-    try:
-        yield fake
-    finally:
-        await fake.stop()
-        Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY = saved
 
 
 def discord_config(fake: FakeDiscord, llm: FakeOpenAI, workspaces: Path) -> Config:

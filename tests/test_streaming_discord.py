@@ -10,11 +10,9 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+from tests.rigs.discord import ALICE, CHANNEL, DM, GUILD, make_config, running
 from tests.rigs.fakes.discord_server import FakeDiscord
 from tests.rigs.fakes.openai_server import FakeOpenAI, Streamed, pieces_of, tool_call
-from tests.test_discord import ALICE, CHANNEL, DM, GUILD, discord_fake, make_config, running
-
-__all__ = ["discord_fake"]  # a fixture, used by name
 
 ANSWER = "Here is what I found: **three** things.\n\n" + " ".join(
     f"Item {n} is worth mentioning." for n in range(1, 25)

@@ -18,7 +18,7 @@ from bot.agent.agent import LLM_FAILED_REPLY
 from bot.config import AgentConfig
 from tests.rigs.fakes.openai_server import FakeOpenAI, Streamed, pieces_of, tool_call
 from tests.rigs.fakes.telegram_server import FakeTelegram
-from tests.test_telegram import GROUP, make_config, running, session_lines
+from tests.rigs.telegram import GROUP, make_config, running, session_lines
 
 ANSWER = (
     "Here is **what I found** about <tags> & such:\n\n"

@@ -7,8 +7,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,66 +15,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.telegram import TelegramConfig, create
+from adapters.telegram import create
 from adapters.telegram.adapter import REFUSAL, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter
 from adapters.telegram.markup import markdown_to_html
 from bot.agent.agent import Agent
 from bot.commands.registry import COMMANDS
-from bot.config import Config, LLMConfig, MemoryConfig
 from bot.platform import PlatformStartError
 from memory.keys import encode_key
 from tests.rigs.fakes.openai_server import Delay, FakeOpenAI, Held, Status, completion
 from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram, visible_text
+from tests.rigs.telegram import (
+    GROUP,
+    by_prompt,
+    eventually,
+    last_user_text,
+    make_config,
+    running,
+    session_lines,
+)
 
 BOT_NAME = "lightgrep_bot"
-GROUP = -1001234
-
-
-@pytest.fixture
-def tg(fake_telegram: FakeTelegram) -> FakeTelegram:
-    """The fake Bot API (conftest's fake_telegram), by a short name."""
-    return fake_telegram
-
-
-def make_config(
-    tg: FakeTelegram, llm: FakeOpenAI, workspaces_dir: Path, allow: list[str] | None = None
-) -> Config:
-    return Config(
-        llm=LLMConfig(base_url=llm.base_url, api_key="sk-test", model="fake-model", max_retries=0),
-        memory=MemoryConfig(workspaces_dir=workspaces_dir),
-        platforms={
-            "telegram": TelegramConfig(
-                enabled=True,
-                token=TOKEN,
-                allow_from=["*"] if allow is None else allow,
-                api_base=tg.api_base,
-                poll_timeout_s=1,
-            )
-        },
-    )
-
-
-@asynccontextmanager
-async def running(config: Config) -> AsyncIterator[TelegramAdapter]:
-    """The adapter serving until the block ends; then stopped the way the CLI stops it."""
-    agent = Agent(config)
-    adapter = create(config, agent)
-    stop = asyncio.Event()
-    task = asyncio.create_task(adapter.run(stop))
-    try:
-        ready = asyncio.create_task(adapter.ready.wait())
-        await asyncio.wait({task, ready}, timeout=5, return_when=asyncio.FIRST_COMPLETED)
-        ready.cancel()
-        if task.done():
-            task.result()  # raises the start error
-        assert adapter.ready.is_set()
-        yield adapter
-    finally:
-        stop.set()
-        done, _ = await asyncio.wait({task}, timeout=5)
-        await agent.aclose()
-        assert done, "the adapter did not stop"
-        task.result()
 
 
 @pytest.fixture
@@ -84,32 +43,6 @@ async def bot(
 ) -> AsyncIterator[TelegramAdapter]:
     async with running(make_config(tg, fake_llm, workspaces_dir)) as adapter:
         yield adapter
-
-
-async def eventually(predicate: Callable[[], bool], wait_s: float = 5.0) -> None:
-    deadline = time.monotonic() + wait_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.02)
-
-
-def session_lines(workspaces_dir: Path, user: str, session: str) -> list[dict[str, Any]]:
-    path = workspaces_dir / encode_key(user) / "sessions" / f"{encode_key(session)}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def last_user_text(request: dict[str, Any]) -> str:
-    return next(m["content"] for m in reversed(request["messages"]) if m["role"] == "user")
-
-
-def by_prompt(answers: dict[str, Any]) -> Callable[[dict[str, Any]], Any]:
-    """An LLM that answers by a word in the user's newest message."""
-
-    def answer(request: dict[str, Any]) -> Any:
-        text = last_user_text(request)
-        return next((item for word, item in answers.items() if word in text), completion("ok"))
-
-    return answer
 
 
 async def test_dm_turn_answered_and_persisted(

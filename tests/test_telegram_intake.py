@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import threading
 import time
 from pathlib import Path
@@ -17,36 +16,17 @@ from adapters.telegram.adapter import REFUSAL
 from adapters.telegram.spool import Spool
 from tests.rigs.fakes.openai_server import Delay, FakeOpenAI, Held, completion
 from tests.rigs.fakes.telegram_server import FakeTelegram
-from tests.test_telegram import (
+from tests.rigs.telegram import (
     by_prompt,
     eventually,
     last_user_text,
     make_config,
     running,
     session_lines,
+    webhook_config,
 )
 
 FLOODER, OTHER, STRANGER = 1, 2, 666
-
-
-@pytest.fixture
-def tg(fake_telegram: FakeTelegram) -> FakeTelegram:
-    return fake_telegram
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def webhook_config(tg: FakeTelegram, llm: FakeOpenAI, workspaces_dir: Path):
-    config = make_config(tg, llm, workspaces_dir)
-    section = config.platforms["telegram"]
-    section.mode = "webhook"
-    section.webhook_port = free_port()
-    section.webhook_url = f"http://127.0.0.1:{section.webhook_port}/tg/hook"
-    return config
 
 
 async def test_one_users_flood_does_not_delay_another_user(

@@ -14,17 +14,11 @@ import pytest
 from adapters.telegram import webhook
 from tests.rigs.fakes.openai_server import FakeOpenAI, completion
 from tests.rigs.fakes.telegram_server import FakeTelegram
-from tests.test_telegram import by_prompt, eventually, make_config, running
-from tests.test_telegram_intake import webhook_config
+from tests.rigs.telegram import by_prompt, eventually, make_config, running, webhook_config
 
 UNFINISHED_HEAD = b"POST /tg/hook HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
 
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-
-
-@pytest.fixture
-def tg(fake_telegram: FakeTelegram) -> FakeTelegram:
-    return fake_telegram
 
 
 async def open_unfinished(port: int, count: int) -> list[Conn]:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +32,9 @@ from tests.rigs.fakes.openai_server import (
     schema_echo,
     tool_call,
 )
+from tests.rigs.window import MIRO, message
 
 OUTAGE = "couldn't reach my language model"
-MIRO = MEMORY_TEMPLATE.replace("Information\n", "Information\n- Has a cat named Miso\n")
 
 
 def chat_or_save(request: dict[str, Any]) -> dict[str, Any]:
@@ -44,10 +42,6 @@ def chat_or_save(request: dict[str, Any]) -> dict[str, Any]:
     if is_consolidation(request):
         return save_memory_call("[2026-11-29 10:00] Ada talked about her cat Miso.", MIRO)
     return completion("Tell me more! " + "blah " * 30)
-
-
-def message(i: int) -> str:
-    return f"My cat Miso did thing number {i} today. " + "meow " * 40
 
 
 def replies_ok(replies: list[str]) -> None:
@@ -176,15 +170,6 @@ async def test_a_short_message_is_never_refused_after_learning_a_large_offset(
 
 
 # -- 3. consolidation requests fit ---------------------------------------------------------------
-
-
-@pytest.fixture
-async def llm(fake_llm: FakeOpenAI) -> AsyncIterator[LLMClient]:
-    client = LLMClient(model="fake-model", base_url=fake_llm.base_url, max_retries=0, timeout_s=5)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture
@@ -380,14 +365,6 @@ async def test_a_failed_memory_write_leaves_no_history_entry_to_repeat(
 
 
 # -- 2. the server's own window ------------------------------------------------------------------
-
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No settings or secrets from the machine running the tests."""
-    for key in list(os.environ):
-        if key.startswith(("LIGHTGREP_", "OPENAI_")):
-            monkeypatch.delenv(key)
 
 
 def write_config(

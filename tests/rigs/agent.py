@@ -4,15 +4,21 @@ it through the whole-answer port (what a user would receive)."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bot.agent.agent import Agent
 from bot.config import Config, LimitsConfig, LLMConfig, MediaConfig, MemoryConfig
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
+from bot.llm.client import LLMClient
 from bot.outbound import BufferedOutbound, Reply
-from tests.rigs.fakes.openai_server import FakeOpenAI
+from tests.rigs.fakes.openai_server import (
+    FakeOpenAI,
+)
 
 
 def make_agent(
@@ -90,3 +96,15 @@ def session_records(workspaces: Path, user: str) -> list[dict[str, Any]]:
     files = list((user_home(workspaces, user) / "sessions").glob("*.jsonl"))
     assert len(files) == 1, files
     return [json.loads(line) for line in files[0].read_text("utf-8").splitlines()]
+
+
+@pytest.fixture
+async def llm(fake_llm: FakeOpenAI) -> AsyncIterator[LLMClient]:
+    """The real LLMClient (openai SDK) on the fake provider: no retries, failures show at once."""
+    client = LLMClient(
+        model="fake-model", base_url=fake_llm.base_url, api_key="test", max_retries=0, timeout_s=5
+    )
+    try:
+        yield client
+    finally:
+        await client.aclose()

@@ -11,13 +11,17 @@ import fcntl
 import os
 import pty
 import re
+import socket
 import struct
 import subprocess
 import sys
 import termios
 from pathlib import Path
 
-from tests.rigs.fakes.openai_server import FakeOpenAI
+from tests.rigs.fakes.openai_server import (
+    FakeOpenAI,
+)
+from tests.rigs.fakes.telegram_server import FakeTelegram
 
 # One step of a child `lightgrep` process, which may include its cold start: ~2.6 s of CPU
 # (importing the client libraries, start-up) plus discord.py's 2 s wait for guilds. Where the
@@ -167,3 +171,52 @@ def run_cli(env: dict[str, str], *args: str, read_only: bool = False) -> tuple[i
         preexec_fn=without_write_override if read_only else None,
     )
     return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def telegram_config(folder: Path, llm: FakeOpenAI, telegram: FakeTelegram, token: str) -> Path:
+    return write_config(
+        folder,
+        llm,
+        f'[telegram]\nenabled = true\ntoken = "{token}"\nallow_from = ["*"]\n'
+        f'api_base = "{telegram.api_base}"\npoll_timeout_s = 1\n',
+    )
+
+
+async def start_run(config: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "run", "--config", str(config),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=config.parent,
+        env=env,
+    )  # fmt: skip
+
+
+async def read_until(stream: asyncio.StreamReader, text: str) -> str:
+    seen = ""
+    async with asyncio.timeout(STEP_TIMEOUT):
+        while text not in seen:
+            line = await stream.readline()
+            if not line:
+                raise AssertionError(f"stream ended before {text!r}; saw {seen!r}")
+            seen += line.decode()
+    return seen
+
+
+async def stopped(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), STEP_TIMEOUT)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import nats
+import pytest
+from nats.aio.client import Client
+
+from bot.cluster import wire
 from bot.cluster.chats import SharedChats
+from bot.cluster.ingress import BrokerCore
 from bot.cluster.lease import this_worker
 from bot.cluster.people import SharedPeople
+from bot.cluster.signing import Kind, Signer
 from bot.config import ClusterConfig
+from bot.inbound import Inbound
+from bot.observe.metrics import REGISTRY
+from bot.outbound import BufferedOutbound, Reply
 from bot.platform import Core
 from tests.rigs.nats_server import NatsServer
 
@@ -59,3 +71,105 @@ async def serving(
         await asyncio.wait_for(task, WAIT_S)
 
 
+@contextlib.asynccontextmanager
+async def ingress(cluster: ClusterConfig) -> AsyncIterator[BrokerCore]:
+    core = BrokerCore(cluster)
+    assert await core.start(asyncio.Event())
+    try:
+        yield core
+    finally:
+        await core.close()
+
+
+async def ask(core: BrokerCore, inbound: Inbound) -> BufferedOutbound:
+    out = BufferedOutbound()
+    await asyncio.wait_for(core.handle(inbound, out), WAIT_S)
+    return out
+
+
+PEER = Signer(SIGNING_KEY)  # a process of the cluster (a buggy one: it holds the key)
+
+
+async def publish(
+    client: Client, subject: str, body: bytes, headers: dict[str, str], kind: Kind | None
+) -> None:
+    """Publish to JetStream, signed as a peer would sign `kind` (None: unsigned)."""
+    if kind is not None:
+        PEER.sign(kind, subject, headers, body)
+    await client.jetstream().publish(subject, body, headers=headers)
+
+
+def rejected(kind: str, reason: str) -> float:
+    """The /metrics figure of messages of `kind` dropped for `reason`."""
+    labels = {"kind": kind, "reason": reason}
+    return REGISTRY.get_sample_value("lightgrep_cluster_rejected_total", labels) or 0.0
+
+
+@contextlib.asynccontextmanager
+async def raw_client(server: NatsServer, token: str | None = None) -> AsyncIterator[Client]:
+    """A bare NATS client: what any program that reaches the server (with its token) can do."""
+    client = await nats.connect(server.url, token=token)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+TOKEN = "the-nats-t0ken"  # of a server that asks for one; not the signing key
+
+
+@pytest.fixture
+async def guarded(tmp_path: Path) -> AsyncIterator[NatsServer]:
+    """A nats-server that asks for a token, and a cluster that needs its messages signed
+    (private_network = false): the token alone, which someone else may hold (leaked, shared
+    with another program), must not be enough to speak for the cluster."""
+    server = NatsServer(tmp_path / "guarded", tmp_path / "guarded.log")
+    server.extra = ["--auth", TOKEN]
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+async def stored(client: Client, stream: str) -> int:
+    return (await client.jetstream().stream_info(stream)).state.messages
+
+
+async def until(check: Any, what: str) -> None:
+    async def poll() -> None:
+        while not await check():  # noqa: ASYNC110 - polled: it asks NATS or a fake
+            await asyncio.sleep(0.02)
+
+    try:
+        await asyncio.wait_for(poll(), WAIT_S)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def _none_left(client: Client, stream: str) -> bool:
+    return await stored(client, stream) == 0
+
+
+class Taking:
+    """A platform that takes every resent answer."""
+
+    name = "discord"
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[dict[str, str], str]] = []
+
+    async def send_to(self, destination: dict[str, str], reply: Reply | None) -> None:
+        self.sent.append((destination, reply.text if reply else ""))
+
+
+def whole_answer(text: str) -> bytes:
+    calls = [wire.call("begin", False), wire.call("add_text", text), wire.call("finish")]
+    return wire.encode_calls(calls)
+
+
+def for_channel(key: str, channel: str) -> dict[str, str]:
+    """The headers of a one-message answer nobody waits for, sent by its destination."""
+    where = json.dumps({"platform": "discord", "channel": channel})
+    return {wire.KEY: key, wire.ATTEMPT: "a", wire.SEQ: "0", wire.MSG_ID: f"{key}:0",
+            wire.DESTINATION: where}  # fmt: skip
