@@ -1,6 +1,6 @@
 """An ingress and workers as real processes, over a real nats-server, against the fake Telegram
 and the fake LLM of bench/harness.py; and what their workspaces hold, per user and in order.
-Shared by tests/test_cluster_processes.py and bench/cluster_bench.py."""
+Shared by tests/processes/test_cluster_processes.py and bench/cluster_bench.py."""
 
 from __future__ import annotations
 

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.rigs import REPO
 from tests.rigs.fakes.openai_server import FakeOpenAI
 from tests.rigs.fakes.telegram_server import FakeTelegram
 from tests.rigs.nats_server import NatsServer
-
-REPO = Path(__file__).resolve().parent.parent
 
 # The fixtures the test folders share, each defined once in its rig (tests/rigs/): `tg`,
 # `discord_fake`, `guarded` (a nats-server that asks for a token), `llm` (a real LLMClient on

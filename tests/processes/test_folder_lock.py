@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from memory.folder_lock import LOCK_FILE, FolderLock, FolderLockedError
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.rigs import REPO
 
 HOLDER = """
 import subprocess, sys

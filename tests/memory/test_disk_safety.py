@@ -25,10 +25,10 @@ from memory.safefs import LinkRefusedError
 from memory.session import SessionStore
 from memory.store import MemoryStore
 from memory.workspace import UnsafeWorkspaceError, WorkspaceError, Workspaces
+from tests.rigs import REPO
 from tests.rigs.agent import ask, dm, make_agent, user_home
 from tests.rigs.fakes.openai_server import FakeOpenAI, completion, tool_call
 
-REPO = Path(__file__).resolve().parent.parent
 API_KEY = "sk-live-BOTS-OWN-KEY-90210"
 
 # ---- short writes ---------------------------------------------------------------------------

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.rigs import REPO
+
 CITATION = re.compile(r"DESIGN(?:\.md)?\s*§")
 
 

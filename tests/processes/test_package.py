@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.rigs import REPO
 from tests.rigs.cli import write_config
 from tests.rigs.fakes.openai_server import FakeOpenAI, completion
 
-REPO = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 NOT_SOURCE = shutil.ignore_patterns(
     ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "workspaces",

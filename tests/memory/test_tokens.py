@@ -14,8 +14,7 @@ import pytest
 
 from memory.session import SessionStore
 from memory.tokens import FACTOR_BOUNDS, OFFSET_BOUND, TokenEstimator
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.rigs import REPO as ROOT
 
 
 def _run(code: str, env_extra: dict[str, str], tmp_path: Path) -> dict:

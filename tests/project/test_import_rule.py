@@ -17,7 +17,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.rigs import REPO as ROOT
+
 LAYERS = {"memory": 0, "bot": 1, "adapters": 2}  # a module may import its own layer or lower ones
 AGENT = "bot.agent.agent"
 MAY_BUILD_THE_AGENT = {"bot.cli.common"}

@@ -240,7 +240,7 @@ async def test_edits_and_non_text_messages(
     tg: FakeTelegram, fake_llm: FakeOpenAI, bot: TelegramAdapter
 ) -> None:
     tg.edited(42, "an edited message is not a new turn")
-    tg.sticker(42)  # neither text nor a file the bot reads (pictures: tests/test_media.py)
+    tg.sticker(42)  # neither text nor a file the bot reads (pictures: tests/adapters/telegram/test_media.py)
     [reply] = await tg.wait_sent(42)
     await asyncio.sleep(0.1)
 
@@ -331,7 +331,7 @@ async def test_redelivered_update_kept_once_and_not_answered_again_by_the_llm(
 ) -> None:
     """The bot died after answering but before its acknowledgement reached Telegram, and
     before the mark that it had handled the update reached the disk (adapters/telegram/spool.py
-    remembers handled updates; tests/test_telegram_webhook.py shows that the mark alone is
+    remembers handled updates; tests/adapters/telegram/test_telegram_webhook.py shows that the mark alone is
     enough): the message comes again after the restart. It is kept once; its answer is resent
     from the session (at-least-once delivery), without asking the model again."""
     config = make_config(tg, fake_llm, workspaces_dir)
@@ -422,7 +422,7 @@ async def test_polling_reports_a_revoked_token_as_such(
 
 
 # A missing token, an empty allow_from or webhook mode without its URL are refused when the
-# configuration is loaded (tests/test_config.py), before any adapter starts.
+# configuration is loaded (tests/bot/test_config.py), before any adapter starts.
 async def test_a_rejected_token_refuses_to_start_with_a_clear_message(
     tg: FakeTelegram,
     fake_llm: FakeOpenAI,

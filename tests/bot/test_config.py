@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bot.config import Config, ConfigError, load_config, section_types
+from tests.rigs import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "config.example.toml"
 
 

@@ -18,8 +18,7 @@ from bot.cluster.partition import RangeError, describe_ranges, parse_ranges, par
 from bot.inbound import Attachment as InboundAttachment
 from bot.inbound import Delivered, Inbound, Quoted
 from bot.outbound import BufferedOutbound, Button, OutFile
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.rigs import REPO
 
 
 def test_an_inbound_arrives_as_it_was_sent() -> None:

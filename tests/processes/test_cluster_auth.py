@@ -24,13 +24,13 @@ from bot.cluster.signing import Signer
 from bot.config import ClusterConfig
 from bot.inbound import Attachment, Inbound
 from bot.outbound import BufferedOutbound, Outbound, OutFile, Reply
+from tests.rigs import REPO
 from tests.rigs.agent import dm
 from tests.rigs.cluster import WAIT_S, serving, settings
 from tests.rigs.nats_auth import creds_user, nkey_user
 from tests.rigs.nats_server import NatsServer
 
 pytestmark = pytest.mark.timeout(60)
-REPO = Path(__file__).resolve().parent.parent
 
 
 async def connect_once(cluster: ClusterConfig) -> None:

@@ -1,0 +1,1 @@
+"""adapters/: each platform through its real client library against a fake far end."""

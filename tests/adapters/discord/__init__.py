@@ -1,0 +1,1 @@
+"""adapters/discord/: discord.py against the fake Discord gateway and REST API."""

@@ -1,0 +1,1 @@
+"""adapters/telegram/: python-telegram-bot against the fake Bot API."""

@@ -1,0 +1,1 @@
+"""bot/agent/: the Agent, its turn, window, sizing and streaming."""

@@ -1,0 +1,1 @@
+"""bot/llm/: the LLM client against providers that misbehave, and what real servers sent."""

@@ -1,0 +1,1 @@
+"""bot/reminders/: reminders in the core and sent on the platforms."""

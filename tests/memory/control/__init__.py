@@ -1,0 +1,1 @@
+"""memory/control/: /memory, /forget, /export, /wipe in the core, the CLI and the platforms."""

@@ -1,0 +1,1 @@
+"""memory/search/: history search (/recall, the agent's search tool) and its word index."""

@@ -1,0 +1,1 @@
+"""The repository as a whole: the import rules of ARCHITECTURE.md, what the code cites."""
