@@ -6,7 +6,9 @@
   `__init__` names in `__all__`;
 - no import circle anywhere in bot/, adapters/ and memory/;
 - a platform's face (adapters/<platform>/__init__.py) imports neither its adapter nor any SDK
-  when it is loaded, so that loading the configuration stays light.
+  when it is loaded, so that loading the configuration stays light;
+- no test file (tests/**/test_*.py) is imported by another module of tests/: what tests share
+  lives in tests/rigs/, so a newcomer finds a helper there and a test file stays one story.
 
 Every import counts, also one under `if TYPE_CHECKING:` or inside a function: a type-only or lazy
 import is still a dependency someone will one day make real.
@@ -169,6 +171,22 @@ def heavy_faces(sources: dict[str, str]) -> list[str]:
     return found
 
 
+def suite_sources() -> dict[str, str]:
+    """Every module of tests/ (test files, rigs, conftest), by module name."""
+    return {module_name(p): p.read_text("utf-8") for p in sorted((ROOT / "tests").rglob("*.py"))}
+
+
+def imported_test_files(sources: dict[str, str]) -> list[str]:
+    """ "a imports b" for every module of tests/ that imports a test file (test_*.py)."""
+    known = set(sources)
+    return [
+        f"{module} imports {name}"
+        for module, source in sorted(sources.items())
+        for name in sorted(imported(source, module, known))
+        if name.rpartition(".")[2].startswith("test_")
+    ]
+
+
 def test_the_project_keeps_the_import_rules() -> None:
     sources = project_sources()
     expected = {"memory.session", "bot.agent.agent", "bot.commands.registry"}
@@ -192,6 +210,12 @@ def test_no_folder_is_crowded() -> None:
         for folder in [ROOT / package, *(p for p in (ROOT / package).rglob("*") if p.is_dir())]:
             modules = [p for p in folder.glob("*.py") if p.stem not in ("__init__", "__main__")]
             assert len(modules) <= 16, f"{folder.relative_to(ROOT)}: {len(modules)} modules"
+
+
+def test_no_test_file_imports_another() -> None:
+    sources = suite_sources()
+    assert {"tests.rigs.cli", "tests.processes.test_cli", "tests.conftest"} <= set(sources)
+    assert imported_test_files(sources) == []
 
 
 def test_the_checks_spot_every_kind_of_breach() -> None:
@@ -238,4 +262,19 @@ def test_the_checks_spot_every_kind_of_breach() -> None:
     assert heavy_faces(faces) == [
         "adapters.discord loads adapters.discord.adapter",
         "adapters.telegram loads telegram",
+    ]
+    tests = {
+        "tests.rigs.cli": "from tests.processes.test_cli import read_until\n",
+        "tests.processes.test_cli": "from tests.rigs.cli import start_run\n",
+        "tests.processes.test_link": "def f():\n    from tests.processes import test_cli\n",
+        "tests.bot.test_config": "from . import test_limits\nfrom tests.rigs import REPO\n",
+        "tests.bot.test_limits": "import tests.memory.test_sessions\n",
+        "tests.memory.test_sessions": "from tests.rigs.fakes.openai_server import FakeOpenAI\n",
+        "tests.conftest": "from tests.rigs.telegram import make_config\n",
+    }
+    assert imported_test_files(tests) == [
+        "tests.bot.test_config imports tests.bot.test_limits",
+        "tests.bot.test_limits imports tests.memory.test_sessions",
+        "tests.processes.test_link imports tests.processes.test_cli",
+        "tests.rigs.cli imports tests.processes.test_cli",
     ]
