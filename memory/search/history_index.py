@@ -5,7 +5,8 @@ every byte, several times what ``grep`` needs; the index answers from the words'
 entries instead. HISTORY.md stays the only truth: the index (``.HISTORY.md.index`` in the same
 folder, so per workspace) is rebuilt from it whenever they disagree, and a search it cannot
 answer (a regex, a phrase, a date, a non-ASCII word) or a missing or stale index scans the file
-as before, with the same result to the last bit (tests/memory/search/test_search_index.py compares them).
+as before, with the same result to the last bit (tests/memory/search/test_search_index.py
+compares them).
 
 What it holds, per *segment* (a run of whole entries): each entry's offset, length and stamp,
 the words of its text past the stamp as the scan's word view cuts them (memory/search/

@@ -240,7 +240,7 @@ async def test_edits_and_non_text_messages(
     tg: FakeTelegram, fake_llm: FakeOpenAI, bot: TelegramAdapter
 ) -> None:
     tg.edited(42, "an edited message is not a new turn")
-    tg.sticker(42)  # neither text nor a file the bot reads (pictures: tests/adapters/telegram/test_media.py)
+    tg.sticker(42)  # neither text nor a file the bot reads (pictures: test_media.py)
     [reply] = await tg.wait_sent(42)
     await asyncio.sleep(0.1)
 
@@ -331,8 +331,8 @@ async def test_redelivered_update_kept_once_and_not_answered_again_by_the_llm(
 ) -> None:
     """The bot died after answering but before its acknowledgement reached Telegram, and
     before the mark that it had handled the update reached the disk (adapters/telegram/spool.py
-    remembers handled updates; tests/adapters/telegram/test_telegram_webhook.py shows that the mark alone is
-    enough): the message comes again after the restart. It is kept once; its answer is resent
+    remembers handled updates; test_telegram_webhook.py beside this file shows that the mark alone
+    is enough): the message comes again after the restart. It is kept once; its answer is resent
     from the session (at-least-once delivery), without asking the model again."""
     config = make_config(tg, fake_llm, workspaces_dir)
     fake_llm.queue(completion("the blue door it is"))
