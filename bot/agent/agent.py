@@ -12,29 +12,27 @@ the next message tries again. A consolidation that cannot be written never holds
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import json
 import logging
 import math
-import os
 import re
 import secrets
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 from bot import logsafe
 from bot.agent.background import BackgroundWork
-from bot.agent.conversation import supersede_last, withdraw_last
+from bot.agent.commanding import Commanding, TurnCommands
+from bot.agent.conversation import CONVERSATION_START, supersede_last, withdraw_last
+from bot.agent.people import People
 from bot.agent.prompt import ContextBuilder, FrozenPrompts, with_media
 from bot.agent.replies import reply_record
-from bot.agent.residency import LoadedSessions, PerUser, forget_everywhere
+from bot.agent.residency import Residents
 from bot.agent.sizing import Sizing, describe, plan, tools_text
 from bot.agent.streaming import AnswerStream
-from bot.agent.telling import Teller
 from bot.agent.tools import AgentTools
 from bot.agent.window import ServerWindow
 from bot.chats import ChatBook, chat_of
@@ -43,14 +41,11 @@ from bot.commands.context import (
     DONE,
     REFUSED,
     UNSAVED,
-    ChatControl,
-    CommandContext,
     NewSession,
-    SessionStatus,
     Taken,
 )
 from bot.commands.control import memory_notice
-from bot.commands.linking import Codes, LinkCodes, LinkPort, PersonMoves
+from bot.commands.linking import Codes, LinkCodes, PersonMoves
 from bot.commands.registry import (
     ParsedCommand,
     is_command,
@@ -72,7 +67,6 @@ from bot.outbound import (
     CONSOLIDATING,
     BufferedOutbound,
     Outbound,
-    PassingOutbound,
     Reply,
 )
 from bot.platform import Resender
@@ -81,19 +75,7 @@ from bot.reminders.scheduler import Scheduler
 from bot.usage import ChargedLLM, UsageBook, charged_to
 from memory import clock
 from memory.consolidation.consolidator import MemoryConsolidator, MemoryEvent
-from memory.control.link import (
-    Merged,
-    absorb,
-    finish_pending,
-    finish_shipping,
-    merge,
-    shipping_root,
-    split,
-)
-from memory.control.notices import NoticeFile
-from memory.control.versions import held_update
-from memory.control.wipe import delete, hide, sweep_wiped
-from memory.links import LinkTable, with_link, without_link
+from memory.links import LinkTable
 from memory.llm import (
     ChatLLM,
     ChatResult,
@@ -145,8 +127,6 @@ STOPPED_NOT_SAVED = (
     "Your message is saved, but I had to stop before answering it: I couldn't save my work "
     "({reason}). Please ask again once that is fixed."
 )
-PERSONA_SHARE = 10  # a persona may take at most 1/PERSONA_SHARE of the context window
-CONVERSATION_START = "conversation_start"  # session metadata: where /new began the conversation
 FILING_WAITS = "filing_waits"  # session metadata: a /new whose filing waits for the token limit
 REMINDER_MARK = "reminder"  # a session message that is a reminder sent, not an answer
 _DISK_REASONS = {
@@ -174,6 +154,10 @@ def disk_reason(error: OSError) -> str:
 
 
 class Agent:
+    """The core the adapters call (`handle`): the turn, composed with its parts, which own their
+    state: the people (bot.agent.people), who is held in RAM (bot.agent.residency) and the
+    commands' context (bot.agent.commanding). Built by bot/cli/core.py for every role."""
+
     def __init__(
         self,
         config: Config,
@@ -181,11 +165,21 @@ class Agent:
         *,
         writer: bool = True,
         sizing: Sizing | None = None,
+        links: LinkTable | None = None,
+        codes: Codes | None = None,
+        moves: PersonMoves | None = None,
+        chats: ChatBook | None = None,
+        confirmations: Confirmations | None = None,
+        on_consolidation: Callable[[str], None] | None = None,
     ) -> None:
         """writer=False: for a process without the folder lock, which must not write (only
         commands that read, like /recall, are then sent to it). `sizing`: the window and its
         shares as bot.agent.sizing.size found them with the server's help; None: planned from
-        the config alone."""
+        the config alone. `links`, `codes`, `moves`, `chats`: a cluster worker's (the cluster's
+        link table, its codes, a person's files moving between workers, the chats' settings);
+        None: the workspaces folder's own. `confirmations`: the questions /forget and /wipe
+        wait on (their time to answer). `on_consolidation(outcome)`: each consolidation's
+        outcome, counted for /metrics."""
         self.estimator = TokenEstimator(image_tokens=config.llm.image_tokens)
         self._asked = config  # as configured: what is automatic is planned again (_learn_window)
         self.sizing = sizing or plan(config, estimator=self.estimator)
@@ -222,48 +216,69 @@ class Agent:
             memory_budget_tokens=self.sizing.memory,
         )
         self.consolidator.on_window = self._learn_window  # its refusals name the window too
+        if on_consolidation is not None:
+            self.consolidator.on_outcome = on_consolidation
         self.context = ContextBuilder(config.agent.bot_name, self.sizing.form)
-        self.chats = ChatBook.of(config.memory.workspaces_dir)  # personas, group triggers
+        # Personas, group triggers: the folder's book, or the cluster's.
+        self.chats = ChatBook.of(config.memory.workspaces_dir) if chats is None else chats
         self.prompts = FrozenPrompts()
         self.background = BackgroundWork()
-        self.sessions = LoadedSessions(
-            config.memory.max_loaded_sessions,
-            busy=self._busy,
-            drop_session=self._drop_session,
-            drop_user=self._drop_user_if_idle,
-        )
-        self.confirmations = Confirmations()
+        self.confirmations = Confirmations() if confirmations is None else confirmations
         self.reminder_book = ReminderBook(config, self.workspaces, self.limits.is_admin)
         # Sends each reminder at its time once run() (the CLI starts it) and send_with().
         self.reminders = Scheduler(self.reminder_book, self._note_reminder)
         # Everything that keeps state of a person in RAM: /wipe and idle eviction alike make
         # each forget them (limits too: see README, "Limits").
-        self._per_user: tuple[PerUser, ...] = (
+        self.residents = Residents(
             self.workspaces,
-            self.usage,
-            self.limits,
-            self.confirmations,
-            self.consolidator,
-            self.prompts,
-            self.reminder_book,  # its forget_user also clears the scheduler after a /wipe
+            config.memory.max_loaded_sessions,
+            holders=(
+                self.workspaces,
+                self.usage,
+                self.limits,
+                self.confirmations,
+                self.consolidator,
+                self.prompts,
+                self.reminder_book,  # its forget_user also clears the scheduler after a /wipe
+            ),
+            work=self.consolidator,
+            background=self.background,
+            prompts=self.prompts,
+            reminders=self.reminder_book,
         )
-        # Which keys are one person (/link): the one place a platform's key becomes the key
-        # of the workspace it reads and writes (`handle`); everything after works with that.
-        self.links = LinkTable(self.workspaces.base_dir)
-        self.link_codes: Codes = LinkCodes()
-        # Cluster mode (bot/cli/cluster.py): the table and codes are the cluster's, and a
-        # person's files move between workers through this.
-        self.moves: PersonMoves | None = None
-        self._arriving: dict[str, asyncio.Task[None]] = {}  # arrive_soon's, by person
-        # What the other accounts are told of a link made or removed (bot/agent/telling.py),
-        # through the reminders' senders.
-        self.teller = Teller(
-            self.workspaces, lambda key: self.links.resolve(key), self.reminders.senders,
-            lambda: self.moves,
+        self.sessions = self.residents.sessions
+        self.people = People(
+            self.workspaces,
+            self.residents,
+            self.reminder_book,
+            self.chats,
+            self.reminders.senders,
+            links=LinkTable(self.workspaces.base_dir) if links is None else links,
+            codes=LinkCodes() if codes is None else codes,
+            moves=moves,
+            writer=writer,
         )
-        if writer:
-            sweep_wiped(self.workspaces.base_dir)  # what a crash mid-/wipe left behind
-            finish_pending(self.workspaces, self.links)  # what a crash mid-/link left undone
+        self.commanding = Commanding(
+            config,
+            TurnCommands(
+                start_new=self.start_new_session,
+                undo=self.undo_last,
+                retry=self.retry_last,
+                prompt_tokens=lambda w, s, i: self._estimate(self._system_prompt(w, s, i), s),
+                sizing=lambda: self.sizing,
+            ),
+            workspaces=self.workspaces,
+            sessions=self.sessions,
+            residents=self.residents,
+            people=self.people,
+            limits=self.limits,
+            confirmations=self.confirmations,
+            chats=self.chats,
+            reminders=self.reminder_book,
+            consolidator=self.consolidator,
+            estimator=self.estimator,
+            model=self.llm.model,
+        )
         self._tools_text = tools_text(self.sizing.form)
         self._draining: set[tuple[str, str]] = set()  # sessions consolidating in the background
         self._closing = False  # aclose(): a backlog's background work stops after its round
@@ -287,21 +302,8 @@ class Agent:
         """Answer one message through `out`: a command without the LLM, anything else as an LLM
         turn (see bot.outbound for the order of the calls)."""
         own = inbound.user_key
-        # The person's key (memory.links): workspace, limits, usage, /privacy, confirmations
-        # all follow it; the session key stays the platform chat's.
-        inbound = replace(
-            inbound, text=valid_text(inbound.text), user_key=self.links.resolve(own)
-        )  # lone surrogates → U+FFFD
-        if self.moves is not None and self.moves.arriving(inbound.user_key):
-            await self._take_arrivals(inbound.user_key)
-        if inbound.is_private and inbound.place and _names_link(inbound.text):
-            # Where this account can be told of a link change later (both sides of a link
-            # send /link privately; a private chat's place rarely changes).
-            self.teller.seen(own, inbound.user_key, inbound.platform, inbound.place)
-        told = self.teller.unsaid(own, inbound.user_key) if inbound.is_private else []
-        if told:
-            idents = [ident for ident, _ in told]
-            out = _WithNotices(out, told, lambda: self.teller.said(inbound.user_key, idents))
+        inbound = replace(inbound, text=valid_text(inbound.text))  # lone surrogates → U+FFFD
+        inbound, out = await self.people.receive(inbound, out)  # the person's key from here
         with self.sessions.handling(inbound.user_key, inbound.session_key):
             await self._handle(inbound, out, own)
 
@@ -322,7 +324,7 @@ class Agent:
                 if refusal is not None:
                     await refuse_command(command, refusal.text, out)
                     return
-                await run_command(command, lambda: self._command_context(inbound, own), out)
+                await run_command(command, lambda: self.commanding.context(inbound, own), out)
                 return
             await out.begin(private=False)
             stream = AnswerStream(out) if self.config.agent.stream else None
@@ -399,7 +401,7 @@ class Agent:
         self.attachments.stop()
         await self.background.wait_all()
         await asyncio.gather(*self._small_tasks, return_exceptions=True)
-        await self.teller.aclose()
+        await self.people.aclose()
         await self.llm.aclose()
         if self.transcriber is not None:
             await self.transcriber.aclose()
@@ -463,7 +465,7 @@ class Agent:
     async def undo_last(self, inbound: Inbound) -> Taken:
         """/undo, with nothing else of this person running (so no consolidation can be filing
         the exchange meanwhile)."""
-        async with self.user_exclusive(inbound.user_key):
+        async with self.residents.exclusive(inbound.user_key):
             workspace = self.workspaces.get(inbound.user_key)
             session = workspace.sessions.get(inbound.session_key)
             try:
@@ -927,188 +929,6 @@ class Agent:
             lambda: self._fresh_prompt(workspace, inbound),
         )
 
-    # ---- commands' helpers --------------------------------------------------------------
-
-    def _command_context(self, inbound: Inbound, own: str) -> CommandContext:
-        """What a command handler may touch: this user's workspace and session, no more."""
-        self.sessions.note(inbound.user_key, inbound.session_key)
-        workspace = self.workspaces.get(inbound.user_key)
-        return CommandContext(
-            inbound=inbound,
-            workspace=workspace,
-            session=workspace.sessions.get(inbound.session_key),
-            bot_name=self.config.agent.bot_name,
-            status=lambda: self.session_status(inbound),
-            start_new=lambda: self.start_new_session(inbound),
-            memory_in_groups=self.config.agent.memory_in_groups,
-            usage=lambda: self.limits.report(inbound.user_key),
-            confirmations=self.confirmations,
-            exclusive=lambda: self.user_exclusive(inbound.user_key),
-            erase=lambda: self.erase_user(inbound.user_key),
-            links=LinkPort(
-                own_key=own,
-                members=lambda: self.links.members(own),
-                resolve=self.links.resolve,
-                codes=self.link_codes,
-                join=lambda into: self.join_person(own, into),
-                leave=lambda: self.leave_person(own),
-                tell=self.teller.tell,
-            ),
-            undo=lambda: self.undo_last(inbound),
-            retry=lambda: self.retry_last(inbound),
-            chat=self._chat_control(inbound, own),
-            reminders=PersonReminders(self.reminder_book, workspace, inbound),
-        )
-
-    def _chat_control(self, inbound: Inbound, own: str) -> ChatControl:
-        """This chat's settings, and whether this person may change them: in a private chat
-        they are theirs; in a group the chat's admins' (as the platform says) or the bot's
-        ([limits] admins, by their platform key or their person's)."""
-        agent = self.config.agent
-        admins = self.config.limits.admins
-        return ChatControl(
-            book=self.chats,
-            chat_key=chat_of(inbound),
-            may_manage=inbound.is_private
-            or inbound.chat_admin
-            or own in admins
-            or inbound.user_key in admins,
-            owner=inbound.user_key if inbound.is_private else None,
-            default_trigger=agent.group_trigger,
-            default_words=tuple(agent.group_keywords),
-            bot_persona=agent.system_prompt,
-            persona_refusal=self._persona_refusal,
-        )
-
-    def _persona_refusal(self, text: str) -> str | None:
-        """A persona joins every prompt of its chat, in the window's fixed part: it may take a
-        tenth of the window at most, so the conversation keeps its room."""
-        tokens = self.estimator.corrected(self.estimator.count_text(text))
-        room = self.window // PERSONA_SHARE
-        if tokens <= room:
-            return None
-        return (
-            f"That persona is too long for my language model: about {tokens:,} tokens, and a "
-            f"persona may take about {room:,} (a tenth of its context window). Nothing changed."
-        )
-
-    # ---- /link and /unlink (memory/links.py, memory/control/link.py) ------------------------
-
-    async def join_person(self, member: str, into: str) -> Merged:
-        """Join `member` (linked to nobody) to the person of `into`: its files are merged into
-        that workspace with no turn of either running, then every holder of state in RAM
-        forgets both, to read the merged files again."""
-        home = self.links.resolve(into)
-        if self.moves is not None:
-            change = partial(with_link, member=member, into=home)
-            return await self._ship(member, home, "join", change)
-        first, second = sorted((member, home))
-        async with self.user_exclusive(first), self.user_exclusive(second):
-            moving = self._reminders_moving((member, home))
-            merged = await asyncio.to_thread(merge, self.workspaces, self.links, member, home)
-            forget_everywhere((*self._per_user, self.sessions), member)
-            forget_everywhere(self._per_user, home)
-            self._reminders_moved(moving)
-        log.info("linked %s to the workspace of %s", member, home)
-        return merged
-
-    async def leave_person(self, member: str) -> list[str]:
-        """Take `member` out of its person (it starts empty); the keys left sharing it."""
-        home = self.links.resolve(member)
-        others = [key for key in self.links.members(member) if key != member]
-        if self.moves is not None and member == home and others:
-            heir = others[0]  # the workspace goes to the heir's worker
-            change = partial(without_link, member=member, heir=heir)
-            await self._ship(member, heir, "split", change)
-            return others
-        async with self.user_exclusive(home):
-            moving = self._reminders_moving(self.links.members(member))
-            await asyncio.to_thread(split, self.workspaces, self.links, member)
-            forget_everywhere((*self._per_user, self.sessions), home)
-            self._reminders_moved(moving)
-        log.info("unlinked %s from the workspace of %s", member, home)
-        return others
-
-    # Cluster mode: the worker of a key's partition stops writing it, packs its workspace and
-    # changes the table in one write (from then on the ingresses send the key's messages to the
-    # partition of `person`); the worker of that partition merges the files in before it
-    # serves the person again (`_take_arrivals`). README, "One memory on every platform".
-
-    async def _ship(
-        self, key: str, person: str, action: str, links: Callable[[dict[str, str]], dict[str, str]]
-    ) -> Merged:
-        assert self.moves is not None
-        async with self.user_exclusive(key):
-            moving = self._reminders_moving((key,))
-            # Out of the way first (memory.control.link.finish_shipping puts a crash right).
-            root, hidden = self.workspaces.root_of(key), shipping_root(self.workspaces, key, action)
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(root, hidden)
-            forget_everywhere((*self._per_user, self.sessions), key)
-            try:
-                await self.moves.ship(hidden, person, links)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.rename(hidden, root)  # not shipped: the key keeps its memory here
-                raise
-            await asyncio.to_thread(delete, hidden)
-            self._reminders_moved(moving)
-        log.info("%s: its workspace goes to the worker of %s", key, person)
-        return Merged()
-
-    def finish_shipping(self) -> None:
-        """Cluster mode, before serving: what a crash mid-shipment left (see _ship)."""
-        finish_shipping(self.workspaces, self.links)
-
-    async def _take_arrivals(self, person: str) -> None:
-        assert self.moves is not None
-        async with self.user_exclusive(person):
-            if not self.moves.arriving(person):
-                return  # another message of theirs took them first
-            moving = self._reminders_moving((person,))
-            arrived = await self.moves.arrivals(person)
-            for name, data in arrived:
-                if name.startswith("notice:"):  # for one of the person's keys: on file first
-                    notice = json.loads(data)
-                    NoticeFile(self.workspaces.get(person).root).add(notice["to"], notice["text"])
-                elif data:
-                    await asyncio.to_thread(absorb, self.workspaces, data, person)
-            forget_everywhere(self._per_user, person)
-            self._reminders_moved(moving)
-            await self.moves.arrived(person, [name for name, _ in arrived])
-        self.teller.send_pending(person)
-        log.info("took %d arrival(s) for %s (workspaces, notices)", len(arrived), person)
-
-    def arrive_soon(self, person: str) -> None:
-        """Cluster mode: files or notices for a person of this worker arrived in the shared
-        table: taken now (each person once at a time), not at their next message."""
-        if person in self._arriving:
-            return
-        task = asyncio.get_running_loop().create_task(self._take_arrivals(person))
-        self._arriving[person] = task
-
-        def done(task: asyncio.Task[None]) -> None:
-            self._arriving.pop(person, None)
-            if not task.cancelled() and task.exception() is not None:
-                log.warning("arrivals for %s: %s; taken at their next message", person,
-                            task.exception())  # fmt: skip
-
-        task.add_done_callback(done)
-
-    def _reminders_moving(self, keys: Iterable[str]) -> list[str]:
-        """Before a merge or split moves reminders between keys: each key that may hold them
-        afterwards gets the soonest time of them all in the index, so a crash mid-way leaves it
-        early, never late (bot/reminders/index.py); `_reminders_moved` puts it right."""
-        keys = list(dict.fromkeys(keys))
-        times = [due for key in keys if (due := self.reminder_book.earliest(key)) is not None]
-        for key in keys if times else ():
-            self.reminder_book.announce(key, min(times))
-        return keys
-
-    def _reminders_moved(self, keys: list[str]) -> None:
-        for key in keys:
-            self.reminder_book.refresh(key)
-
     async def start_new_session(self, inbound: Inbound) -> NewSession:
         """/new: the next message starts fresh; the old messages are filed in the background.
 
@@ -1157,101 +977,6 @@ class Agent:
             session.metadata[FILING_WAITS] = True  # the next turn tries again
             log.error("could not file the conversation of %s: %s", session.key, exc)
 
-    def session_status(self, inbound: Inbound) -> SessionStatus:
-        workspace = self.workspaces.get(inbound.user_key)
-        session = workspace.sessions.get(inbound.session_key)
-        system = self._system_prompt(workspace, session, inbound)
-        when = self.consolidator.last_consolidated_at(inbound.user_key, session.key)
-        if when is None:
-            when = "earlier (before this start-up)" if session.last_consolidated else "never"
-        start = _conversation_start(session)
-        return SessionStatus(
-            model=self.llm.model,
-            context_tokens=self._estimate(system, session) + self.budget.answer,
-            answer_tokens=self.budget.answer,
-            window_tokens=self.window,
-            messages=session.total - start,
-            unconsolidated=session.total - max(start, session.last_consolidated),
-            last_consolidation=when,
-            memory_tokens=self.consolidator.memory_tokens(workspace.memory.read()),
-            memory_budget_tokens=self.consolidator.memory_budget,
-            held=held_update(workspace.memory),
-            window_from=self.sizing.window_from,
-            fixed_tokens=self.sizing.fixed,
-            margin_tokens=self.budget.margin,
-        )
-
-    # ---- one user's files, held still: /memory undo, /forget, /wipe --------------------------
-
-    @contextlib.asynccontextmanager
-    async def user_exclusive(self, user_key: str, *, cancel: bool = False) -> AsyncIterator[None]:
-        """No turn, consolidation, MEMORY.md write or reminder send of this user runs inside the
-        block.
-
-        Takes every session lock of the user (known since start-up or with a file), after their
-        background consolidation has finished (cancel=True: been cancelled), then the
-        workspace's memory lock, then their reminders' lock; locks are always taken in that
-        order (as a turn takes them; the scheduler holds only the last while it sends), so this
-        cannot deadlock with one. On the way out, what was derived from the user's files
-        (frozen system prompts, message-id indexes) is dropped, to be rebuilt from the disk."""
-        held: list[asyncio.Lock] = []
-        locked: set[str] = set()
-        try:
-            while True:
-                pending = self.background.of(user_key)
-                if pending:
-                    for task in pending if cancel else ():
-                        task.cancel()
-                    await asyncio.gather(*pending, return_exceptions=True)
-                    continue
-                todo = sorted(self._sessions_of(user_key) - locked)
-                if not todo:
-                    break
-                for key in todo:
-                    lock = self.sessions.lock(key)
-                    await lock.acquire()
-                    held.append(lock)
-                    locked.add(key)
-            async with self.workspaces.get(user_key).memory_lock, self.reminder_book.lock(user_key):
-                yield
-        finally:
-            self.prompts.forget_sessions(user_key, locked)
-            for lock in held:
-                lock.release()
-
-    async def erase_user(self, user_key: str) -> bool:
-        """/wipe: the user's folder (every session of theirs, groups included) and everything
-        kept about them in memory; pending consolidation is cancelled, running turns finish
-        first. The next message of theirs starts as a stranger's would."""
-        async with self.user_exclusive(user_key, cancel=True):
-            hidden = hide(self.workspaces.root_of(user_key))  # from here on they have nothing
-            forget_everywhere((*self._per_user, self.sessions), user_key)
-            # A shared workspace: every linked key is free (off the loop: in cluster mode the
-            # change is a round trip to NATS, which waits for the loop).
-            await asyncio.to_thread(self.links.drop_person, user_key)
-            self.chats.forget_owner(user_key)  # their private chats' personas
-        if hidden is not None:
-            await asyncio.to_thread(delete, hidden)
-        return hidden is not None
-
-    def _sessions_of(self, user_key: str) -> set[str]:
-        keys = self.sessions.known_sessions(user_key)
-        if self.workspaces.exists(user_key):
-            keys.update(self.workspaces.get(user_key).sessions.keys())
-        return keys
-
-    # ---- bounded RAM: idle sessions leave it (bot/agent/residency.py) ---------------------
-
-    def _busy(self, user_key: str, session_key: str) -> bool:
-        return self.consolidator.busy(user_key, session_key) or self.background.has(user_key)
-
-    def _drop_session(self, user_key: str, session_key: str) -> None:
-        self.prompts.forget_sessions(user_key, {session_key})
-        self.consolidator.forget(user_key, session_key)
-        workspace = self.workspaces.cached(user_key)
-        if workspace is not None:
-            workspace.sessions.evict(session_key)
-
     def _prepare_search(self, workspace: Workspace) -> None:
         """The person's first message since their workspace was loaded: a big history's index is
         checked, and built in the background if it is missing or stale, so that their first
@@ -1263,17 +988,6 @@ class Agent:
         task = asyncio.create_task(asyncio.to_thread(prepare_search, workspace.history_path))
         self._small_tasks.add(task)
         task.add_done_callback(self._small_tasks.discard)
-
-    def _drop_user_if_idle(self, user_key: str) -> bool:
-        """The person leaves RAM once none of their sessions is loaded and nothing holds their
-        memory; the holders of per-user state forget them as /wipe makes them."""
-        workspace = self.workspaces.cached(user_key)
-        if workspace is None:
-            return True
-        if workspace.memory_lock.locked() or workspace.sessions.loaded():
-            return False
-        forget_everywhere(self._per_user, user_key)
-        return True
 
 
 def _llm_failed(inbound: Inbound, exc: LLMError) -> str:
@@ -1292,14 +1006,6 @@ def _with_notes(reply: Reply, prepared: Prepared) -> Reply:
     if not prepared.notes:
         return reply
     return replace(reply, text="\n\n".join([reply.text, *prepared.notes]))
-
-
-def _conversation_start(session: Session) -> int:
-    """Index of the first message after the last /new (0 if there was none)."""
-    start = session.metadata.get(CONVERSATION_START, 0)
-    if not isinstance(start, int) or isinstance(start, bool):
-        return 0
-    return min(max(0, start), session.total)
 
 
 def _append(
@@ -1340,25 +1046,3 @@ def _assistant_with_calls(result: ChatResult, made: list[ToolCall]) -> dict[str,
     # "" rather than null: llama-cpp-python's server refuses (HTTP 500) an assistant message
     # whose content is null, and the session would fail on every later turn.
     return {"role": "assistant", "content": result.content or "", "tool_calls": calls}
-
-
-def _names_link(text: str) -> bool:
-    command = parse_command(text)
-    return command is not None and command.name in ("link", "unlink")
-
-
-class _WithNotices(PassingOutbound):
-    """An Outbound that says, under the answer, what happened elsewhere (a link made or
-    removed by another platform's account of the person)."""
-
-    def __init__(
-        self, out: Outbound, notices: list[tuple[str, str]], said: Callable[[], None]
-    ) -> None:
-        super().__init__(out)
-        self._notices = [text for _, text in notices]
-        self._said = said  # marked told once the answer is given
-
-    async def finish(self) -> None:
-        await self._out.add_text("\n\n" + "\n".join(self._notices))
-        await self._out.finish()
-        self._said()

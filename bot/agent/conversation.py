@@ -10,6 +10,15 @@ from bot.commands.context import DONE, FILED, NOTHING, OLD, Taken
 from memory.session import TURN, Session, SessionStore
 
 SAID_CHARS = 60  # the start of the person's message, to say which exchange it was
+CONVERSATION_START = "conversation_start"  # session metadata: where /new began the conversation
+
+
+def conversation_start(session: Session) -> int:
+    """Index of the first message after the last /new (0 if there was none)."""
+    start = session.metadata.get(CONVERSATION_START, 0)
+    if not isinstance(start, int) or isinstance(start, bool):
+        return 0
+    return min(max(0, start), session.total)
 
 
 def withdraw_last(sessions: SessionStore, session: Session) -> Taken:

@@ -4,7 +4,8 @@ The agent keeps a session loaded (its messages, its workspace) while people talk
 `[memory] max_loaded_sessions` the least recently used idle ones leave RAM: never one being
 handled, locked, or with consolidation running or pending. A person none of whose sessions is
 loaded any more leaves RAM whole: every holder of per-user state forgets them, through the same
-`forget_user` that /wipe uses.
+`forget_user` that /wipe uses. While a person's files are held still (`Residents.exclusive`:
+/link's merge, /memory undo, /forget, /wipe) none of their turns, consolidations or reminders runs.
 """
 
 from __future__ import annotations
@@ -12,8 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Protocol
+
+from bot.agent.background import BackgroundWork
+from bot.agent.prompt import FrozenPrompts
+from bot.reminders.desk import ReminderBook
+from memory.workspace import Workspaces
 
 
 class PerUser(Protocol):
@@ -26,6 +32,14 @@ def forget_everywhere(holders: Iterable[PerUser], user_key: str) -> None:
     """The one way a person leaves RAM: each holder drops what it keeps of them."""
     for holder in holders:
         holder.forget_user(user_key)
+
+
+class SessionWork(Protocol):
+    """Work on a session kept between turns (the consolidator's): it keeps the session loaded
+    while it runs or is pending, and forgets the session when it leaves RAM."""
+
+    def busy(self, user_key: str, session_key: str) -> bool: ...
+    def forget(self, user_key: str, session_key: str) -> None: ...
 
 
 class LoadedSessions:
@@ -123,3 +137,102 @@ class LoadedSessions:
             or (lock is not None and lock.locked())
             or self._busy_elsewhere(user_key, session_key)
         )
+
+
+class Residents:
+    """The people held in RAM: their loaded sessions (`sessions`), every holder of their state
+    (`holders`), how they leave it (idle, or forgotten at once), and their files held still."""
+
+    def __init__(
+        self,
+        workspaces: Workspaces,
+        max_loaded: int,
+        *,
+        holders: tuple[PerUser, ...],
+        work: SessionWork,
+        background: BackgroundWork,
+        prompts: FrozenPrompts,
+        reminders: ReminderBook,
+    ) -> None:
+        """`holders`: everything that keeps state of a person in RAM (the workspaces among
+        them): /wipe, /link and idle eviction alike make each forget them."""
+        self._workspaces = workspaces
+        self._holders = holders
+        self._work = work
+        self._background = background
+        self._prompts = prompts
+        self._reminders = reminders
+        self.sessions = LoadedSessions(
+            max_loaded, busy=self._busy, drop_session=self._drop_session, drop_user=self._drop_idle
+        )
+
+    def forget(self, user_key: str, *, sessions: bool = True) -> None:
+        """Every holder drops what it keeps of the person; `sessions`: the sessions they used
+        too (their files went, or are another person's now)."""
+        forget_everywhere((*self._holders, self.sessions) if sessions else self._holders, user_key)
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, user_key: str, *, cancel: bool = False) -> AsyncIterator[None]:
+        """No turn, consolidation, MEMORY.md write or reminder send of this user runs inside the
+        block.
+
+        Takes every session lock of the user (known since start-up or with a file), after their
+        background consolidation has finished (cancel=True: been cancelled), then the
+        workspace's memory lock, then their reminders' lock; locks are always taken in that
+        order (as a turn takes them; the scheduler holds only the last while it sends), so this
+        cannot deadlock with one. On the way out, what was derived from the user's files
+        (frozen system prompts, message-id indexes) is dropped, to be rebuilt from the disk."""
+        held: list[asyncio.Lock] = []
+        locked: set[str] = set()
+        try:
+            while True:
+                pending = self._background.of(user_key)
+                if pending:
+                    for task in pending if cancel else ():
+                        task.cancel()
+                    await asyncio.gather(*pending, return_exceptions=True)
+                    continue
+                todo = sorted(self._sessions_of(user_key) - locked)
+                if not todo:
+                    break
+                for key in todo:
+                    lock = self.sessions.lock(key)
+                    await lock.acquire()
+                    held.append(lock)
+                    locked.add(key)
+            memory_lock = self._workspaces.get(user_key).memory_lock
+            async with memory_lock, self._reminders.lock(user_key):
+                yield
+        finally:
+            self._prompts.forget_sessions(user_key, locked)
+            for lock in held:
+                lock.release()
+
+    def _sessions_of(self, user_key: str) -> set[str]:
+        keys = self.sessions.known_sessions(user_key)
+        if self._workspaces.exists(user_key):
+            keys.update(self._workspaces.get(user_key).sessions.keys())
+        return keys
+
+    # ---- bounded RAM: idle sessions leave it ------------------------------------------------
+
+    def _busy(self, user_key: str, session_key: str) -> bool:
+        return self._work.busy(user_key, session_key) or self._background.has(user_key)
+
+    def _drop_session(self, user_key: str, session_key: str) -> None:
+        self._prompts.forget_sessions(user_key, {session_key})
+        self._work.forget(user_key, session_key)
+        workspace = self._workspaces.cached(user_key)
+        if workspace is not None:
+            workspace.sessions.evict(session_key)
+
+    def _drop_idle(self, user_key: str) -> bool:
+        """The person leaves RAM once none of their sessions is loaded and nothing holds their
+        memory; the holders of per-user state forget them as /wipe makes them."""
+        workspace = self._workspaces.cached(user_key)
+        if workspace is None:
+            return True
+        if workspace.memory_lock.locked() or workspace.sessions.loaded():
+            return False
+        self.forget(user_key, sessions=False)
+        return True

@@ -37,7 +37,7 @@ class Teller:
         workspaces: Workspaces,
         resolve: Callable[[str], str],
         senders: dict[str, Resender],
-        moves: Callable[[], PersonMoves | None],
+        moves: PersonMoves | None,
     ) -> None:
         self._workspaces = workspaces
         self._resolve = resolve
@@ -63,7 +63,7 @@ class Teller:
     async def tell(self, key: str, text: str) -> None:
         """A notice for `key`: on file in its person's workspace, then sent (background)."""
         person = self._resolve(key)
-        moves = self._moves()
+        moves = self._moves
         if moves is not None and not moves.here(person):
             await moves.notify(person, key, text)  # that person's worker writes and sends it
             return

@@ -4,24 +4,26 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bot.cli.common import (
     EXIT_USAGE,
     UserError,
     describe_endpoint,
     load,
-    metered_core,
-    new_agent,
     only_writer,
     platform_factory,
     require_credentials,
     sized,
     workspaces_dir,
 )
+from bot.cli.core import BuiltCore, ClusterParts, build_core
 
 if TYPE_CHECKING:
     import asyncio
+
+    from bot.cluster.worker import Worker
+    from bot.config import Config
 
 log = logging.getLogger("lightgrep")
 
@@ -77,7 +79,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     from bot.cluster.chats import SharedChats
     from bot.cluster.connection import ClusterError
     from bot.cluster.lease import this_worker
-    from bot.cluster.partition import RangeError, describe_ranges, parse_ranges
+    from bot.cluster.partition import RangeError, describe_ranges, parse_ranges, serves
     from bot.cluster.people import SharedPeople
     from bot.cluster.worker import Worker
 
@@ -95,21 +97,23 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     )
     sizing = await sized(config)
     with only_writer(config):  # its own workspaces folder, as `run` has
-        agent = new_agent(config, metered=True, sizing=sizing)
+        # The link table and codes are the cluster's (people.py), read at the connection; so
+        # are the chats' settings (a group's, for every worker).
+        people = SharedPeople(
+            workspaces_dir(config), owns=serves(partitions, config.cluster.partitions)
+        )
+        chats = SharedChats(workspaces_dir(config))
+        built = build_core(config, sizing, "worker", ClusterParts(people, chats))
+        agent = built.agent
         try:
             me = this_worker(workspaces_dir(config))
-            # The link table and codes are the cluster's (people.py), read at the connection.
-            people = SharedPeople(workspaces_dir(config))
-            agent.links, agent.link_codes, agent.moves = people, people.codes, people
-            agent.chats = SharedChats(workspaces_dir(config))  # a group's, for every worker
             worker = Worker(
-                metered_core(agent), config.cluster, partitions, me, people,
-                before_serving=agent.finish_shipping, chats=agent.chats,
+                built.core, config.cluster, partitions, me, people,
+                before_serving=agent.people.finish_shipping, chats=chats,
             )  # fmt: skip
-            people.owns, people.on_arrival = worker.owns, agent.arrive_soon
             async with observed(config.metrics.listen, [], config.llm, worker.health):
                 with stop_on_signals(agent.stopping) as stop:
-                    reminders = asyncio.ensure_future(_remind(agent, worker, config, stop))
+                    reminders = asyncio.ensure_future(_remind(built, worker, config, stop))
                     try:
                         await worker.run(stop)
                     finally:
@@ -119,12 +123,12 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             raise UserError(str(exc)) from None
         finally:
             log.info("stopping: finishing pending memory work")
-            await close_agent(agent)
+            await close_agent(built)
     log.info("stopped")
     return 0
 
 
-async def _remind(agent: Any, worker: Any, config: Any, stop: asyncio.Event) -> None:
+async def _remind(built: BuiltCore, worker: Worker, config: Config, stop: asyncio.Event) -> None:
     """Once the worker holds its partitions: the reminders of its people, sent through the
     ingresses (bot/cluster/push.py), one sender per platform the configuration knows."""
     import asyncio
@@ -139,8 +143,8 @@ async def _remind(agent: Any, worker: Any, config: Any, stop: asyncio.Event) -> 
     if stop.is_set():
         return
     for platform in config.platforms:
-        agent.send_with(platform, worker.sender(platform))
-    async with reminding(agent, stop, worker.owns):
+        built.agent.send_with(platform, worker.sender(platform))
+    async with reminding(built, stop, worker.owns):
         await stop.wait()
 
 

@@ -1,5 +1,6 @@
 """What the `lightgrep` subcommands share: exit codes, the error a person can fix, loading the
-configuration, finding a workspace, the folder lock, and building the core."""
+configuration, finding a workspace, the folder lock, and sizing the context window (the core
+is built in bot/cli/core.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.config import Config, load_config
 from bot.platform import AdapterFactory, PlatformStartError, PluginError, load_platform
 from memory.folder_lock import FolderLock, FolderLockError
+
+if TYPE_CHECKING:
+    from bot.agent.sizing import Sizing
 
 log = logging.getLogger("lightgrep")
 
@@ -101,7 +105,7 @@ def only_writer(config: Config) -> Iterator[None]:
         lock.release()
 
 
-async def sized(config: Config) -> Any:
+async def sized(config: Config) -> Sizing:
     """The context window and its shares (bot.agent.sizing.Sizing), the server asked where it
     can tell. A window too small for one turn stops the command here, with doctor's line and
     the fix: the bot would otherwise refuse every message as too long."""
@@ -115,32 +119,3 @@ async def sized(config: Config) -> Any:
     else:
         log.warning("context window: %s", check.line)
     return check.sizing
-
-
-def new_agent(
-    config: Config, *, writer: bool = True, metered: bool = False, sizing: Any = None
-) -> Any:
-    """The bot's core; writer=True only under only_writer (the folder lock). metered: its model
-    calls and consolidations counted for /metrics (bot.observe.metrics). `sizing`: from
-    sized(); None: planned from the config alone."""
-    from bot.agent.agent import Agent  # heavy imports only for the commands that need them
-    from bot.agent.sizing import plan
-
-    sizing = sizing or plan(config)
-    config = sizing.applied(config)
-    if not metered:
-        return Agent(config, writer=writer, sizing=sizing)
-    from bot.llm.client import LLMClient
-    from bot.observe.metrics import MeteredLLM, count_consolidation
-
-    llm = MeteredLLM(LLMClient.from_config(config.llm))
-    agent = Agent(config, llm, writer=writer, sizing=sizing)
-    agent.consolidator.on_outcome = count_consolidation
-    return agent
-
-
-def metered_core(agent: Any) -> Any:
-    """What the adapters are handed: the agent, every message counted."""
-    from bot.observe.metrics import MeteredCore
-
-    return MeteredCore(agent)

@@ -17,7 +17,7 @@ import sys
 import unicodedata
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot import logsafe
 from bot.cli import control, init, links
@@ -30,8 +30,6 @@ from bot.cli.common import (
     UserError,
     describe_endpoint,
     load,
-    metered_core,
-    new_agent,
     only_writer,
     platform_factory,
     require_credentials,
@@ -39,9 +37,13 @@ from bot.cli.common import (
     sized,
     workspaces_dir,
 )
+from bot.cli.core import build_core
 from bot.cli.doctor import cmd_doctor
 from bot.config import ConfigError, data_home
 from bot.platform import OnePerson, PlatformStartError, Resender
+
+if TYPE_CHECKING:
+    from memory.workspace import Workspaces
 
 log = logging.getLogger("lightgrep")
 
@@ -104,20 +106,20 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     print(f"{describe_endpoint(config)}; memory in {where}{logs}", file=sys.stderr, flush=True)
     sizing = await sized(config)
     with only_writer(config):
-        agent = new_agent(config, sizing=sizing)
+        built = build_core(config, sizing, "chat")
         try:
-            adapter = factory(config, agent, user=args.user, log_file=args.log_file)
+            adapter = factory(config, built.core, user=args.user, log_file=args.log_file)
             owns = None
             if isinstance(adapter, Resender):
-                agent.send_with("cli", adapter)
+                built.agent.send_with("cli", adapter)
             if isinstance(adapter, OnePerson):
                 person = adapter.user_key
                 owns = lambda key: key == person  # noqa: E731
-            with stop_on_signals(agent.stopping) as stop:
-                async with reminding(agent, stop, owns):
+            with stop_on_signals(built.agent.stopping) as stop:
+                async with reminding(built, stop, owns):
                     await adapter.run(stop)
         finally:
-            await close_agent(agent)
+            await close_agent(built)
     return 0
 
 
@@ -141,20 +143,19 @@ async def cmd_run(args: argparse.Namespace) -> int:
     log.info("connecting to %s; memory in %s", describe_endpoint(config), workspaces_dir(config))
     sizing = await sized(config)
     with only_writer(config):
-        agent = new_agent(config, metered=True, sizing=sizing)
+        built = build_core(config, sizing, "run")
         try:
-            core = metered_core(agent)
-            adapters = [factories[name](config, core) for name in names]
+            adapters = [factories[name](config, built.core) for name in names]
             for adapter in adapters:  # reminders go out through them
                 if isinstance(adapter, Resender):
-                    agent.send_with(adapter.name, adapter)
+                    built.agent.send_with(adapter.name, adapter)
             async with observed(config.metrics.listen, adapters, config.llm):
-                with stop_on_signals(agent.stopping) as stop:
-                    async with reminding(agent, stop):
+                with stop_on_signals(built.agent.stopping) as stop:
+                    async with reminding(built, stop):
                         await serve(adapters, stop)
         finally:
             log.info("stopping: finishing pending memory work")
-            await close_agent(agent)
+            await close_agent(built)
     log.info("stopped")
     return 0
 
@@ -192,7 +193,7 @@ async def cmd_recall(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reader(args: argparse.Namespace) -> Any:
+def _reader(args: argparse.Namespace) -> Workspaces:
     """The workspaces, opened to read only: the folder may be a live bot's (only the bot, holding
     its lock, writes there) or read-only. The key may be one linked to another's workspace
     (/link): `args.person` is the key whose workspace it reads and writes, which must exist."""

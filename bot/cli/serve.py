@@ -14,10 +14,14 @@ import logging
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.observe import heap
 from bot.platform import PlatformAdapter, PlatformStartError
+
+if TYPE_CHECKING:
+    from bot.cli.core import BuiltCore
+    from bot.config import LLMConfig
 
 log = logging.getLogger("lightgrep")
 
@@ -31,7 +35,7 @@ STABLE_S = 60.0  # …and starting afresh once a restarted platform has served t
 async def observed(
     listen: str | None,
     adapters: list[PlatformAdapter],
-    llm: Any,
+    llm: LLMConfig | None,
     cluster: Callable[[], dict[str, Any]] | None = None,
 ) -> AsyncIterator[None]:
     """/metrics and /healthz on `[metrics] listen` for the block (bot/observe/server.py), if set."""
@@ -50,12 +54,12 @@ async def observed(
 
 @contextlib.asynccontextmanager
 async def reminding(
-    agent: Any, stop: asyncio.Event, owns: Callable[[str], bool] | None = None
+    built: BuiltCore, stop: asyncio.Event, owns: Callable[[str], bool] | None = None
 ) -> AsyncIterator[None]:
     """The agent's reminders sent at their time during the block (bot/reminders/scheduler.py),
     through the senders registered with `agent.send_with`; when it ends (or `stop`), the sends
     under way finish and are recorded."""
-    task = asyncio.create_task(agent.reminders.run(stop, owns))
+    task = asyncio.create_task(built.agent.reminders.run(stop, owns))
     try:
         yield
     finally:
@@ -174,9 +178,9 @@ def stop_on_signals(on_stop: Callable[[], None] | None = None) -> Iterator[async
             loop.remove_signal_handler(sig)
 
 
-async def close_agent(agent: Any) -> None:
+async def close_agent(built: BuiltCore) -> None:
     """Wait for pending consolidation, saying so if it takes a moment."""
-    closing = asyncio.ensure_future(agent.aclose())
+    closing = asyncio.ensure_future(built.agent.aclose())
     done, _ = await asyncio.wait({closing}, timeout=SLOW_SHUTDOWN_NOTICE_S)
     if not done:
         print("(finishing memory consolidation before exiting…)", file=sys.stderr, flush=True)

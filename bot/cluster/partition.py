@@ -9,12 +9,19 @@ computes the same partition for a key, today and after an upgrade.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 
 def partition_of(user_key: str, partitions: int) -> int:
     """The partition (0 … partitions-1) of a user key."""
     digest = hashlib.blake2b(user_key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % partitions
+
+
+def serves(partitions: list[int], count: int) -> Callable[[str], bool]:
+    """Whether a worker of these partitions (of `count`) serves a user key."""
+    chosen = frozenset(partitions)
+    return lambda user_key: partition_of(user_key, count) in chosen
 
 
 class RangeError(ValueError):

@@ -79,7 +79,11 @@ class SharedPeople(LinkTable):
     the file) and the files moving between workers. `mirror`: a worker's workspaces folder,
     where `.links.json` is kept as a copy; None for an ingress."""
 
-    def __init__(self, mirror: Path | None) -> None:
+    def __init__(
+        self, mirror: Path | None, owns: Callable[[str], bool] = lambda person: True
+    ) -> None:
+        """`owns(person)`: whether this worker serves the person (bot.cluster.partition.serves),
+        so that files or notices arriving for them are taken here."""
         super().__init__(mirror or Path("."))
         self._mirror = mirror
         self._doc: Doc = _empty()
@@ -89,10 +93,10 @@ class SharedPeople(LinkTable):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watching: asyncio.Task[None] | None = None
         self.codes = SharedCodes()
-        # A worker's: whether it serves a person, and what it does when files or notices for
-        # one of them arrive (Agent.arrive_soon: at once, not at their next message).
-        self.owns: Callable[[str], bool] = lambda person: True
-        self.on_arrival: Callable[[str], None] | None = None
+        self._owns = owns
+        # What the worker's agent does when files or notices for one of its people arrive
+        # (bot.agent.people.People.arrive_soon: at once, not at their next message).
+        self._on_arrival: Callable[[str], None] | None = None
 
     async def start(self, js: JetStreamContext, names: Names, settings: ClusterConfig) -> None:
         """Open (or make) the buckets, read the table, and watch it from here on. An ingress
@@ -140,10 +144,10 @@ class SharedPeople(LinkTable):
             return
         self._doc, self._revision = {"links": links, "moving": moving}, revision
         self._links = links
-        if self.on_arrival is not None:
+        if self._on_arrival is not None:
             for person in moving:
-                if self.owns(person):
-                    self.on_arrival(person)
+                if self._owns(person):
+                    self._on_arrival(person)
         if self._mirror is not None:
             with contextlib.suppress(OSError):  # a copy for the CLI only
                 super()._write(links)
@@ -212,7 +216,7 @@ class SharedPeople(LinkTable):
 
     def here(self, person: str) -> bool:
         """Whether this worker serves `person` (its workspace is in this folder)."""
-        return self.owns(person)
+        return self._owns(person)
 
     async def notify(self, person: str, to: str, text: str) -> None:
         """A notice for `to`, whose person another worker serves: it travels with the
@@ -225,6 +229,11 @@ class SharedPeople(LinkTable):
             return {**doc, "moving": moving}
 
         await self.change(edit)
+
+    def when_arriving(self, take: Callable[[str], None]) -> None:
+        """`take(person)` is called when files or notices for a person this worker serves
+        arrive in the table (the agent that takes them tells this once, as it is built)."""
+        self._on_arrival = take
 
     def arriving(self, person: str) -> bool:
         """Whether files of `person` wait to be merged in (by the worker of their partition)."""

@@ -34,7 +34,7 @@ from nats.js.object_store import ObjectStore
 from bot.cluster import wire
 from bot.cluster.connection import Names, bodies, connect, ensure_streams
 from bot.cluster.lease import Holder, Leases
-from bot.cluster.partition import describe_ranges, partition_of
+from bot.cluster.partition import describe_ranges, partition_of, serves
 from bot.cluster.publish import Publisher
 from bot.cluster.push import PushSender
 from bot.cluster.signing import Signer, digest
@@ -170,12 +170,13 @@ class Worker:
         self.ready = asyncio.Event()
         self._core = core
         self._people = people  # who is whom: a message goes to its person's partition
-        self._before_serving = before_serving  # once the table is read (Agent.finish_shipping)
+        self._before_serving = before_serving  # once the table is read (People.finish_shipping)
         self._chats = chats  # the chats' settings (the agent's book)
         self._settings = settings
         self._names = Names(settings.subject_prefix)
         self._signer = Signer(settings.signing_key, required=not settings.private_network)
         self._partitions = partitions
+        self._owns = serves(partitions, settings.partitions)
         self._me = me
         self._in_flight: set[int] = set()  # stream sequences fetched, not yet acknowledged
         self._room = asyncio.Event()
@@ -283,7 +284,7 @@ class Worker:
 
     def owns(self, user_key: str) -> bool:
         """Whether this worker serves the person: it sends their reminders too."""
-        return partition_of(user_key, self._settings.partitions) in self._partitions
+        return self._owns(user_key)
 
     def sender(self, platform: str) -> PushSender:
         """What sends the reminders of `platform` (once ready): push.py."""

@@ -99,6 +99,7 @@ class PersonMoves(Protocol):
     async def arrived(self, person: str, names: list[str]) -> None: ...
     def here(self, person: str) -> bool: ...  # served by this worker
     async def notify(self, person: str, to: str, text: str) -> None: ...
+    def when_arriving(self, take: Callable[[str], None]) -> None: ...  # files came: take(person)
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ async def test_after_a_nats_restart_the_copies_catch_up_with_later_changes(
 async def test_a_watch_that_fails_is_logged_once_and_opened_again(
     nats_server: NatsServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The worker's hook for arriving files (Agent.arrive_soon) raising once ends the watch;
+    """The worker's hook for arriving files (People.arrive_soon) raising once ends the watch;
     it is opened again, and the links made afterwards reach this worker's copy."""
     caplog.set_level(logging.INFO, logger="bot.cluster")
     async with process(nats_server, tmp_path / "a") as (people, _):
@@ -97,7 +97,7 @@ async def test_a_watch_that_fails_is_logged_once_and_opened_again(
                 failed.append(person)
                 raise RuntimeError("the hook failed")
 
-        people.on_arrival = arriving
+        people.when_arriving(arriving)
         async with process(nats_server, tmp_path / "b") as (other, _):
             await other.notify("telegram-42", "discord-7", "linked")  # calls the hook: it fails
             await until(lambda: bool(failed), "the hook's call")

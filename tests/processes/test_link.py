@@ -213,9 +213,9 @@ async def test_an_expired_code_is_refused_like_a_wrong_one(
         Config(
             llm=LLMConfig(base_url=fake_llm.base_url, api_key="sk-test", model="fake-model"),
             memory=MemoryConfig(workspaces_dir=workspaces_dir),
-        )
+        ),
+        codes=LinkCodes(clock=lambda: now[0]),
     )
-    agent.link_codes = LinkCodes(clock=lambda: now[0])
     try:
         offer = await ask(agent, "cli-ana", "/link")
         [code] = set(CODE.findall(offer))

@@ -173,9 +173,8 @@ async def test_a_message_published_before_the_link_is_answered_by_the_persons_wo
     cluster = settings(nats_server)
     agents, people = [], []
     for i in range(2):
-        agent = make_agent(fake_llm, tmp_path / f"w{i}")
-        shared = SharedPeople(agent.workspaces.base_dir)
-        agent.links, agent.link_codes, agent.moves = shared, shared.codes, shared
+        shared = SharedPeople(tmp_path / f"w{i}")
+        agent = make_agent(fake_llm, tmp_path / f"w{i}", people=shared)
         agents.append(agent)
         people.append(shared)
     said = Inbound("discord", session_key("discord", "dm", "77"), "discord-77", "hello there")
@@ -199,7 +198,7 @@ async def test_a_message_published_before_the_link_is_answered_by_the_persons_wo
 def test_a_shipment_a_crash_interrupted_is_finished_or_undone_by_the_table(
     tmp_path: Path,
 ) -> None:
-    """Before serving, a worker looks at the workspaces it hid to pack (Agent._ship): one whose
+    """Before serving, a worker looks at the workspaces it hid to pack (People._ship): one whose
     change the table has is the other worker's now; one whose change it has not comes back."""
     from memory.control.link import finish_shipping, shipping_root
     from memory.links import LinkTable

@@ -1,7 +1,8 @@
 """The import rules of ARCHITECTURE.md, checked on the source:
 
 - layers: adapters → bot → memory, never back;
-- only the CLI builds the Agent (adapters get a Core, command handlers a CommandContext);
+- only the CLI's factory (bot/cli/core.py) builds the Agent (adapters get a Core, command handlers
+  a CommandContext);
 - a package's face: code outside a subpackage imports only the package itself or the modules its
   `__init__` names in `__all__`;
 - no import circle anywhere in bot/, adapters/ and memory/;
@@ -23,7 +24,7 @@ from tests.rigs import REPO as ROOT
 
 LAYERS = {"memory": 0, "bot": 1, "adapters": 2}  # a module may import its own layer or lower ones
 AGENT = "bot.agent.agent"
-MAY_BUILD_THE_AGENT = {"bot.cli.common"}
+MAY_BUILD_THE_AGENT = {"bot.cli.core"}
 PLATFORM_SDKS = {"telegram", "discord", "prompt_toolkit", "rich", "aiohttp", "asyncio"}
 
 
@@ -100,7 +101,7 @@ def _breaks(module: str, name: str, faces: dict[str, set[str] | None]) -> str | 
     if LAYERS.get(name.split(".")[0], -1) > LAYERS[module.split(".")[0]]:
         return ""  # upward: "a imports b" says it all
     if name == AGENT and module not in MAY_BUILD_THE_AGENT:
-        return " (only the CLI builds the Agent)"
+        return " (only bot.cli.core builds the Agent)"
     parts = name.split(".")
     for depth in range(2, len(parts)):  # each subpackage on the way down, below the layer
         package, inner = ".".join(parts[:depth]), parts[depth]
@@ -231,13 +232,15 @@ def test_the_checks_spot_every_kind_of_breach() -> None:
         "bot.agent.prompt": "",
         "bot.tasks": "from bot.agent.prompt import build\n",
         "adapters.terminal": "from bot.agent.agent import Agent\n",
-        "bot.cli.common": "from bot.agent.agent import Agent\nimport memory.workspace\n",
+        "bot.cli.core": "from bot.agent.agent import Agent\nimport memory.workspace\n",
+        "bot.cli.main": "from bot.agent.agent import Agent\n",
         "adapters.discord": "from bot.commands import COMMANDS\nimport discord\n",
     }
     assert violations(sources) == [
-        "adapters.terminal imports bot.agent.agent (only the CLI builds the Agent)",
-        "bot.commands imports bot.agent.agent (only the CLI builds the Agent)",
-        "bot.formatting imports bot.agent.agent (only the CLI builds the Agent)",
+        "adapters.terminal imports bot.agent.agent (only bot.cli.core builds the Agent)",
+        "bot.cli.main imports bot.agent.agent (only bot.cli.core builds the Agent)",
+        "bot.commands imports bot.agent.agent (only bot.cli.core builds the Agent)",
+        "bot.formatting imports bot.agent.agent (only bot.cli.core builds the Agent)",
         "bot.platform imports adapters.telegram",
         "bot.tasks imports bot.agent.prompt (not in bot.agent.__all__)",
         "memory.session imports adapters.discord",

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from bot.agent.agent import Agent
+from bot.commands.confirm import Confirmations
 from bot.config import Config, LimitsConfig, LLMConfig, MediaConfig, MemoryConfig
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
@@ -19,6 +20,9 @@ from bot.outbound import BufferedOutbound, Reply
 from tests.rigs.fakes.openai_server import (
     FakeOpenAI,
 )
+
+if TYPE_CHECKING:
+    from bot.cluster.people import SharedPeople
 
 
 def make_agent(
@@ -29,13 +33,17 @@ def make_agent(
     limits: LimitsConfig | None = None,
     memory: dict[str, Any] | None = None,
     media: dict[str, Any] | None = None,
+    people: SharedPeople | None = None,
+    confirmations: Confirmations | None = None,
     **settings: Any,
 ) -> Agent:
     """An Agent whose real openai client talks to `llm` (a fake server or its base URL).
     Retries are off unless asked for, so failures show at once; `settings` are [llm] keys. The
     answer's budget is an eighth of the window unless given: it shares the window (window=None
     and max_output_tokens=None: both automatic, bot/agent/sizing.py). `memory`: [memory] keys
-    besides the folder; `media`: [media] keys."""
+    besides the folder; `media`: [media] keys. `people`: a worker's link table, codes and
+    moves (the cluster's), as bot/cli/core.py gives them; `confirmations`: the questions of
+    /forget and /wipe (a short time to answer)."""
     base_url = llm if isinstance(llm, str) else llm.base_url
     options: dict[str, Any] = {
         "max_retries": 0,
@@ -55,7 +63,11 @@ def make_agent(
         limits=limits or LimitsConfig(),
         media=MediaConfig(**(media or {})),
     )
-    return Agent(config)
+    if people is None:
+        return Agent(config, confirmations=confirmations)
+    return Agent(
+        config, links=people, codes=people.codes, moves=people, confirmations=confirmations
+    )
 
 
 async def ask(agent: Agent, inbound: Inbound) -> Reply:

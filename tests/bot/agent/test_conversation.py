@@ -221,10 +221,10 @@ async def test_a_persona_counts_in_the_fixed_part_never_reaches_memory_and_goes_
 ) -> None:
     agent = make_agent(fake_llm, workspaces_dir, window=3000)
     await ask(agent, dm("7", "hi"))
-    before = agent.session_status(dm("7", "")).context_tokens
+    before = agent.commanding.status(dm("7", "")).context_tokens
     persona = "Always answer in rhyming couplets about the sea. " * 6
     assert "From the next message on" in (await ask(agent, dm("7", f"/persona {persona}"))).text
-    after = agent.session_status(dm("7", "")).context_tokens
+    after = agent.commanding.status(dm("7", "")).context_tokens
     assert after - before >= 50  # the persona's tokens, in every request
     too_long = await ask(agent, dm("7", "/persona " + "word " * 390))
     assert "too long" in too_long.text and "Nothing changed" in too_long.text

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from bot.cli.common import new_agent, sized
+from bot.cli.common import sized
+from bot.cli.core import build_core
 from bot.cli.main import main
 from bot.config import load_config
 from tests.rigs.agent import ask, dm, make_agent
@@ -176,7 +177,7 @@ async def test_an_explicit_setting_wins_over_the_server(
     assert share(line, "answer")[0] == 100 and share(line, "memory")[0] == 50
 
     config = load_config(path)
-    agent = new_agent(config, sizing=await sized(config))
+    agent = build_core(config, await sized(config), "chat").agent
     asked = len(fake_llm.chat_requests)  # (doctor's tiny request came before)
     await ask(agent, dm("42", "hello"))
     await agent.aclose()

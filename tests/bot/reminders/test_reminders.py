@@ -327,7 +327,7 @@ async def test_a_linked_accounts_reminders_follow_its_person(
     )
     assert (await ask(agent, asked)).text.startswith("OK, I'll remind you")
     assert (await ask(agent, dm("42", "/remind in 1 hour call Bo"))).text.startswith("OK")
-    await agent.join_person("discord-77", "telegram-42")
+    await agent.people.join("discord-77", "telegram-42")
     index = DueIndex(workspaces_dir).load()
     assert "discord-77" not in index
     assert index["telegram-42"] <= clock.now() + timedelta(seconds=3)  # the stretch's, not 1 h

@@ -338,8 +338,7 @@ async def test_forget_cancel_and_nothing_found(fake_llm: FakeOpenAI, workspaces_
 async def test_a_confirmation_expires_and_belongs_to_its_user(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
-    agent = make_agent(fake_llm, workspaces_dir)
-    agent.confirmations = Confirmations(ttl_s=0.2)
+    agent = make_agent(fake_llm, workspaces_dir, confirmations=Confirmations(ttl_s=0.2))
     alice, bob = agent.workspaces.get("telegram-42"), agent.workspaces.get("telegram-7")
     fill(alice)
     fill(bob)
@@ -354,8 +353,9 @@ async def test_a_confirmation_expires_and_belongs_to_its_user(
     assert "expired" in late.text
     assert all_bytes(alice.root) == before_alice and all_bytes(bob.root) == before_bob
 
-    # An older question's button cannot confirm a newer one.
-    agent.confirmations = Confirmations()
+    # An older question's button cannot confirm a newer one (answered in the usual time).
+    await agent.aclose()
+    agent = make_agent(fake_llm, workspaces_dir)
     old = (await ask(agent, dm("42", "/forget Springfield"))).buttons[0].command
     await ask(agent, dm("42", "/forget green tea"))
     assert "older question" in (await ask(agent, dm("42", old))).text

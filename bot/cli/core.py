@@ -1,0 +1,75 @@
+"""Building the core: the one place the Agent is made, for every role of the CLI.
+
+`chat` (the terminal) is handed the agent itself; `run` and `worker` hand their adapters (or the
+worker) a MeteredCore, every message and consolidation counted for /metrics. A worker's agent
+is built with the cluster's parts, given here rather than set on it afterwards: the link table
+and its codes, the files moving between workers (bot/cluster/people.py) and the chats'
+settings (bot/cluster/chats.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # the heavy imports come with build_core, for the commands that need it
+    from bot.agent.agent import Agent
+    from bot.agent.sizing import Sizing
+    from bot.cluster.chats import SharedChats
+    from bot.cluster.people import SharedPeople
+    from bot.config import Config
+    from bot.platform import Core
+
+Role = Literal["chat", "run", "worker"]
+
+
+@dataclass(frozen=True)
+class ClusterParts:
+    """A worker's share of the cluster: who is whom and the files on their way between
+    workers, and every chat's settings."""
+
+    people: SharedPeople
+    chats: SharedChats
+
+
+@dataclass(frozen=True)
+class BuiltCore:
+    """`agent`: what the command runs and stops (reminders, pending memory work); `core`: what
+    it hands the adapters, or the worker."""
+
+    agent: Agent
+    core: Core
+
+
+def build_core(
+    config: Config, sizing: Sizing, role: Role, cluster: ClusterParts | None = None
+) -> BuiltCore:
+    """The core for `role`, with the window as `sizing` (bot.cli.common.sized) found it; a
+    worker's needs `cluster`. Only under bot.cli.common.only_writer: the agent writes."""
+    from bot.agent.agent import Agent
+
+    if (role == "worker") != (cluster is not None):
+        raise ValueError(f"the cluster's parts are a worker's only (role {role!r})")
+    config = sizing.applied(config)
+    if role == "chat":
+        agent = Agent(config, sizing=sizing)
+        return BuiltCore(agent, agent)
+    from bot.llm.client import LLMClient
+    from bot.observe.metrics import MeteredCore, MeteredLLM, count_consolidation
+
+    llm = MeteredLLM(LLMClient.from_config(config.llm))
+    if cluster is None:
+        agent = Agent(config, llm, sizing=sizing, on_consolidation=count_consolidation)
+    else:
+        people = cluster.people
+        agent = Agent(
+            config,
+            llm,
+            sizing=sizing,
+            links=people,
+            codes=people.codes,
+            moves=people,
+            chats=cluster.chats,
+            on_consolidation=count_consolidation,
+        )
+    return BuiltCore(agent, MeteredCore(agent))
