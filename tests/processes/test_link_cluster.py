@@ -214,3 +214,28 @@ def test_a_shipment_a_crash_interrupted_is_finished_or_undone_by_the_table(
     assert finish_shipping(workspaces, table) == 2
     assert sorted(p.name for p in workspaces.base_dir.iterdir() if p.is_dir()) == ["cli-bob"]
     assert "cli-bob fact" in workspaces.get("cli-bob").memory.read()
+
+
+async def test_a_notice_arriving_for_a_workers_person_is_taken_at_once(
+    fake_llm: FakeOpenAI, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Files or notices for a person arriving in the cluster's table are taken by that
+    person's worker as the table changes (People.arrive_soon), not at their next message:
+    the notice is on file in their workspace, to be sent, with no message of theirs."""
+    from memory.control.notices import NoticeFile
+
+    shared = SharedPeople(tmp_path / "w")
+    agent = make_agent(fake_llm, tmp_path / "w", people=shared)
+    try:
+        async with serving(agent, settings(nats_server), tmp_path / "w", people=shared):
+            await shared.notify("telegram-42", "discord-77", "telegram-42 now shares memory")
+            notices = NoticeFile(agent.workspaces.root_of("telegram-42"))
+            deadline = asyncio.get_running_loop().time() + STEP_TIMEOUT
+            while shared.arriving("telegram-42") or not notices.pending("discord-77"):
+                assert asyncio.get_running_loop().time() < deadline, "not taken"
+                await asyncio.sleep(0.05)
+            [(_, to, text)] = notices.pending()
+            assert (to, text) == ("discord-77", "telegram-42 now shares memory")
+        assert fake_llm.chat_requests == []  # no message of theirs came
+    finally:
+        await agent.aclose()
