@@ -49,6 +49,7 @@ SENT = "sent"  # record type: the platform ids of an answer
 HIDDEN = "_hidden"  # in RAM only: why a message left the conversation (WITHDRAWN, SUPERSEDED)
 TURN = "turn"  # a user message's id, by which the records above name its turn
 REPLY_TO = "reply_to"  # a user message's context: what the person replied to (reply_context)
+REMINDER_MARK = "reminder"  # an assistant message that is a reminder sent, not an answer
 LLM_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
 RECENT_IDS = 32  # platform ids of consolidated user messages remembered per session
 FILED = -1  # index_of(): the message was consolidated (it is no longer in RAM)
@@ -179,7 +180,9 @@ class Session:
 
         Starts at a user message (a provider rejects a conversation that opens with a tool result
         or a dangling assistant turn), drops tool results whose call is not in the slice, and keeps
-        only the fields a chat completion takes.
+        only the fields a chat completion takes. Reminders sent before that first user message (a
+        new chat, or just after /new) are told in it (_reminders_told), so the model knows
+        what the person answers.
 
         WHY kept between calls: a turn asks for it once per model call, and rebuilding every
         message cost O(history) each time; messages are only appended, so what was built stays
@@ -210,6 +213,7 @@ class Session:
         )
         if first_user is None:
             return []
+        reminders = [message for message in pending[:first_user] if message.get(REMINDER_MARK)]
         window = pending[first_user:]
         answered = {m.get("tool_call_id") for m in window if m.get("role") == "tool"}
         result: list[dict[str, Any]] = []
@@ -230,6 +234,12 @@ class Session:
             elif message.get("role") == "tool" and message.get("tool_call_id") not in call_ids:
                 continue
             result.append(clean)
+        if reminders:
+            opening = result[0]  # the first user message: never left out
+            result[0] = {
+                **opening,
+                "content": _told(opening.get("content"), _reminders_told(reminders)),
+            }
         return result
 
     def _note(self, record: dict[str, Any], index: int) -> None:
@@ -331,6 +341,22 @@ def reply_context(message: dict[str, Any]) -> str:
     what = f"quoting {whose} message" if reply.get("quote") else f"in reply to {whose} message"
     quoted = "\n".join(f"> {line}" for line in reply["text"].splitlines() or [""])
     return f"[{what[0].upper()}{what[1:]}:]\n{quoted}\n\n"
+
+
+def _reminders_told(reminders: list[dict[str, Any]]) -> str:
+    """The reminders sent before a conversation's first user message, as the model is told them
+    before that message: as an assistant turn of their own they would open the conversation,
+    which providers refuse. Built from the stored notes alone (their text and time), so every
+    request carries the same bytes."""
+    told = []
+    for note in reminders:
+        moment = clock.parse(note.get("timestamp"))
+        when = f" at {moment.strftime(clock.HISTORY_STAMP)} UTC" if moment is not None else ""
+        lines = str(note.get("content") or "").splitlines() or [""]
+        told.append(
+            f"[You sent them this reminder{when}:]\n" + "\n".join(f"> {line}" for line in lines)
+        )
+    return "\n\n".join(told) + "\n\n"
 
 
 def _plain(message: dict[str, Any]) -> bool:

@@ -87,7 +87,7 @@ from memory.llm import (
 from memory.preferences import MEMORY_IN_GROUPS
 from memory.safefs import LinkRefusedError
 from memory.search.engine import prepare as prepare_search
-from memory.session import HIDDEN, REPLY_TO, TURN, Session
+from memory.session import HIDDEN, REMINDER_MARK, REPLY_TO, TURN, Session
 from memory.text import valid_text
 from memory.tokens import TokenEstimator
 from memory.workspace import UnsafeWorkspaceError, Workspace, Workspaces
@@ -128,7 +128,6 @@ STOPPED_NOT_SAVED = (
     "({reason}). Please ask again once that is fixed."
 )
 FILING_WAITS = "filing_waits"  # session metadata: a /new whose filing waits for the token limit
-REMINDER_MARK = "reminder"  # a session message that is a reminder sent, not an answer
 _DISK_REASONS = {
     errno.ENOSPC: "the disk is full",
     errno.EDQUOT: "the disk quota is used up",
