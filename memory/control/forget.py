@@ -37,7 +37,7 @@ from memory.atomic import atomic_write_text, remove_stale_temp_files
 from memory.media import MEDIA_DIR, is_ref, referenced_files
 from memory.safefs import LinkRefusedError, read_bytes
 from memory.search import history_index
-from memory.session import CONVERSATION_RECORDS, METADATA_TYPE, REPLY_TO, as_written
+from memory.session import CONVERSATION_RECORDS, METADATA_TYPE, REPLY_TO, as_written, read_lines
 from memory.store import ENTRY_STAMP
 from memory.workspace import Workspace
 
@@ -263,8 +263,8 @@ def said(record: dict[str, Any]) -> Iterator[str]:
         yield from _strings(arguments)
 
 
-def _matches(raw: bytes, record: Any, pattern: re.Pattern[str]) -> bool:
-    if not isinstance(record, dict) or not isinstance(record.get("role"), str):
+def _matches(raw: bytes, record: dict[str, Any] | None, pattern: re.Pattern[str]) -> bool:
+    if record is None:
         # A line that is no message (torn, hand-edited): only its bytes can be matched.
         return bool(pattern.search(raw.decode("utf-8", "replace")))
     return any(pattern.search(text) for text in said(record))
@@ -276,7 +276,7 @@ def _forget_messages(
     """Remove matching message lines from one transcript; the in-memory session follows."""
     session = workspace.sessions.get(key)
     try:
-        raw_lines = read_bytes(session.path).split(b"\n")
+        data = read_bytes(session.path)
     except FileNotFoundError:
         return 0
     except LinkRefusedError as exc:
@@ -284,20 +284,15 @@ def _forget_messages(
         return 0
     kept: list[bytes] = []
     removed = removed_before_cursor = index = kept_messages = 0
-    for raw in raw_lines:
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            record = None
-        if isinstance(record, dict) and record.get("_type") == METADATA_TYPE:
+    for _, raw, record, _ in read_lines(data):
+        kind = record.get("_type") if record is not None else None
+        if kind == METADATA_TYPE:
             continue  # replaced by one fresh record at the top
-        if isinstance(record, dict) and record.get("_type") in CONVERSATION_RECORDS:
+        if kind in CONVERSATION_RECORDS:
             kept.append(raw)  # ids only, no one's words: never matched ("/forget withdrawn")
             continue
-        is_message = isinstance(record, dict) and isinstance(record.get("role"), str)
-        content = record.get("content") if isinstance(record, dict) else None
+        is_message = record is not None  # else a line that is none (torn, hand-edited)
+        content = record.get("content") if record is not None else None
         if _matches(raw, record, pattern):
             refs.removed |= referenced_files(content)
             removed += 1
