@@ -1,9 +1,10 @@
 """The OpenAI-compatible LLM client: the SDK's request path over our aiohttp transport.
 
-Public: `client` (`LLMClient`, its errors), `stream` (assembling a streamed answer into a
-`ChatResult`, also used by the usage and metrics wrappers), `http` (the aiohttp transport the
-SDK runs on, shared with voice transcription) and `body` (a request's JSON, its pictures
-spliced in: `Spliced` marks a data URL that needs no escaping). `sse` (the event-stream
+Public: `client` (`LLMClient`, its errors, and `sdk_client`: the SDK's client as voice
+transcription builds it too), `stream` (assembling a streamed answer into a `ChatResult`, also
+used by the usage and metrics wrappers), `http` (the aiohttp transport the SDK runs on) and
+`body` (a request's JSON, its pictures spliced in: `Spliced` marks a data URL that needs no
+escaping). `sse` (the event-stream
 reader) and `overflow` (the wording providers use for a context overflow) are its own.
 """
 

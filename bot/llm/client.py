@@ -118,6 +118,25 @@ class _OpenAI(AsyncOpenAI):
         return httpx2.Request(method, url, headers=headers, content=body, extensions=extensions)
 
 
+def sdk_client(
+    *, base_url: str | None, api_key: str | None, timeout_s: float, max_retries: int
+) -> AsyncOpenAI:
+    """The openai SDK's client for an OpenAI-compatible endpoint, as every part of the bot that
+    talks to one needs it (the chat client here, voice transcription in bot/media): a key always
+    set (local servers such as Ollama and vLLM take any; the SDK insists on one) and masked in
+    logs from now on, HTTP on aiohttp (bot/llm/http.py: the SDK's default transport cost more
+    CPU than the rest of a turn), and a chat request's parts built once (_OpenAI; any other
+    request, a transcription's, goes the SDK's way)."""
+    logsafe.hide(api_key)
+    return _OpenAI(
+        base_url=base_url,
+        api_key=api_key or "not-needed",
+        timeout=timeout_s,
+        max_retries=max_retries,
+        http_client=DefaultAsyncHttpxClient(transport=AiohttpTransport()),
+    )
+
+
 class LLMClient:
     _usage_refused = False  # the server refused stream_options once: never sent again
 
@@ -136,21 +155,15 @@ class LLMClient:
         self.max_output_tokens = max_output_tokens
         self.temperature = temperature
         self.usage = Usage()
-        # Local servers (Ollama, vLLM) accept any key; the SDK insists on one being set.
-        # HTTP on aiohttp: the SDK's default httpx transport cost more CPU than the rest of a turn.
-        self._client = _OpenAI(
-            base_url=base_url,
-            api_key=api_key or "not-needed",
-            timeout=timeout_s,
-            max_retries=max_retries,
-            http_client=DefaultAsyncHttpxClient(transport=AiohttpTransport()),
+        self._client = sdk_client(
+            base_url=base_url, api_key=api_key, timeout_s=timeout_s, max_retries=max_retries
         )
 
     @classmethod
     def from_config(cls, llm: LLMConfig, **overrides: Any) -> LLMClient:
         """The client the [llm] section describes; `overrides` replace single arguments (the
-        doctor's probe wants no retries and a short timeout). Its API key is masked in logs."""
-        logsafe.hide(llm.api_key)
+        doctor's probe wants no retries and a short timeout). Its API key is masked in logs
+        (sdk_client)."""
         settings: dict[str, Any] = {
             "model": llm.model,
             "base_url": llm.base_url,

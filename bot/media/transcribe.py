@@ -12,10 +12,9 @@ import logging
 from typing import TYPE_CHECKING
 
 import openai
-from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
 from bot import logsafe
-from bot.llm.http import AiohttpTransport
+from bot.llm.client import sdk_client
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -38,13 +37,8 @@ class Transcriber:
         max_retries: int = 2,
     ) -> None:
         self.model = model
-        self._client = AsyncOpenAI(
-            base_url=base_url,
-            api_key=api_key or "not-needed",
-            timeout=timeout_s,
-            max_retries=max_retries,
-            # as bot/llm/client.py
-            http_client=DefaultAsyncHttpxClient(transport=AiohttpTransport()),
+        self._client = sdk_client(
+            base_url=base_url, api_key=api_key, timeout_s=timeout_s, max_retries=max_retries
         )
 
     @classmethod
@@ -53,12 +47,10 @@ class Transcriber:
         section = config.transcription
         if not section.enabled:
             return None
-        api_key = section.api_key or config.llm.api_key
-        logsafe.hide(api_key)
         return cls(
             model=section.model,
             base_url=section.base_url or config.llm.base_url,
-            api_key=api_key,
+            api_key=section.api_key or config.llm.api_key,  # masked in logs (sdk_client)
             timeout_s=section.timeout_s,
             max_retries=config.llm.max_retries,
         )
