@@ -1,9 +1,11 @@
 """Discord adapter: DMs, guild mentions/replies (or what a channel's /group trigger asks for),
 threads and slash commands over discord.py.
 
-The adapter only translates: it checks the allow list, derives keys with bot.keys, hands an
-Inbound to the core and sends the collected answer back (split with bot.formatting, mentions
-disabled). It never touches a workspace file. Reconnects are discord.py's; login problems become
+The adapter only translates: it reads who wrote what where and derives keys with bot.keys; the
+shared intake (adapters/intake) decides the rest (the allow list and its refusal, the channel's
+trigger, the turn, its failure, a private answer asked in a guild, the receipt), driving the
+channel through `DiscordChat` (chat.py: answers split with bot.formatting, mentions disabled).
+It never touches a workspace file. Reconnects are discord.py's; login problems become
 one PlatformStartError line. A gateway event discord.py cannot parse (a malformed `channel_id`)
 is logged and dropped, so one bad event never ends the connection (it used to end the process);
 when the connection ends for good anyway, `run` raises and the CLI restarts the platform.
@@ -13,9 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
-import io
 import logging
 import mimetypes
 import re
@@ -27,23 +27,22 @@ import discord
 from discord import app_commands
 
 from adapters.discord import resend
+from adapters.discord.chat import UPLOAD_LIMIT, DiscordChat, messages_of, reason, send_logged
 from adapters.discord.conversation import chat_of, may_manage, platform_id, quoted_of
 from adapters.discord.endpoints import endpoints, rest_base
-from adapters.discord.live import MESSAGE_LIMIT, NO_MENTIONS, ChannelSurface, DiscordAnswer
+from adapters.discord.live import NO_MENTIONS
 from adapters.discord.settings import PLATFORM, DiscordConfig
+from adapters.intake import pipeline, texts
 from adapters.live import Pacer
 from bot import logsafe
-from bot.access import is_allowed
 from bot.chats import Speaking
-from bot.commands.registry import COMMANDS, Command, in_conversation, needs_chat_admin
-from bot.formatting import split_message
-from bot.inbound import Delivered, Inbound
+from bot.commands.registry import COMMANDS, Command
+from bot.inbound import Inbound
 from bot.keys import session_key, user_key
-from bot.media.rules import Candidate, MediaRules, collect, read_within
+from bot.media.rules import Candidate, MediaRules, read_within
 from bot.observe.metrics import watch_in_flight
-from bot.outbound import BufferedOutbound, Button, Reply, too_large_notice
+from bot.outbound import BufferedOutbound, Reply
 from bot.platform import PlatformStartError
-from bot.repeating import repeating
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -53,12 +52,8 @@ log = logging.getLogger(__name__)
 
 DESCRIPTION_LIMIT = 100  # characters per slash command description
 COMMAND_NAME = re.compile(r"^[a-z0-9_-]{1,32}$")
-REFUSAL = "Sorry, this bot only talks to people on its allow list."
-RESTARTING = "I'm restarting; please try again in a minute."
-FAILURE = "Sorry, something went wrong while answering. Please try again."
 SHUTDOWN_GRACE_S = 120.0  # longest wait for running turns when stopping
 RESEND_WAIT_S = 60.0  # an answer to send by its destination waits this long for the gateway
-UPLOAD_LIMIT = 10 * 1024 * 1024  # bytes per attachment without boosts (an interaction says its own)
 CDN_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=30)
 CDN_CHUNK = 64 * 1024
 
@@ -82,8 +77,12 @@ class DiscordAdapter:
         self.guild_ready_timeout = guild_ready_timeout
         # Discord drops an interaction not answered within 3 s; past this we defer and follow up.
         self.defer_after_s = defer_after_s
-        self._media = MediaRules.from_config(config)
-        self._speaking = Speaking.from_config(config)  # when to speak in a channel
+        self._intake = pipeline.Intake(  # who is answered, and how (adapters/intake)
+            core,
+            self.config.allow_from,
+            media=MediaRules.from_config(config),
+            speaking=Speaking.from_config(config),  # when to speak in a channel
+        )
         self._client: discord.Client | None = None
         self._cdn: aiohttp.ClientSession | None = None  # attachments' downloads (_from_cdn)
         self._accepting = False
@@ -159,7 +158,7 @@ class DiscordAdapter:
             ) from None
         except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
             raise PlatformStartError(
-                f"discord: login failed at {rest_base()}: {_reason(exc)}"
+                f"discord: login failed at {rest_base()}: {reason(exc)}"
             ) from None
 
     async def _drain(self) -> None:
@@ -192,7 +191,7 @@ class DiscordAdapter:
                 log.info("discord: synced %d slash commands globally", len(synced))
         except (discord.HTTPException, aiohttp.ClientError) as exc:
             # Messages still work without the commands; say why they are missing and go on.
-            log.warning("discord: could not sync slash commands: %s", _reason(exc))
+            log.warning("discord: could not sync slash commands: %s", reason(exc))
 
     def _on_ready(self) -> None:
         user = self._client.user if self._client else None
@@ -201,7 +200,8 @@ class DiscordAdapter:
 
     # ---- messages --------------------------------------------------------------------------
     async def on_message(self, message: discord.Message) -> None:
-        """DMs are always a turn; in guilds only a mention of the bot or a reply to it."""
+        """DMs; in guilds a mention of the bot, a reply to it, or what the channel's /group
+        trigger asks for (the intake decides: adapters/intake)."""
         me = self._client.user if self._client else None
         if not self._accepting or me is None or not _from_a_person(message):
             return
@@ -210,6 +210,7 @@ class DiscordAdapter:
         if guild_id is None and not self._dms:
             return  # the process that has shard 0 answers DMs
         chat: str | None = None
+        addressed = True
         if guild_id is None:
             text = message.content
             session = session_key(PLATFORM, "dm", author.id)
@@ -217,18 +218,11 @@ class DiscordAdapter:
             addressed = _addresses(message, me.id)
             text = _strip_mention(message.content, me.id) if addressed else message.content
             chat = chat_of(guild_id, message.channel, message.channel.id)
-            if not self._speaking.wanted(chat, addressed=addressed, text=text):
-                return  # not for us (the channel's /group trigger)
             # A thread is a channel of its own: its own conversation, answered in it.
             session = session_key(PLATFORM, "guild", guild_id, message.channel.id, author.id)
         text = text.strip()
         if not text and not message.attachments:
             return  # nothing we can see (e.g. a reply without ping and no content intent)
-        if not is_allowed(self.config.allow_from, author.id):
-            log.info("discord: ignored a message from user %s (not in allow_from)", author.id)
-            if guild_id is None:
-                await _send(message.channel.send(REFUSAL, allowed_mentions=NO_MENTIONS))
-            return
         self._track()
         inbound = Inbound(
             platform=PLATFORM,
@@ -240,40 +234,22 @@ class DiscordAdapter:
             destination=resend.of_message(message, guild_id),
             reply_to=quoted_of(message, me.id),
             chat_key=chat,
-            chat_admin=chat is not None and needs_chat_admin(text) and may_manage(author),
             place=resend.place_of(message.channel.id, author.id, guild_id),
             sender_name=author.display_name,
         )
-        out = self._answer_in(message, in_guild=guild_id is not None)
-        async with _typing(message.channel, until=out.shown):
-            if message.attachments:
-                found = await collect(_attachments(message, self._from_cdn), self._media)
-                inbound = dataclasses.replace(inbound, attachments=found)
-            reply = await self._handle(inbound, out)
-        await out.close()
-        sent = await self._deliver(
-            message, reply, in_guild=guild_id is not None, live=out if out.finished else None
-        )
-        await self._receipt(inbound, [platform_id(message.channel.id, i) for i in sent])
 
-    async def _receipt(self, inbound: Inbound, ids: list[str]) -> None:
-        """Tell the core under which ids the answer to a message was sent, so a reply to one
-        of them finds its text (the answer of most commands is not in the conversation)."""
-        if not ids or inbound.message_id is None or not in_conversation(inbound.text):
-            return
-        receipt = dataclasses.replace(
+        async def is_admin() -> bool:
+            return may_manage(author)
+
+        arrival = pipeline.Arrival(
             inbound,
-            text="",
-            message_id=f"sent:{ids[0]}",
-            attachments=(),
-            reply_to=None,
-            destination=None,
-            delivered=Delivered(inbound.message_id, tuple(ids)),
+            author.id,
+            addressed=addressed,
+            media=_attachments(message, self._from_cdn),
+            is_admin=is_admin,
         )
-        try:
-            await self.core.handle(receipt, BufferedOutbound())
-        except Exception:  # the answer is sent; a reply to it quotes what Discord shows
-            log.exception("discord: the receipt of an answer in %s failed", inbound.session_key)
+        chat_here = DiscordChat(message, self._pacer, in_guild=guild_id is not None)
+        await self._intake.take(arrival, chat_here)
 
     async def _from_cdn(self, url: str, limit: int) -> bytes:
         """An attachment's bytes, streamed and stopped once more than `limit` come (bot.media.
@@ -294,66 +270,13 @@ class DiscordAdapter:
             chunks = response.content.iter_chunked(CDN_CHUNK)
             return await read_within(chunks, limit, response.content_length)
 
-    def _answer_in(self, message: discord.Message, *, in_guild: bool) -> DiscordAnswer:
-        """The reply port of a message's turn, shown in its channel while it is written (in a
-        guild as a reply to the message)."""
-        reference = message.to_reference(fail_if_not_exists=False) if in_guild else None
-        surface = ChannelSurface(message.channel, message.channel.id, self._pacer, reference)
-        return DiscordAnswer(surface, in_group=in_guild)
-
-    async def _handle(self, inbound: Inbound, out: BufferedOutbound | DiscordAnswer) -> Reply:
-        """The core's whole answer, or a short apology if the turn failed."""
-        try:
-            await self.core.handle(inbound, out)
-            return out.reply
-        except Exception:
-            log.exception("discord: the turn for %s failed", inbound.session_key)
-            return Reply(FAILURE)
-
-    async def _deliver(
-        self,
-        message: discord.Message,
-        reply: Reply,
-        *,
-        in_guild: bool,
-        live: DiscordAnswer | None = None,
-    ) -> list[int]:
-        """Send the answer; `live`: the one shown while it was written, whose rest is sent.
-        Returns the ids of the answer's messages in the channel (none if it went privately)."""
-        if reply.private and in_guild:
-            notice = await self._deliver_privately(message.author, reply)
-            reply, live = Reply(notice), None
-        if live is not None:
-            try:
-                await live.conclude(_messages(reply, UPLOAD_LIMIT))
-            except discord.HTTPException as exc:
-                log.warning("discord: could not send a message: %s", _reason(exc))
-            return live.surface.ids
-        sent = []
-        for index, (chunk, extra) in enumerate(_messages(reply, UPLOAD_LIMIT)):
-            if in_guild and index == 0:
-                extra["reference"] = message.to_reference(fail_if_not_exists=False)
-            posted = await _send(message.channel.send(chunk, allowed_mentions=NO_MENTIONS, **extra))
-            if isinstance(posted, discord.Message):
-                sent.append(posted.id)
-        return sent
-
-    async def _deliver_privately(self, user: discord.User | discord.Member, reply: Reply) -> str:
-        """A private answer asked for in a channel goes to the user's DMs; returns the notice."""
-        try:
-            for chunk, extra in _messages(reply, UPLOAD_LIMIT):
-                await user.send(chunk, allowed_mentions=NO_MENTIONS, **extra)
-        except discord.HTTPException:
-            return "That answer is private and I can't DM you; use the slash command instead."
-        return "I sent you that in a DM."
-
     async def send_to(self, destination: dict[str, str], reply: Reply | None) -> None:
         """An answer without its message, or a reminder in the channel it was set in
         (bot.platform.Resender): adapters/discord/resend.py. A stop waits for it."""
         await asyncio.wait_for(self.ready.wait(), RESEND_WAIT_S)  # else tried again later
         assert self._client is not None
-        reply = reply or Reply(FAILURE)
-        messages = _messages(reply, UPLOAD_LIMIT)
+        reply = reply or Reply(texts.FAILED)
+        messages = messages_of(reply, UPLOAD_LIMIT)
         sending = asyncio.ensure_future(
             resend.send_by_destination(self._client, destination, messages, private=reply.private)
         )
@@ -410,12 +333,12 @@ class DiscordAdapter:
     async def on_command(self, interaction: discord.Interaction, name: str, text: str) -> None:
         """Answer a slash command; defer first when the core takes longer than Discord waits."""
         user = interaction.user
-        if not is_allowed(self.config.allow_from, user.id):
+        if not self._intake.allows(user.id):
             log.info("discord: refused /%s from user %s (not in allow_from)", name, user.id)
-            await interaction.response.send_message(REFUSAL, ephemeral=True)
+            await interaction.response.send_message(texts.REFUSAL, ephemeral=True)
             return
         if not self._accepting:
-            await interaction.response.send_message(RESTARTING, ephemeral=True)
+            await interaction.response.send_message(texts.RESTARTING, ephemeral=True)
             return
         self._track()
         guild = interaction.guild_id
@@ -445,7 +368,7 @@ class DiscordAdapter:
         handled = asyncio.Event()
 
         async def turn() -> None:
-            reply = await self._handle(inbound, answer)
+            reply = await self._intake.answer(inbound, answer)
             handled.set()
             how = await decision
             if how is not None:
@@ -464,7 +387,7 @@ class DiscordAdapter:
                     await interaction.response.defer(ephemeral=ephemeral, thinking=True)
                 except discord.HTTPException as exc:
                     # Too late (the interaction expired): the turn still completes and is saved.
-                    log.warning("discord: could not defer /%s: %s", name, _reason(exc))
+                    log.warning("discord: could not defer /%s: %s", name, reason(exc))
                     decision.set_result(None)
                     await work
                     return
@@ -479,7 +402,7 @@ class DiscordAdapter:
     ) -> None:
         # An interaction says how big an attachment may be where it was used.
         limit = getattr(interaction, "filesize_limit", None) or UPLOAD_LIMIT
-        for index, (chunk, extra) in enumerate(_messages(reply, limit)):
+        for index, (chunk, extra) in enumerate(messages_of(reply, limit)):
             send: Awaitable[Any]
             if index == 0 and not deferred:
                 send = interaction.response.send_message(
@@ -489,7 +412,7 @@ class DiscordAdapter:
                 send = interaction.followup.send(
                     chunk, ephemeral=ephemeral, allowed_mentions=NO_MENTIONS, **extra
                 )
-            await _send(send)
+            await send_logged(send)
 
 
 class _Client(discord.Client):
@@ -531,41 +454,6 @@ class _ShardedClient(_Client, discord.AutoShardedClient):
 
 
 # ---- helpers -------------------------------------------------------------------------------
-def _messages(reply: Reply, upload_limit: int) -> list[tuple[str, dict[str, Any]]]:
-    """The messages of an answer: its text split to the limit; the last one carries the files
-    (a file over `upload_limit` is named in the text instead) and the buttons."""
-    files, notices = [], []
-    for file in reply.files:
-        size = file.size()
-        if size > upload_limit:
-            notices.append(too_large_notice(file, size, upload_limit, "Discord"))
-        else:
-            files.append(discord.File(io.BytesIO(file.read()), filename=file.name))
-    text = "\n\n".join(part for part in (reply.text, *notices) if part)
-    chunks = split_message(text, MESSAGE_LIMIT) or ["(nothing to show)"]
-    messages: list[tuple[str, dict[str, Any]]] = [(chunk, {}) for chunk in chunks]
-    last = messages[-1][1]
-    if files:
-        last["files"] = files
-    if reply.buttons:
-        last["view"] = _view(reply.buttons)
-    return messages
-
-
-def _view(buttons: tuple[Button, ...]) -> discord.ui.View:
-    """Buttons whose custom_id is their command. The view is stopped before it is sent, so
-    discord.py does not keep it: a press arrives as an interaction (on_button), which works
-    after a restart too and needs no state in the adapter."""
-    view = discord.ui.View(timeout=None)
-    for number, button in enumerate(buttons):
-        style = discord.ButtonStyle.danger if number == 0 else discord.ButtonStyle.secondary
-        view.add_item(
-            discord.ui.Button(label=button.label[:80], custom_id=button.command, style=style)
-        )
-    view.stop()
-    return view
-
-
 def _valid_commands() -> list[Command]:
     """The core's commands, keeping only names Discord accepts (for the argument too)."""
     valid = []
@@ -598,7 +486,7 @@ def _guarded(event: str, parse: Callable[[Any], None]) -> Callable[[Any], None]:
         try:
             parse(data)
         except Exception as exc:  # platform data is untrusted: one bad event, not a dead bot
-            log.error("discord: dropped a %s event that does not parse (%s)", event, _reason(exc))
+            log.error("discord: dropped a %s event that does not parse (%s)", event, reason(exc))
             log.debug("discord: the %s event that failed", event, exc_info=exc)
 
     return guarded
@@ -618,13 +506,8 @@ def _raise_connect_failure(connect: asyncio.Task[None]) -> None:
             "discord: the gateway rejected the bot token; check [discord] token"
         )
     if exc is not None:
-        raise PlatformStartError(f"discord: the gateway connection failed: {_reason(exc)}")
+        raise PlatformStartError(f"discord: the gateway connection failed: {reason(exc)}")
     raise PlatformStartError("discord: the gateway connection closed")
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def _attachments(
@@ -683,21 +566,3 @@ def _interaction_session(interaction: discord.Interaction) -> str:
         return session_key(PLATFORM, "dm", user_id)
     # A user-installed command in someone else's DM or a group DM.
     return session_key(PLATFORM, "private", interaction.channel_id, user_id)
-
-
-async def _send(sending: Awaitable[Any]) -> Any:
-    """Send, logging (not raising) when Discord refuses: one lost message must not end a turn.
-    What Discord answered (the message sent), None if it refused."""
-    try:
-        return await sending
-    except discord.HTTPException as exc:
-        log.warning("discord: could not send a message: %s", _reason(exc))
-        return None
-
-
-def _typing(
-    channel: discord.abc.Messageable, until: asyncio.Event | None = None
-) -> contextlib.AbstractAsyncContextManager[None]:
-    """Show "typing…" while the turn runs (one indicator lasts up to 10 s) until the answer
-    shows; a refused indicator just stops, it is not worth failing the turn for."""
-    return repeating(channel.typing, every_s=8, until=until)

@@ -1,17 +1,19 @@
 """LightGrep on Telegram, through python-telegram-bot (long polling by default, webhook optional).
 
-The adapter decides who is talking (allow list), whether the bot is addressed (private chat,
-@mention, reply to the bot, /command@thisbot), derives the keys, and hands an Inbound to the core.
-Everything it sends goes through one path: split the plain text (bot.formatting), render each chunk
-as Telegram HTML, fall back to plain text if Telegram rejects the markup, wait out flood limits.
+The adapter reads who is talking, whether the bot is addressed (private chat, @mention, reply to
+the bot, /command@thisbot) and derives the keys; the shared intake (adapters/intake) decides the
+rest: the allow list and its refusal, the group's trigger, the turn, its failure, a private
+answer asked in a group, the receipt. It drives the chat through `TelegramChat` (chat.py), where
+everything is sent one way: split the plain text (bot.formatting), render each chunk as Telegram
+HTML, fall back to plain text if Telegram rejects the markup, wait out flood limits.
 
 Polling is our own loop (`Poller`), and so is the webhook server (`WebhookServer`), not PTB's
 Updater: the Updater acknowledges an update as soon as it has queued it in memory, so a crash lost
 every queued message. We acknowledge an update only once its turn has finished, or once it is on
 disk (the spool); after a crash Telegram redelivers the rest, and the core recognises a message it
 has already persisted by `Inbound.message_id`. One user's flood waits in that user's own backlog
-(adapters/telegram/polling.py, `Intake`); strangers get at most one refusal per chat per
-REFUSAL_INTERVAL_S, sent once, never waiting out a flood limit.
+(adapters/telegram/intake.py, `Intake`); strangers get at most one refusal per chat per throttle
+interval (adapters/intake/throttle.py), sent once, never waiting out a flood limit.
 """
 
 from __future__ import annotations
@@ -22,31 +24,15 @@ import logging
 import mimetypes
 import re
 import warnings
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from telegram import (
-    Bot,
-    BotCommand,
-    InputFile,
-    Message,
-    MessageEntity,
-    ReplyParameters,
-    Update,
-    User,
-)
-from telegram.constants import ChatAction, ChatType
-from telegram.error import (
-    BadRequest,
-    Forbidden,
-    InvalidToken,
-    NetworkError,
-    TelegramError,
-)
+from telegram import Bot, BotCommand, Message, MessageEntity, Update, User
+from telegram.constants import ChatType
+from telegram.error import BadRequest, InvalidToken, NetworkError, TelegramError
 from telegram.ext import (
     Application,
     ApplicationBuilder,
@@ -57,34 +43,27 @@ from telegram.ext import (
 )
 from telegram.warnings import PTBDeprecationWarning
 
+from adapters.intake import pipeline, texts
 from adapters.live import Pacer
 from adapters.telegram.bot_api import allow_raw_calls, flood_safe
+from adapters.telegram.chat import UPLOAD_LIMIT, TelegramChat, send_files, send_text
 from adapters.telegram.conversation import is_chat_admin, quoted_of
 from adapters.telegram.intake import Intake, PerUserOrder
-from adapters.telegram.live import (
-    ChatSurface,
-    TelegramAnswer,
-    keyboard,
-    send_chunk,
-    telegram_chunks,
-)
 from adapters.telegram.place import Place, PrivateText, private_text
-from adapters.telegram.polling import PerChatInterval, Poller
+from adapters.telegram.polling import Poller
 from adapters.telegram.request import AiohttpRequest
 from adapters.telegram.settings import PLATFORM, TelegramConfig
 from adapters.telegram.spool import Spool
 from adapters.telegram.webhook import WebhookServer
 from bot import logsafe
-from bot.access import is_allowed
 from bot.chats import ChatBook, Speaking
-from bot.commands.registry import COMMANDS, in_conversation, needs_chat_admin
-from bot.inbound import Delivered, Inbound, Quoted
+from bot.commands.registry import COMMANDS
+from bot.inbound import Inbound, Quoted
 from bot.keys import chat_key, session_key, user_key
-from bot.media.rules import Candidate, MediaRules, TooLarge, collect
+from bot.media.rules import Candidate, MediaRules, TooLarge
 from bot.observe.metrics import watch_in_flight
-from bot.outbound import BufferedOutbound, Button, OutFile, Reply, too_large_notice
+from bot.outbound import Reply
 from bot.platform import PlatformStartError
-from bot.repeating import repeating
 
 if TYPE_CHECKING:
     from bot.platform import Core
@@ -97,16 +76,7 @@ MAX_CONCURRENT_UPDATES = 256
 # "Pool timeout" (PTB's defaults: 256 connections, 1 s).
 CONNECTION_POOL_SIZE = MAX_CONCURRENT_UPDATES + 64
 POOL_TIMEOUT_S = 30.0
-REFUSAL = "Sorry, this bot is private and you are not on its allow list."
-TEXT_ONLY = (
-    "I can't read that kind of message. Send me text, pictures, voice messages or files "
-    "(text, Markdown, CSV, JSON, source code, PDF)."
-)
-FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
-SENT_PRIVATELY = "I've sent you the answer in our private chat."
-UPLOAD_LIMIT = 50 * 1000 * 1000  # bytes a bot may send as a document through the Bot API
 DOWNLOAD_LIMIT = 20 * 1000 * 1000  # bytes the cloud Bot API lets a bot download (getFile)
-REFUSAL_INTERVAL_S = 600.0  # at most one refusal per stranger's chat this often
 SEND_WAIT_S = 60.0  # a message to send by its place waits this long for the connection
 
 
@@ -130,13 +100,17 @@ class TelegramAdapter:
         when the bot answers in a group (bot.chats; by default at a mention)."""
         self.ready = asyncio.Event()
         self._config = config
-        self._media = media or MediaRules()
-        self._speaking = speaking or Speaking(ChatBook.of(state_dir))
         self._core = core
         self._state_dir = state_dir
         self._me: User | None = None
         self._commands = {command.name for command in COMMANDS}
-        self._refusals = PerChatInterval(REFUSAL_INTERVAL_S)
+        self._intake = pipeline.Intake(  # who is answered, and how (adapters/intake)
+            core,
+            config.allow_from,
+            media=media,
+            speaking=speaking or Speaking(ChatBook.of(state_dir)),
+            download_limit=DOWNLOAD_LIMIT,
+        )
         self._pacer = Pacer()  # edits of answers being written, per chat
         self.intake: Intake | None = None
         # The bot's calls, and the files people send (streamed within the limits: _fetch).
@@ -280,33 +254,25 @@ class TelegramAdapter:
         if addressed is None:
             return  # a command for another bot
         text, for_us = addressed
-        place = Place.of(msg)
-        chat = _chat_key(place)
-        if chat is not None and not self._speaking.wanted(chat, addressed=for_us, text=text):
-            return  # a group message that is not for us (the group's /group trigger)
-        user = msg.from_user
-        if not is_allowed(self._config.allow_from, user.id, user.username):
-            if private and self._refusals.allow(msg.chat.id):
-                log.info("telegram: refused user %s", user.id)
-                await self._refuse(context.bot, msg.chat.id)
-            return
-        media: list[Candidate] = []
-        if msg.text is None:
-            media = _attachments(context.bot, self._http, msg)
-            if not media:
-                await self._send(context.bot, place, TEXT_ONLY, markup=False)
-                return
-        admin = chat is not None and needs_chat_admin(text)
-        await self._turn(
-            context.bot,
-            place,
-            text,
-            user.id,
-            media=media,
-            reply_to=quoted_of(msg, self._me.id),
-            chat_admin=admin and await is_chat_admin(context.bot, place.chat_id, user.id),
-            name=user.full_name,
+        bot, place, user = context.bot, Place.of(msg), msg.from_user
+        media = _attachments(bot, self._http, msg) if msg.text is None else []
+        inbound = self._inbound(
+            place, text, user.id, reply_to=quoted_of(msg, self._me.id), name=user.full_name
         )
+
+        async def is_admin() -> bool:
+            return await is_chat_admin(bot, place.chat_id, user.id)
+
+        arrival = pipeline.Arrival(
+            inbound,
+            user.id,
+            user.username,
+            addressed=for_us,
+            media=media,
+            unreadable=msg.text is None and not media,  # a sticker, a location, a poll
+            is_admin=is_admin,
+        )
+        await self._intake.take(arrival, self._chat(bot, place, user.id))
 
     def _direct(self, bot: Bot) -> Callable[[dict[str, Any]], Callable[[], Awaitable[None]] | None]:
         """For the intake: the turn of a raw update that is a private text message from someone
@@ -317,14 +283,16 @@ class TelegramAdapter:
             found = private_text(raw)
             if found is None or self._me is None:
                 return None
-            if not is_allowed(self._config.allow_from, found.user_id, found.username):
+            if not self._intake.allows(found.user_id, found.username):
                 return None  # refused through PTB's path, once per interval
             return lambda: self._private_turn(bot, found)
 
         return turn_of
 
     async def _private_turn(self, bot: Bot, message: PrivateText) -> None:
-        await self._turn(bot, message.place, message.text, message.user_id)
+        inbound = self._inbound(message.place, message.text, message.user_id)
+        arrival = pipeline.Arrival(inbound, message.user_id, message.username)
+        await self._intake.take(arrival, self._chat(bot, message.place, message.user_id))
 
     def _is_stranger(self, raw: dict[str, Any]) -> bool:
         """A raw update from a sender not on the allow list: refused without a turn, so the
@@ -335,14 +303,7 @@ class TelegramAdapter:
             return False
         username = sender.get("username")
         username = username if isinstance(username, str) else None
-        return not is_allowed(self._config.allow_from, sender["id"], username)
-
-    async def _refuse(self, bot: Bot, chat_id: int) -> None:
-        """One try: a refusal is not worth waiting out a flood limit for, nor retrying."""
-        try:
-            await bot.send_message(chat_id, REFUSAL)
-        except TelegramError as exc:
-            log.info("telegram: refusal to chat %s not sent (%s)", chat_id, type(exc).__name__)
+        return not self._intake.allows(sender["id"], username)
 
     async def _on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """A pressed inline button: its command text, as if its presser had typed it in the
@@ -355,99 +316,55 @@ class TelegramAdapter:
         msg, user = query.message, query.from_user
         if not isinstance(msg, Message) or not query.data or not query.data.startswith("/"):
             return  # too old to be answered in place, or not one of ours
-        if not is_allowed(self._config.allow_from, user.id, user.username):
+        if not self._intake.allows(user.id, user.username):
             log.info("telegram: refused a button from user %s", user.id)
             return
         with contextlib.suppress(TelegramError):
             await query.edit_message_reply_markup(None)  # a question is answered once
-        await self._turn(
-            context.bot, Place.of(msg), query.data, user.id, event=f"cb:{query.id}",
-            name=user.full_name,
-        )  # fmt: skip
+        place = Place.of(msg)
+        inbound = self._inbound(
+            place, query.data, user.id, event=f"cb:{query.id}", name=user.full_name
+        )
+        arrival = pipeline.Arrival(inbound, user.id, user.username)
+        await self._intake.take(arrival, self._chat(context.bot, place, user.id))
 
-    async def _turn(
+    def _inbound(
         self,
-        bot: Bot,
         place: Place,
         text: str,
         user_id: int,
         *,
         event: str | None = None,
-        media: Sequence[Candidate] = (),
         reply_to: Quoted | None = None,
-        chat_admin: bool = False,
         name: str | None = None,
-    ) -> None:
+    ) -> Inbound:
         """The user `user_id` (called `name`) sent `text` in `place`; `event` names a button
-        press; `media` is downloaded (within the limits) while "typing…" shows; `reply_to` what
-        it replies to; `chat_admin`: Telegram says the user administers the group."""
-        private = place.private
-        inbound = Inbound(
+        press; `reply_to` what it replies to."""
+        return Inbound(
             platform=PLATFORM,
             session_key=self._session_key(place, user_id),
             user_key=user_key(PLATFORM, user_id),
             text=text,
-            is_private=private,
+            is_private=place.private,
             # Unique per chat, so a redelivery is recognised.
             message_id=event or f"{place.chat_id}:{place.message_id}",
             reply_to=reply_to,
             chat_key=_chat_key(place),
-            chat_admin=chat_admin,
             place=place.address(user_id),
             sender_name=name,
         )
-        out = self._answer_in(bot, place)
-        try:
-            async with self._typing(bot, place, until=out.shown):
-                if media:
-                    attachments = await collect(media, self._media, DOWNLOAD_LIMIT)
-                    inbound = replace(inbound, attachments=attachments)
-                await self._core.handle(inbound, out)
-        except Exception:
-            await out.close()
-            log.exception("telegram: turn failed for session %s", inbound.session_key)
-            await self._send(bot, place, FAILED, markup=False)
-            return
-        reply = out.reply
-        if not reply.text and not reply.files:
-            return  # a redelivered message that a later message's answer already covered
-        if reply.private and not private:
-            await self._answer_privately(bot, place, reply, user_id)
-        else:
-            await out.conclude()
-            await self._send_files(bot, place.chat_id, reply.files)
-            await self._receipt(inbound, [f"{place.chat_id}:{i}" for i in out.surface.ids])
 
-    async def _receipt(self, inbound: Inbound, ids: list[str]) -> None:
-        """Tell the core under which ids the answer to a message was sent, so a reply to one
-        of them finds its text (the answer of most commands is not in the conversation)."""
-        if not ids or inbound.message_id is None or not in_conversation(inbound.text):
-            return
-        receipt = replace(
-            inbound,
-            text="",
-            message_id=f"sent:{ids[0]}",
-            attachments=(),
-            reply_to=None,
-            delivered=Delivered(inbound.message_id, tuple(ids)),
-        )
-        try:
-            await self._core.handle(receipt, BufferedOutbound())
-        except Exception:  # the answer is sent; a reply to it will quote Telegram's text
-            log.exception("telegram: the receipt of an answer in %s failed", inbound.session_key)
-
-    def _answer_in(self, bot: Bot, place: Place) -> TelegramAnswer:
-        """The reply port of a turn answered in `place` (in groups as a reply to its message, in
-        its forum topic), shown while it is written: as a draft in a private chat."""
-        surface = ChatSurface(
+    def _chat(self, bot: Bot, place: Place, user_id: int) -> TelegramChat:
+        assert self._me is not None
+        return TelegramChat(
             bot,
-            place.chat_id,
-            self._pacer,
-            drafts=place.private,
-            thread=place.thread,
-            reply_to=None if place.private else place.message_id,
+            place,
+            user_id,
+            pacer=self._pacer,
+            username=self._me.username or "",
+            typing_every_s=self.typing_interval_s,
+            upload_limit=self.upload_limit,
         )
-        return TelegramAnswer(surface, in_group=not place.private)
 
     def _addressed_text(self, msg: Message, private: bool) -> tuple[str, bool] | None:
         """The text for the core, and whether the message is addressed to this bot (a private
@@ -522,7 +439,7 @@ class TelegramAdapter:
         await asyncio.wait_for(self.ready.wait(), SEND_WAIT_S)
         bot = self._bot
         assert bot is not None
-        reply = reply or Reply(FAILED)
+        reply = reply or Reply(texts.FAILED)
         chat = int(destination["chat"])
         thread = int(destination["thread"]) if destination.get("thread") else None
         user = destination.get("user")
@@ -534,99 +451,8 @@ class TelegramAdapter:
         await sending
 
     async def _send_reply(self, bot: Bot, chat: int, thread: int | None, reply: Reply) -> None:
-        await self._send_to(bot, chat, reply.text, thread=thread, buttons=reply.buttons)
-        await self._send_files(bot, chat, reply.files)
-
-    async def _answer_privately(self, bot: Bot, place: Place, reply: Reply, user_id: int) -> None:
-        """/memory, /recall, /forget… asked in a group: the answer (its buttons and files too)
-        goes to the private chat only."""
-        assert self._me is not None
-        try:
-            await self._send_to(bot, user_id, reply.text, buttons=reply.buttons)
-            await self._send_files(bot, user_id, reply.files)
-        except (Forbidden, BadRequest) as exc:
-            log.info("telegram: cannot write to user %s privately (%s)", user_id, exc.message)
-            link = f"https://t.me/{self._me.username}"
-            note = (
-                "I can only show that in a private chat. Open one with me "
-                f"({link}), press Start, then ask again."
-            )
-            await self._send(bot, place, note, markup=False)
-            return
-        await self._send(bot, place, SENT_PRIVATELY, markup=False)
-
-    async def _send(
-        self,
-        bot: Bot,
-        place: Place,
-        text: str,
-        *,
-        markup: bool = True,
-        buttons: tuple[Button, ...] = (),
-    ) -> None:
-        """Answer the message of `place` in its chat (as a reply in groups, in its topic)."""
-        await self._send_to(
-            bot,
-            place.chat_id,
-            text,
-            reply_to=None if place.private else place.message_id,
-            thread=place.thread,
-            markup=markup,
-            buttons=buttons,
-        )
-
-    async def _send_files(self, bot: Bot, chat_id: int, files: tuple[OutFile, ...]) -> None:
-        """Each file as a document; one over the Bot API's upload limit is named instead."""
-        for file in files:
-            size = file.size()
-            if size > self.upload_limit:
-                notice = too_large_notice(file, size, self.upload_limit, "Telegram")
-                await self._send_to(bot, chat_id, notice, markup=False)
-                continue
-            await self._send_document(bot, chat_id, InputFile(file.read(), filename=file.name))
-
-    @staticmethod
-    async def _send_document(bot: Bot, chat_id: int, document: InputFile) -> None:
-        await flood_safe(lambda: bot.send_document(chat_id, document))
-
-    async def _send_to(
-        self,
-        bot: Bot,
-        chat_id: int,
-        text: str,
-        *,
-        reply_to: int | None = None,
-        thread: int | None = None,
-        markup: bool = True,
-        buttons: tuple[Button, ...] = (),
-    ) -> None:
-        """Split the plain text, then render and send each chunk; the first one is the reply,
-        the last one carries the buttons (an inline keyboard whose presses come back as
-        callback queries with the button's command)."""
-        chunks = telegram_chunks(text)
-        for number, chunk in enumerate(chunks):
-            extra: dict[str, Any] = {}
-            if buttons and number == len(chunks) - 1:
-                extra["reply_markup"] = keyboard(buttons)
-            if thread is not None:
-                extra["message_thread_id"] = thread
-            if number == 0 and reply_to is not None:
-                extra["reply_parameters"] = ReplyParameters(
-                    reply_to, allow_sending_without_reply=True
-                )
-            await send_chunk(bot, chat_id, chunk, markup, extra)
-
-    def _typing(
-        self, bot: Bot, place: Place, until: asyncio.Event | None = None
-    ) -> contextlib.AbstractAsyncContextManager[None]:
-        """Keep "typing…" showing in the chat while the body runs, until the answer shows."""
-        chat, thread = place.chat_id, place.thread
-
-        async def show_typing() -> None:
-            with contextlib.suppress(TelegramError):
-                await bot.send_chat_action(chat, ChatAction.TYPING, message_thread_id=thread)
-
-        return repeating(show_typing, self.typing_interval_s, until=until)
+        await send_text(bot, chat, reply.text, thread=thread, buttons=reply.buttons)
+        await send_files(bot, chat, reply.files, self.upload_limit)
 
 
 def _chat_key(place: Place) -> str | None:

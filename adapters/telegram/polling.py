@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import Any
 
 from telegram.error import (
@@ -50,27 +49,6 @@ BUSY_POLL_S = 0.5  # while turns run, look for new updates at least this oftenâ€
 MIN_POLL_GAP_S = 0.01  # â€¦and, when a turn finishes, no sooner than this after the last poll
 MAX_BACKOFF_S = 30.0
 GET_UPDATES_READ_S = 10.0  # read timeout of a getUpdates on top of its long-poll timeout
-
-
-class PerChatInterval:
-    """At most one event per chat per interval (a refusal to a stranger): the first passes."""
-
-    def __init__(self, interval_s: float, max_chats: int = 10_000) -> None:
-        self.interval_s = interval_s
-        self._max = max_chats
-        self._last: dict[int, float] = {}
-
-    def allow(self, chat_id: int) -> bool:
-        now = time.monotonic()
-        last = self._last.get(chat_id)
-        if last is not None and now - last < self.interval_s:
-            return False
-        if len(self._last) >= self._max:  # bounded: forget the chats whose interval is over
-            self._last = {c: t for c, t in self._last.items() if now - t < self.interval_s}
-            if len(self._last) >= self._max:
-                return False  # a swarm of strangers: refuse silently until it passes
-        self._last[chat_id] = now
-        return True
 
 
 class Poller:

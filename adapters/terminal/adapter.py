@@ -28,10 +28,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from adapters.intake import pipeline
+from adapters.intake.texts import failed_here
 from bot.config import ConfigError, data_home
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
-from bot.outbound import CONSOLIDATING, Button, Notice, OutFile, Reply
+from bot.outbound import CONSOLIDATING, BufferedOutbound, Button, Notice, OutFile, Reply
 from memory.keys import encode_key
 
 if TYPE_CHECKING:
@@ -157,6 +159,7 @@ class TerminalAdapter:
         self.user_key = user_key("cli", self.user)
         self.session_key = session_key("cli", "local", self.user)
         self._answering: asyncio.Task[None] | None = None
+        self._intake = pipeline.Intake(core, ["*"])  # the person at the keyboard runs the bot
         self._printing = asyncio.Lock()  # an answer being printed, or a reminder
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -299,6 +302,8 @@ class TerminalAdapter:
             await self._answer_now(text)
 
     async def _answer_now(self, text: str) -> None:
+        """Through the shared intake (adapters/intake): the terminal has one person, the
+        operator (no allow list), no groups, and no message ids (no receipt)."""
         inbound = Inbound(
             platform="cli",
             session_key=self.session_key,
@@ -308,20 +313,13 @@ class TerminalAdapter:
             help_notes=HELP_NOTES,
             place={"user": self.user},
         )
-        out = PrintedOutbound(
+        await self._intake.take(pipeline.Arrival(inbound, self.user), TerminalChat(self))
+
+    def printer(self) -> PrintedOutbound:
+        """The reply port of one answer: printed as it comes (rendered in a real terminal)."""
+        return PrintedOutbound(
             self._write, self.files_dir, _screen(self.out) if self.editor else None
         )
-        try:
-            await self.core.handle(inbound, out)
-        except Exception:
-            log.exception("the agent failed on a message")
-            out.close()
-            self._write("\n" if out.wrote and not self.editor else "")
-            where = f"in {self.log_file}" if self.log_file else "in the log"
-            self._write(f"(Something went wrong on my side; the details are {where}.)\n\n")
-        except asyncio.CancelledError:
-            out.close()
-            raise
 
     async def send_to(self, destination: dict[str, str], reply: Reply | None) -> None:
         """A reminder while the chat runs (bot.platform.Resender): printed between answers,
@@ -372,6 +370,47 @@ class TerminalAdapter:
             self.out.flush()
 
 
+class TerminalChat:
+    """The terminal as the shared intake drives it (adapters/intake/pipeline.py `Chat`): its
+    answers are printed as they come, so there is no "typing…" and nothing left to send."""
+
+    typing_every_s = 3600.0  # the spinner is the answer's own (PrintedOutbound)
+
+    def __init__(self, terminal: TerminalAdapter) -> None:
+        self.terminal = terminal
+        self._answer: PrintedOutbound | None = None
+
+    def answer(self) -> PrintedOutbound:
+        self._answer = self.terminal.printer()
+        return self._answer
+
+    async def show_typing(self) -> None:
+        """Nothing: the spinner shows until text arrives."""
+
+    async def say(self, text: str) -> None:
+        self.terminal._write(f"{text}\n\n")
+
+    async def refuse(self, text: str) -> None:
+        await self.say(text)
+
+    async def fail(self, text: str) -> None:
+        """The person is the operator: the note says where the details are."""
+        terminal = self.terminal
+        wrote = self._answer is not None and self._answer.wrote
+        terminal._write("\n" if wrote and not terminal.editor else "")
+        where = f"{terminal.log_file}" if terminal.log_file else "the log"
+        terminal._write(f"{failed_here(text, where)}\n\n")
+
+    async def conclude(self) -> list[str]:
+        return []  # printed as it came; terminal lines have no ids to reply to
+
+    async def send_privately(self, reply: Reply) -> bool:
+        return False  # never asked: the terminal is a private chat
+
+    def how_to_open_private(self) -> str:
+        return ""
+
+
 class PrintedOutbound:
     """The terminal's Outbound: text is printed as it comes, a blank line ends the answer. The
     terminal is a private chat, so a private answer is printed like any other. A file is saved
@@ -387,9 +426,16 @@ class PrintedOutbound:
         self._files_dir = files_dir
         self._screen = screen
         self.wrote = False
+        self.shown = asyncio.Event()  # some of the answer is printed
+        self._whole = BufferedOutbound()  # the answer as the intake reads it (`reply`)
         self._notes: dict[str, None] = {}  # in order, each once
 
+    @property
+    def reply(self) -> Reply:
+        return self._whole.reply
+
     async def begin(self, *, private: bool = False) -> None:
+        await self._whole.begin(private=private)
         if self._screen is not None:
             self._screen.spin()
 
@@ -403,13 +449,17 @@ class PrintedOutbound:
             self._notes[text] = None
 
     async def add_text(self, text: str) -> None:
+        await self._whole.add_text(text)
         self.wrote = self.wrote or bool(text)
+        if text:
+            self.shown.set()
         if self._screen is not None:
             self._screen.add_markdown(text)
         else:
             self._write(text)
 
     async def attach_file(self, file: OutFile) -> None:
+        await self._whole.attach_file(file)
         self.wrote = True
         try:
             path = save_file(file, self._files_dir)
@@ -419,6 +469,7 @@ class PrintedOutbound:
         self._say(f"Saved {file.name}: {path}")
 
     async def offer(self, buttons: tuple[Button, ...]) -> None:
+        await self._whole.offer(buttons)
         self._say("\n".join(f"  {b.command}   ({b.label})" for b in buttons))
 
     def _say(self, note: str) -> None:
@@ -430,6 +481,7 @@ class PrintedOutbound:
             self._write(f"\n{note}\n")
 
     async def finish(self) -> None:
+        await self._whole.finish()
         if self._screen is not None:
             self._screen.end_markdown()
             for note in self._notes:
@@ -438,7 +490,7 @@ class PrintedOutbound:
         else:
             self._write("\n\n")
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """The answer ended without finish (cancelled, failed): stop the spinner."""
         if self._screen is not None:
             self._screen.stop_spinning()

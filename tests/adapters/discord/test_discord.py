@@ -15,6 +15,7 @@ from discord.http import Route
 
 from adapters.discord import create
 from adapters.discord.adapter import DiscordAdapter
+from adapters.intake.texts import SENT_PRIVATELY
 from bot.agent.agent import Agent
 from bot.commands.context import CommandContext
 from bot.commands.registry import COMMANDS, Argument, Command
@@ -257,7 +258,7 @@ async def test_private_answer_asked_for_in_a_guild_goes_to_dms(
     assert opened.body["recipient_id"] in (42, "42")
     in_dm = [m for m in discord_fake.sent_messages() if "allergic to nuts" in m["content"]]
     assert len(in_dm) == 1
-    assert "allergic" not in notice["content"] and "DM" in notice["content"]
+    assert notice["content"] == SENT_PRIVATELY  # the guild sees where the answer went, not it
 
 
 async def test_unknown_user_refused_without_an_llm_call(

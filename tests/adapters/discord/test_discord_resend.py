@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adapters.discord.adapter import FAILURE
+from adapters.intake.texts import FAILED as FAILURE
 from bot.outbound import Reply
 from tests.rigs.discord import CHANNEL, DM, GUILD, make_config, running
 from tests.rigs.fakes.discord_server import FakeDiscord

@@ -13,7 +13,7 @@ import itertools
 import json
 from pathlib import Path
 
-from adapters.telegram.adapter import FAILED
+from adapters.intake.texts import FAILED
 from bot.agent.agent import LLM_FAILED_REPLY
 from bot.config import AgentConfig
 from tests.rigs.fakes.openai_server import FakeOpenAI, Streamed, pieces_of, tool_call

@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adapters.intake.texts import REFUSAL, SENT_PRIVATELY, TEXT_ONLY
 from adapters.telegram import create
-from adapters.telegram.adapter import REFUSAL, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter
+from adapters.telegram.adapter import TelegramAdapter
 from adapters.telegram.markup import markdown_to_html
 from bot.agent.agent import Agent
 from bot.commands.registry import COMMANDS

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.telegram.adapter import REFUSAL
+from adapters.intake.texts import REFUSAL
 from adapters.telegram.spool import Spool
 from tests.rigs.fakes.openai_server import Delay, FakeOpenAI, Held, completion
 from tests.rigs.fakes.telegram_server import FakeTelegram

@@ -11,7 +11,7 @@ import os
 import zipfile
 from pathlib import Path
 
-from adapters.telegram.adapter import SENT_PRIVATELY
+from adapters.intake.texts import SENT_PRIVATELY
 from adapters.terminal.adapter import TerminalAdapter
 from bot.agent.agent import Agent
 from bot.config import Config, LLMConfig, MemoryConfig
