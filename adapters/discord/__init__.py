@@ -1,9 +1,11 @@
 """Discord, as the core sees it: the `[discord]` section and the plugin (entry point `discord`).
 
 A light face: loading the configuration imports this, never discord.py; the adapter
-(adapters/discord/adapter.py) is imported only when the platform starts. Its own modules:
-`endpoints` (REST and gateway overrides), `live` (answers shown while they are written) and
-`resend` (answers sent again without the interaction's connection).
+(adapters/discord/adapter.py) is imported only when the platform starts; what happens to a
+message is the shared intake's (adapters/intake), which drives a channel through `chat` (sending,
+typing, the DMs). Its own modules: `endpoints` (REST and gateway overrides), `live` (answers
+shown while they are written) and `resend` (answers sent again without the interaction's
+connection).
 """
 
 from __future__ import annotations

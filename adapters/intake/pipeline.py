@@ -164,7 +164,7 @@ class Intake:
         if inbound.chat_key is not None and arrival.is_admin and needs_chat_admin(inbound.text):
             inbound = replace(inbound, chat_admin=await arrival.is_admin())
         ids = await self._turn(inbound, arrival.media, chat)
-        await self.receipt(inbound, ids)
+        await self._receipt(inbound, ids)
 
     async def _refuse(self, inbound: Inbound, sender: object, chat: Chat) -> None:
         if not inbound.is_private:
@@ -212,7 +212,7 @@ class Intake:
             log.exception("%s: the turn for %s failed", inbound.platform, inbound.session_key)
             return Reply(texts.FAILED)
 
-    async def receipt(self, inbound: Inbound, ids: list[str]) -> None:
+    async def _receipt(self, inbound: Inbound, ids: list[str]) -> None:
         """Tell the core under which ids the answer to a message was sent, so that a reply to
         one of them finds its text. Nothing to tell without ids, or for a command whose answer
         is not in the conversation."""
