@@ -21,11 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
-from discord.gateway import DiscordWebSocket
-from discord.http import Route
 
-from adapters import discord as discord_face
-from adapters import telegram as telegram_face
 from adapters.intake.texts import FAILED, REFUSAL, SENT_PRIVATELY
 from adapters.terminal.adapter import TerminalAdapter
 from bot.agent.agent import Agent
@@ -33,13 +29,15 @@ from bot.config import Config, LLMConfig, MemoryConfig
 from memory.keys import encode_key
 from memory.session import SENT
 from memory.workspace import Workspaces
-from tests.fakes.discord_server import FakeDiscord, user_payload
-from tests.fakes.openai_server import FakeOpenAI, completion
-from tests.fakes.telegram_server import TOKEN, FakeTelegram
+from tests.rigs import discord as discord_rig
+from tests.rigs import telegram as telegram_rig
+from tests.rigs.discord import CHANNEL, GUILD
+from tests.rigs.fakes.discord_server import FakeDiscord, user_payload
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion
+from tests.rigs.fakes.telegram_server import FakeTelegram
+from tests.rigs.telegram import GROUP
 
-ALLOWED, STRANGER = 42, 7
-GROUP = -1001234  # Telegram's group; Discord's guild channel is CHANNEL
-GUILD, CHANNEL = 3000, 3001
+ALLOWED, STRANGER = 42, 7  # the rigs' allow list is ["42"]; GROUP: Telegram's, CHANNEL: Discord's
 WITH_PEOPLE = ["telegram", "discord"]  # an allow list, groups, message ids (see the docstring)
 SETTLE_S = 0.3  # after a barrier message is answered: time for a stray answer to show
 
@@ -152,89 +150,45 @@ def llm_config(llm: FakeOpenAI) -> LLMConfig:
 
 
 @asynccontextmanager
-async def serving(config: Config, make: Callable[[Config, Agent], Any]) -> AsyncIterator[None]:
-    """The platform's adapter serving with the real Agent; stopped the way the CLI stops it."""
-    agent = Agent(config)
-    adapter = make(config, agent)
-    stop = asyncio.Event()
-    task = asyncio.create_task(adapter.run(stop))
-    ready = asyncio.create_task(adapter.ready.wait())
-    await asyncio.wait({task, ready}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
-    ready.cancel()
-    if task.done():
-        task.result()  # raises the start-up error
-    try:
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
-        await agent.aclose()
+async def telegram_platform(
+    tg: FakeTelegram, llm: FakeOpenAI, workspaces: Path
+) -> AsyncIterator[Platform]:
+    config = telegram_rig.make_config(tg, llm, workspaces, allow=[str(ALLOWED)])
+    async with telegram_rig.running(config):
+        yield Telegram(tg)
 
 
 @asynccontextmanager
-async def telegram_platform(llm: FakeOpenAI, workspaces: Path) -> AsyncIterator[Platform]:
-    tg = await FakeTelegram().start()
-    config = Config(
-        llm=llm_config(llm),
-        memory=MemoryConfig(workspaces_dir=workspaces),
-        platforms={
-            "telegram": telegram_face.TelegramConfig(
-                enabled=True,
-                token=TOKEN,
-                allow_from=[str(ALLOWED)],
-                api_base=tg.api_base,
-                poll_timeout_s=1,
-            )
-        },
-    )
-    try:
-        async with serving(config, telegram_face.create):
-            yield Telegram(tg)
-    finally:
-        await tg.stop()
+async def discord_platform(
+    fake: FakeDiscord, llm: FakeOpenAI, workspaces: Path
+) -> AsyncIterator[Platform]:
+    async with discord_rig.running(discord_rig.make_config(fake, llm, workspaces)):
+        yield Discord(fake)
 
 
 @asynccontextmanager
-async def discord_platform(llm: FakeOpenAI, workspaces: Path) -> AsyncIterator[Platform]:
-    saved = (Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY)
-    fake = await FakeDiscord().start()
-    fake.add_guild(GUILD, CHANNEL)
-    config = Config(
-        llm=llm_config(llm),
-        memory=MemoryConfig(workspaces_dir=workspaces),
-        platforms={
-            "discord": discord_face.DiscordConfig(
-                enabled=True,
-                token=fake.token,
-                allow_from=[str(ALLOWED)],
-                api_base=fake.api_base,
-                gateway_url=fake.gateway_url,
-            )
-        },
-    )
-
-    def make(config: Config, agent: Agent) -> Any:
-        adapter = discord_face.create(config, agent)
-        adapter.guild_ready_timeout = 0.2
-        return adapter
-
-    try:
-        async with serving(config, make):
-            yield Discord(fake)
-    finally:
-        await fake.stop()
-        Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY = saved  # discord.py's own, for the next
-
-
-PLATFORMS = {"telegram": telegram_platform, "discord": discord_platform}
+async def served(
+    name: str, tg: FakeTelegram, fake: FakeDiscord, llm: FakeOpenAI, workspaces: Path
+) -> AsyncIterator[Platform]:
+    """The platform `name` serving with the real Agent (both fakes run; one is used)."""
+    if name == "telegram":
+        async with telegram_platform(tg, llm, workspaces) as platform:
+            yield platform
+    else:
+        async with discord_platform(fake, llm, workspaces) as platform:
+            yield platform
 
 
 @pytest.fixture(params=WITH_PEOPLE)
 async def platform(
-    request: pytest.FixtureRequest, fake_llm: FakeOpenAI, workspaces_dir: Path
+    request: pytest.FixtureRequest,
+    tg: FakeTelegram,
+    discord_fake: FakeDiscord,
+    fake_llm: FakeOpenAI,
+    workspaces_dir: Path,
 ) -> AsyncIterator[Platform]:
-    async with PLATFORMS[request.param](fake_llm, workspaces_dir) as served:
-        yield served
+    async with served(request.param, tg, discord_fake, fake_llm, workspaces_dir) as platform:
+        yield platform
 
 
 async def answered(platform: Platform, llm: FakeOpenAI, user: int = ALLOWED) -> None:
@@ -344,7 +298,11 @@ async def terminal_platform(
 
 @pytest.mark.parametrize("name", [*WITH_PEOPLE, "terminal"])
 async def test_a_failure_in_the_core_is_said_and_the_next_message_answered(
-    name: str, fake_llm: FakeOpenAI, workspaces_dir: Path
+    name: str,
+    tg: FakeTelegram,
+    discord_fake: FakeDiscord,
+    fake_llm: FakeOpenAI,
+    workspaces_dir: Path,
 ) -> None:
     """The person's folder cannot be written (a file stands where it should be): the core
     raises, and the person is told so, in the same words everywhere; once the folder is back,
@@ -359,7 +317,7 @@ async def test_a_failure_in_the_core_is_said_and_the_next_message_answered(
         assert FAILED in screen.getvalue()
         assert fake_llm.requests == []
         return
-    async with PLATFORMS[name](fake_llm, workspaces_dir) as platform:
+    async with served(name, tg, discord_fake, fake_llm, workspaces_dir) as platform:
         await platform.private(ALLOWED, "hello")
         assert await platform.until(platform.private_texts) == [FAILED]
         assert fake_llm.requests == []
