@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adapters.intake.texts import FAILED as FAILURE
+from adapters.intake.texts import FAILED
 from bot.outbound import Reply
 from tests.rigs.discord import CHANNEL, DM, GUILD, make_config, running
 from tests.rigs.fakes.discord_server import FakeDiscord
@@ -35,7 +35,7 @@ async def test_answers_go_where_their_destination_says(
     private = [
         m["content"]
         for m in discord_fake.sent_messages()
-        if m not in (public,) and m["content"] != FAILURE
+        if m not in (public,) and m["content"] != FAILED
     ]
     assert private == ["Only for you.", "Yours."]
-    assert [m["content"] for m in discord_fake.sent_messages(DM)] == [FAILURE]
+    assert [m["content"] for m in discord_fake.sent_messages(DM)] == [FAILED]
