@@ -313,9 +313,10 @@ class TerminalAdapter:
             help_notes=HELP_NOTES,
             place={"user": self.user},
         )
-        await self._intake.take(pipeline.Arrival(inbound, self.user), TerminalChat(self))
+        chat = TerminalChat(self._write, self._printer, editor=self.editor, log=self.log_file)
+        await self._intake.take(pipeline.Arrival(inbound, self.user), chat)
 
-    def printer(self) -> PrintedOutbound:
+    def _printer(self) -> PrintedOutbound:
         """The reply port of one answer: printed as it comes (rendered in a real terminal)."""
         return PrintedOutbound(
             self._write, self.files_dir, _screen(self.out) if self.editor else None
@@ -376,30 +377,40 @@ class TerminalChat:
 
     typing_every_s = 3600.0  # the spinner is the answer's own (PrintedOutbound)
 
-    def __init__(self, terminal: TerminalAdapter) -> None:
-        self.terminal = terminal
+    def __init__(
+        self,
+        write: Callable[[str], None],
+        printer: Callable[[], PrintedOutbound],
+        *,
+        editor: bool,
+        log: Path | None,
+    ) -> None:
+        """`printer` makes an answer's reply port; `editor`: a real terminal on both sides;
+        `log`: the log file, if the chat has its own."""
+        self._write = write
+        self._printer = printer
+        self._editor = editor
+        self._log = log
         self._answer: PrintedOutbound | None = None
 
     def answer(self) -> PrintedOutbound:
-        self._answer = self.terminal.printer()
+        self._answer = self._printer()
         return self._answer
 
     async def show_typing(self) -> None:
         """Nothing: the spinner shows until text arrives."""
 
     async def say(self, text: str) -> None:
-        self.terminal._write(f"{text}\n\n")
+        self._write(f"{text}\n\n")
 
     async def refuse(self, text: str) -> None:
         await self.say(text)
 
     async def fail(self, text: str) -> None:
         """The person is the operator: the note says where the details are."""
-        terminal = self.terminal
         wrote = self._answer is not None and self._answer.wrote
-        terminal._write("\n" if wrote and not terminal.editor else "")
-        where = f"{terminal.log_file}" if terminal.log_file else "the log"
-        terminal._write(f"{failed_here(text, where)}\n\n")
+        self._write("\n" if wrote and not self._editor else "")
+        self._write(f"{failed_here(text, str(self._log) if self._log else 'the log')}\n\n")
 
     async def conclude(self) -> list[str]:
         return []  # printed as it came; terminal lines have no ids to reply to
