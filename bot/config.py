@@ -175,6 +175,17 @@ class AgentConfig(Section):
 
 
 @dataclass(repr=False)
+class ToolsConfig(Section):
+    """Which tools the model may call (bot/tools/). A tool switched off is not offered, not
+    named in the system prompt and not counted in its fixed part; the commands stay (/remind,
+    /recall, /memory)."""
+
+    edit_memory: bool = True
+    search_history: bool = True
+    remind: bool = True
+
+
+@dataclass(repr=False)
 class LimitsConfig(Section):
     """What one person may cost a public bot (0: no limit). Off by default, but for the heavy
     commands (/export, /forget, /wipe, /memory history and undo: files read, rewritten or
@@ -274,6 +285,7 @@ CORE_SECTIONS: dict[str, type[Section]] = {
     "llm": LLMConfig,
     "memory": MemoryConfig,
     "agent": AgentConfig,
+    "tools": ToolsConfig,
     "limits": LimitsConfig,
     "metrics": MetricsConfig,
     "media": MediaConfig,
@@ -287,6 +299,7 @@ class Config:
     llm: LLMConfig = field(default_factory=LLMConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     media: MediaConfig = field(default_factory=MediaConfig)
@@ -298,7 +311,7 @@ class Config:
     source: Path | None = None  # the file it was loaded from; None: defaults + environment
 
     def sections(self) -> dict[str, Section]:
-        core = {"llm": self.llm, "memory": self.memory, "agent": self.agent}
+        core = {"llm": self.llm, "memory": self.memory, "agent": self.agent, "tools": self.tools}
         extra = {"limits": self.limits, "metrics": self.metrics, "media": self.media}
         more = {"transcription": self.transcription, "cluster": self.cluster}
         return {**core, **extra, **more, **self.platforms}

@@ -200,7 +200,7 @@ class MemoryStore:
 
 
 # An edit of MEMORY.md's text: (the new text, or None when nothing changes; what to tell the
-# model). The agent's edit_memory checks the text before it is written (bot/agent/tools.py).
+# model). The agent's edit_memory checks the text before it is written (bot/tools/edit_memory.py).
 
 
 def added_to_section(current: str, section: str, line: str) -> tuple[str | None, str]:

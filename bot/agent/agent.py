@@ -31,9 +31,8 @@ from bot.agent.people import People
 from bot.agent.prompt import ContextBuilder, FrozenPrompts, with_media
 from bot.agent.replies import reply_record
 from bot.agent.residency import Residents
-from bot.agent.sizing import Sizing, describe, plan, tools_text
+from bot.agent.sizing import Sizing, describe, plan
 from bot.agent.streaming import AnswerStream
-from bot.agent.tools import AgentTools
 from bot.agent.window import ServerWindow
 from bot.chats import ChatBook, chat_of
 from bot.commands.confirm import Confirmations
@@ -72,6 +71,8 @@ from bot.outbound import (
 from bot.platform import Resender
 from bot.reminders.desk import PersonReminders, ReminderBook
 from bot.reminders.scheduler import Scheduler
+from bot.tools.tool import ToolTurn
+from bot.tools.toolbox import Toolbox, enabled_tools, tools_text
 from bot.usage import ChargedLLM, UsageBook, charged_to
 from memory import clock
 from memory.consolidation.consolidator import MemoryConsolidator, MemoryEvent
@@ -217,7 +218,9 @@ class Agent:
         self.consolidator.on_window = self._learn_window  # its refusals name the window too
         if on_consolidation is not None:
             self.consolidator.on_outcome = on_consolidation
-        self.context = ContextBuilder(config.agent.bot_name, self.sizing.form)
+        self.context = ContextBuilder(
+            config.agent.bot_name, self.sizing.form, tools=enabled_tools(config)
+        )
         # Personas, group triggers: the folder's book, or the cluster's.
         self.chats = ChatBook.of(config.memory.workspaces_dir) if chats is None else chats
         self.prompts = FrozenPrompts()
@@ -278,7 +281,7 @@ class Agent:
             estimator=self.estimator,
             model=self.llm.model,
         )
-        self._tools_text = tools_text(self.sizing.form)
+        self._tools_text = tools_text(self.context.tools, self.sizing.form)
         self._draining: set[tuple[str, str]] = set()  # sessions consolidating in the background
         self._closing = False  # aclose(): a backlog's background work stops after its round
         # Workspaces whose history index was looked at since they were loaded (_prepare_search).
@@ -573,12 +576,10 @@ class Agent:
             if not self.budget.fits(self._estimate(system, session)):
                 since = self.consolidator.tail_start(session, system + self._tools_text)
                 log.info("a backlog in %s: answering from its newest turns", inbound.session_key)
-        tools = AgentTools(
-            workspace,
-            public=not self._memory_shown(workspace, inbound),
-            form=self.sizing.form,
-            reminders=PersonReminders(self.reminder_book, workspace, inbound),
-        )
+        desk = PersonReminders(self.reminder_book, workspace, inbound)
+        public = not self._memory_shown(workspace, inbound)
+        turn = ToolTurn(workspace, desk, self.config, public=public, form=self.sizing.form)
+        tools = Toolbox(self.context.tools, turn)
         try:
             return await self._respond_with(workspace, session, inbound, out, system, tools, since)
         finally:
@@ -595,7 +596,7 @@ class Agent:
         inbound: Inbound,
         out: Outbound,
         system: str,
-        tools: AgentTools,
+        tools: Toolbox,
         since: int | None = None,
     ) -> Reply:
         """_respond's model calls, with the turn's tools (one set: their bounds are the turn's);
@@ -705,7 +706,7 @@ class Agent:
         self.budget = sizing.budget
         self.consolidator.resize(self.budget, sizing.memory)
         self.context.form = sizing.form
-        self._tools_text = tools_text(sizing.form)
+        self._tools_text = tools_text(self.context.tools, sizing.form)
         self.prompts.clear()  # built for the other form
         return True
 
@@ -755,7 +756,7 @@ class Agent:
         workspace: Workspace,
         session: Session,
         system: str,
-        tools: AgentTools,
+        tools: Toolbox,
         *,
         out: Outbound | None = None,
         since: int | None = None,
@@ -763,7 +764,7 @@ class Agent:
         """The tool loop, bounded in rounds, in calls (tools.room()) and by the person's token
         limits (checked before each round after the first: a turn that spent the day's tokens
         stops there); every assistant and tool message is persisted as sent. A group turn
-        without the person's memory has the tools that cannot read it (AgentTools public).
+        without the person's memory has the tools that cannot read it (a public ToolTurn).
         `since`: the conversation from that message on (the newest part of a backlog)."""
         pictures = await self._pictures(workspace, session, since)  # once per turn, off the loop
         for round_ in range(self.config.agent.max_tool_iterations):

@@ -9,20 +9,21 @@ tells (llama.cpp /props, vLLM max_model_len, Ollama num_ctx: bot/agent/window.py
 window for well-known hosted models; DEFAULT_WINDOW. The answer and MEMORY.md get shares of it
 (memory/consolidation/budget.py) unless `[llm] max_output_tokens` or `[memory]
 max_memory_tokens` is set. The fixed part of every prompt (system prompt and tool schemas)
-takes the richest form (bot/agent/prompt.py FORMS) that is at most 1/FIXED_SHARE of the window.
+takes the richest form (bot/tools/tool.py FORMS) that is at most 1/FIXED_SHARE of the window;
+it counts the tools the config switches on ([tools]).
 An explicit setting always wins.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, replace
 
-from bot.agent.prompt import FORMS, ContextBuilder, PromptForm
-from bot.agent.tools import tool_schemas
+from bot.agent.prompt import ContextBuilder
 from bot.agent.window import ServerWindow, server_window
 from bot.config import Config
+from bot.tools.tool import FORMS, PromptForm
+from bot.tools.toolbox import enabled_tools, tools_text
 from memory.consolidation.budget import (
     EXCHANGE_TOKENS,
     Budget,
@@ -64,20 +65,16 @@ def known_window(model: str) -> int | None:
     return KNOWN_WINDOWS[max(matches, key=len)] if matches else None
 
 
-def tools_text(form: PromptForm) -> str:
-    """The tool schemas of a form as our estimate counts them (they ride on every turn)."""
-    schemas = tool_schemas(form)
-    return "\n" + json.dumps(schemas) if schemas else ""
-
-
 def fixed_tokens(config: Config, form: PromptForm, estimator: TokenEstimator) -> int:
     """Tokens every turn's prompt carries in `form` before any conversation: the system prompt
     (with an empty MEMORY.md and the operator's [agent] system_prompt) and the tool schemas (a
-    chat's /persona adds to it: at most a tenth of the window)."""
-    system = ContextBuilder(config.agent.bot_name, form).system_prompt(
+    chat's /persona adds to it: at most a tenth of the window). Only the tools the config
+    switches on count."""
+    tools = enabled_tools(config)
+    system = ContextBuilder(config.agent.bot_name, form, tools=tools).system_prompt(
         memory_prompt_section(MEMORY_TEMPLATE), "telegram", False, config.agent.system_prompt
     )
-    raw = MESSAGE_OVERHEAD + estimator.count_text(system + tools_text(form)) + REPLY_PRIMING
+    raw = MESSAGE_OVERHEAD + estimator.count_text(system + tools_text(tools, form)) + REPLY_PRIMING
     return estimator.corrected(raw)
 
 

@@ -1,5 +1,5 @@
 """/remind, /reminders and /timezone: the person's reminders, by command (the model reaches the
-same desk through its `remind` tool, bot/agent/tools.py). The work is bot/reminders/desk.py's;
+same desk through its `remind` tool, bot/tools/remind.py). The work is bot/reminders/desk.py's;
 these handlers read the arguments and word the answers."""
 
 from __future__ import annotations

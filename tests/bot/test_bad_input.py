@@ -23,10 +23,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bot.agent.agent import Agent
-from bot.agent.tools import AgentTools
+from bot.config import Config
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.outbound import Reply
+from bot.reminders.desk import PersonReminders, ReminderBook
+from bot.tools.tool import ToolTurn
+from bot.tools.toolbox import TOOLS, Toolbox
 from bot.usage import GLOBAL_USAGE_FILE
 from memory.keys import decode_key, encode_key, is_hashed_name
 from memory.session import SessionStore
@@ -165,10 +168,13 @@ def test_recall_answers_a_catastrophic_regex_promptly(tmp_path: Path, pattern: s
 
 
 def test_search_history_tool_never_raises(tmp_path: Path) -> None:
-    workspace = Workspaces(tmp_path / "ws").get("telegram-1")
+    workspaces = Workspaces(tmp_path / "ws")
+    workspace = workspaces.get("telegram-1")
     for entry in HISTORY_ENTRIES:
         workspace.memory.append_history(entry)
-    tools = AgentTools(workspace)
+    book = ReminderBook(Config(), workspaces, lambda key: False)
+    desk = PersonReminders(book, workspace, dm("1", "search"))
+    tools = Toolbox(TOOLS, ToolTurn(workspace, desk, Config()))
     json_values = st.recursive(
         st.none() | st.booleans() | st.integers() | st.floats() | nasty_text,
         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),

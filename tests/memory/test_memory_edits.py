@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.agent.tools import MAX_CALLS_PER_TURN
+from bot.tools.toolbox import MAX_CALLS_PER_TURN
 from tests.rigs.agent import ask, dm, make_agent, session_records
 from tests.rigs.fakes.openai_server import FakeOpenAI, completion, tool_call
 

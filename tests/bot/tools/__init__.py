@@ -1,0 +1,1 @@
+"""bot/tools/: the tools as records, and what is derived from their list."""
