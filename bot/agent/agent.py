@@ -578,15 +578,21 @@ class Agent:
                 log.info("a backlog in %s: answering from its newest turns", inbound.session_key)
         desk = PersonReminders(self.reminder_book, workspace, inbound)
         public = not self._memory_shown(workspace, inbound)
-        turn = ToolTurn(workspace, desk, self.config, public=public, form=self.sizing.form)
-        tools = Toolbox(self.context.tools, turn)
+        made: list[Toolbox] = []
+
+        def tools() -> Toolbox:
+            """The turn's tools in the window's form (another, once a refusal resized it)."""
+            turn = ToolTurn(workspace, desk, self.config, public=public, form=self.sizing.form)
+            made.append(Toolbox(self.context.tools, turn))
+            return made[-1]
+
         try:
             return await self._respond_with(workspace, session, inbound, out, system, tools, since)
         finally:
-            if tools.held is not None:  # told under this answer, or the next private one
+            for held in [one.held for one in made if one.held is not None]:
+                # told under this answer, or the next private one
                 self.consolidator.note_event(
-                    inbound.user_key,
-                    MemoryEvent("held", dropped=tools.held.dropped, facts=tools.held.facts),
+                    inbound.user_key, MemoryEvent("held", dropped=held.dropped, facts=held.facts)
                 )
 
     async def _respond_with(
@@ -596,11 +602,13 @@ class Agent:
         inbound: Inbound,
         out: Outbound,
         system: str,
-        tools: Toolbox,
+        new_tools: Callable[[], Toolbox],
         since: int | None = None,
     ) -> Reply:
-        """_respond's model calls, with the turn's tools (one set: their bounds are the turn's);
+        """_respond's model calls, with the turn's tools (one set: their bounds are the turn's;
+        another after a refusal named a smaller window, whose form may offer fewer);
         `since`: the conversation from that message on (the newest part of a backlog)."""
+        tools = new_tools()
         try:
             try:
                 run = self._run_model
@@ -616,6 +624,8 @@ class Agent:
                 )
                 if not rounds and not resized:
                     raise
+                if resized:
+                    tools = new_tools()
                 system = self._system_prompt(workspace, session, inbound)
                 text = await self._run_model(
                     workspace, session, system, tools, out=out, since=since

@@ -50,14 +50,15 @@ def build_core(
 
     if (role == "worker") != (cluster is not None):
         raise ValueError(f"the cluster's parts are a worker's only (role {role!r})")
-    config = sizing.applied(config)
+    # The config as asked, not with the planned figures filled in: an automatic window must
+    # stay automatic, or a smaller one the server names when refusing is never learnt.
     if role == "chat":
         agent = Agent(config, sizing=sizing)
         return BuiltCore(agent, agent)
     from bot.llm.client import LLMClient
     from bot.observe.metrics import MeteredCore, MeteredLLM, count_consolidation
 
-    llm = MeteredLLM(LLMClient.from_config(config.llm))
+    llm = MeteredLLM(LLMClient.from_config(sizing.applied(config).llm))
     if cluster is None:
         agent = Agent(config, llm, sizing=sizing, on_consolidation=count_consolidation)
     else:

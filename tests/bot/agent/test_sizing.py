@@ -249,6 +249,35 @@ async def test_a_server_that_names_its_window_only_when_refusing_sizes_the_bot_t
     assert all(fake_llm.chat_requests[i] in limited.rejected for i in big)
 
 
+@pytest.mark.parametrize(("window", "over"), [(768, "the prompt"), (2048, "prompt + answer")])
+async def test_chat_with_no_window_set_is_sized_from_the_first_refusal(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str], window: int, over: str
+) -> None:
+    """Issue 31: through `lightgrep chat` with no window configured, the CLI handed the agent
+    a config with the assumed 65,536 filled in, which then counted as "configured": every
+    refusal of llama-cpp-python (no /props; it names its window only when refusing) was
+    ignored, "grown too long" came turn after turn, and /status said "65,536 tokens
+    (configured)". Its first request is over the window by its prompt alone (768), or by the
+    prompt plus the answer of 2,048 asked for (2048)."""
+    limited = ContextLimited(window, chatty)
+    fake_llm.default = limited
+    said = [f"In my garden I grew tomato number {i} and some basil today." for i in range(8)]
+    stdin = ("\n".join(said) + "\n/status\n/quit\n").encode()
+
+    code, out, err = await run_chat(config_file(tmp_path, fake_llm), child_env, stdin)
+
+    assert code == 0, err
+    first = limited.rejected[1]  # the first turn's request, asked whole for its reason
+    prompt = limited.prompt_tokens(first)
+    assert (prompt > window) if over == "the prompt" else (prompt <= window < prompt + 2048)
+    assert "too long" not in out and "couldn't reach" not in out, out
+    assert out.count("That sounds lovely") == len(said) * 3, out
+    named = f"Window {window:,} tokens (told by the server, named by the server refusing"
+    assert named in out and "memory 10%" in out, out
+    # Once sized, every request fits: only the first turn's (streamed, then whole) was refused.
+    assert len(limited.rejected) == 2 and limited.rejected == fake_llm.chat_requests[:2]
+
+
 async def test_a_consolidation_the_server_refuses_as_too_long_sizes_the_bot(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
