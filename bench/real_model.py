@@ -41,8 +41,9 @@ if str(ROOT) not in sys.path:
 import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
 
-from bot.agent.agent import TOO_LONG_REPLY, Agent  # noqa: E402
+from bot.agent.agent import Agent  # noqa: E402
 from bot.agent.sizing import describe, size  # noqa: E402
+from bot.agent.turn import TOO_LONG_REPLY  # noqa: E402
 from bot.config import AgentConfig, Config, LLMConfig, MemoryConfig  # noqa: E402
 from bot.inbound import Inbound  # noqa: E402
 from bot.llm.overflow import context_overflow  # noqa: E402
@@ -250,7 +251,7 @@ async def run(args: argparse.Namespace) -> None:
     mode = "streamed" if args.stream else "not streamed"
     print(
         f"model {model} at {args.base_url}; turns {mode}; window at the end: "
-        f"{describe(agent.sizing)}"
+        f"{describe(agent.window.sizing)}"
     )
     print(f"turns: {len(turns)}  answered {answered}  failed {failed}  too long {too_long}")
     print(

@@ -158,8 +158,8 @@ def with_media(history: list[dict[str, Any]], pictures: Pictures) -> list[dict[s
 
 
 # What a frozen prompt was built from: the session's cursor, whether the memory is shown, the
-# persona (the operator's and the chat's).
-Stamp = tuple[int, bool, str]
+# persona (the operator's and the chat's), the prompt's form (a window learnt changes it).
+Stamp = tuple[int, bool, str, str]
 
 
 class FrozenPrompts:
@@ -178,10 +178,6 @@ class FrozenPrompts:
         prompt = build()
         self._kept[key] = (stamp, prompt)
         return prompt
-
-    def clear(self) -> None:
-        """Every prompt is built anew (the prompt's form changed)."""
-        self._kept.clear()
 
     def forget_sessions(self, user_key: str, session_keys: set[str]) -> None:
         for session_key in session_keys:

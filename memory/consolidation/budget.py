@@ -70,3 +70,13 @@ class Budget:
         """The window a bot needs: fixed part, a full MEMORY.md (`memory_tokens`, its budget),
         one exchange, answer, margin."""
         return fixed_tokens + memory_tokens + EXCHANGE_TOKENS + self.answer + self.margin
+
+
+@dataclass
+class Shares:
+    """The window's shares as consolidation reads them, held in one place: the bot's window
+    (bot/agent/context_window.py) changes them when a refusal names a smaller window, and every
+    consolidator given this object sees the change."""
+
+    budget: Budget
+    memory: int = 0  # tokens MEMORY.md may take; 0: a share of the window (memory_budget)

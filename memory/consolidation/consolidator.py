@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from memory import clock
 from memory.consolidation.boundary import pick_boundary, valid_ends
-from memory.consolidation.budget import HISTORY_ENTRY_TOKENS, Budget, memory_budget
+from memory.consolidation.budget import HISTORY_ENTRY_TOKENS, Budget, Shares, memory_budget
 from memory.consolidation.checks import (
     check_history_entry,
     check_memory_update,
@@ -235,24 +235,27 @@ class MemoryConsolidator:
 
     `answer_tokens` and `margin_tokens` are the answer's share of the window and the room kept
     for estimate error (see memory.consolidation.budget): a prompt "fits" when prompt + answer +
-    margin does.
+    margin does. `shares`: the bot's own (then the figures before are not used), so that a
+    window learnt later is seen here without being told twice.
     """
 
     def __init__(
         self,
         llm: ChatLLM,
         estimator: TokenEstimator,
-        context_window_tokens: int,
+        context_window_tokens: int = 0,
         *,
         answer_tokens: int = 0,
         margin_tokens: int = 0,
         max_rounds: int = 5,
         max_failures: int = 3,
         memory_budget_tokens: int = 0,
+        shares: Shares | None = None,
     ) -> None:
         self.llm = llm
         self.estimator = estimator
-        self.budget = Budget(context_window_tokens, answer_tokens, margin_tokens)
+        budget = Budget(context_window_tokens, answer_tokens, margin_tokens)
+        self.shares = shares or Shares(budget, max(0, memory_budget_tokens))
         self.max_rounds = max_rounds
         self.max_failures = max_failures
         self._last_consolidated: dict[tuple[str, str], str] = {}  # (user, session) → when
@@ -277,9 +280,13 @@ class MemoryConsolidator:
         # Told the window a server named refusing a request as too long (the agent plans
         # again from it, as from a turn's refusal).
         self.on_window: Callable[[int], object] = lambda tokens: None
-        self._memory_budget = max(0, memory_budget_tokens)  # 0: a share of the window
-        # The newest event of each user not yet told (taken by their next answer).
-        self._events: dict[str, MemoryEvent] = {}
+        # Told what the person should hear about their memory (bot/agent/consolidating.py
+        # keeps it until their next answer): an update held back, MEMORY.md over its budget.
+        self.on_event: Callable[[str, MemoryEvent], object] = lambda user_key, event: None
+
+    @property
+    def budget(self) -> Budget:
+        return self.shares.budget
 
     @property
     def window(self) -> int:
@@ -287,30 +294,16 @@ class MemoryConsolidator:
 
     @window.setter
     def window(self, tokens: int) -> None:
-        self.budget = replace(self.budget, window=tokens)
-
-    def resize(self, budget: Budget, memory_budget_tokens: int) -> None:
-        """The window turned out another size: its shares from now on."""
-        self.budget = budget
-        self._memory_budget = max(0, memory_budget_tokens)
+        self.shares.budget = replace(self.budget, window=tokens)
 
     @property
     def memory_budget(self) -> int:
         """Tokens MEMORY.md may take: as configured, else a share of the window (budget.py)."""
-        return memory_budget(self.window, self._memory_budget)
+        return memory_budget(self.window, self.shares.memory)
 
     def memory_tokens(self, memory: str) -> int:
         """About how many tokens `memory` takes in a prompt."""
         return math.ceil(self.estimator.count_text(memory) * self.estimator.factor)
-
-    def note_event(self, user_key: str, event: MemoryEvent) -> None:
-        """An event of the person's memory from elsewhere (the agent's held edits), told as
-        consolidation's are."""
-        self._events[user_key] = event
-
-    def take_event(self, user_key: str) -> MemoryEvent | None:
-        """The memory event this user has not been told about yet; told once."""
-        return self._events.pop(user_key, None)
 
     def _id(self, workspace: Workspace, session: Session) -> tuple[str, str]:
         return (workspace.user_key, session.key)
@@ -337,11 +330,10 @@ class MemoryConsolidator:
 
     def forget_user(self, user_key: str) -> None:
         """Drop everything kept about a person (/wipe, or they left RAM): locks, failure
-        counts, pieces done, when their sessions were consolidated, the notice not yet told."""
+        counts, pieces done, when their sessions were consolidated."""
         for table in (self._locks, self._failures, self._pieces_done, self._last_consolidated):
             for key in [k for k in table if k[0] == user_key]:
                 del table[key]
-        self._events.pop(user_key, None)
 
     def failures(self, workspace: Workspace, session: Session) -> int:
         """Consecutive failed attempts on this session (for /status and tests)."""
@@ -736,7 +728,7 @@ class MemoryConsolidator:
             workspace.user_key,
             why,
         )
-        self._events[workspace.user_key] = MemoryEvent("held", dropped=facts - kept, facts=facts)
+        self.on_event(workspace.user_key, MemoryEvent("held", dropped=facts - kept, facts=facts))
 
     async def _within_budget(self, workspace: Workspace, memory: str) -> str:
         """`memory`, condensed by one more request when it is over the budget. Still over (or
@@ -759,7 +751,7 @@ class MemoryConsolidator:
                 used,
                 budget,
             )
-            self._events[workspace.user_key] = MemoryEvent("over_budget", used, budget)
+            self.on_event(workspace.user_key, MemoryEvent("over_budget", used, budget))
         return memory
 
     async def _condense(self, memory: str, used: int, budget: int) -> str | None:

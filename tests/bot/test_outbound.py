@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from adapters.terminal.adapter import PrintedOutbound
+from bot.agent.prompt import ContextBuilder
 from bot.outbound import BufferedOutbound, Button, OutFile
 from tests.rigs.agent import dm, make_agent
 from tests.rigs.fakes.openai_server import FakeOpenAI, completion
@@ -97,7 +98,7 @@ async def test_nothing_to_send_is_still_begun_and_finished(
     workspace = crashed.workspaces.get("telegram-42")
     session = workspace.sessions.get("telegram:dm:42")
     for n, text in ((1, "first"), (2, "second")):
-        message = crashed.context.user_message(text) | {"message_id": f"42:{n}"}
+        message = ContextBuilder(tools=()).user_message(text) | {"message_id": f"42:{n}"}
         workspace.sessions.append(session, message)
     agent = make_agent(fake_llm, workspaces_dir)
     out = RecordingOutbound()

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from adapters.intake.texts import FAILED
-from bot.agent.agent import LLM_FAILED_REPLY
+from bot.agent.turn import LLM_FAILED_REPLY
 from bot.config import AgentConfig
 from tests.rigs.fakes.openai_server import FakeOpenAI, Streamed, pieces_of, tool_call
 from tests.rigs.fakes.telegram_server import FakeTelegram

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.agent.prompt import ContextBuilder
 from bot.inbound import Inbound
 from tests.rigs.agent import ask, dm, make_agent, session_records, user_home
 from tests.rigs.fakes.openai_server import (
@@ -361,7 +362,7 @@ async def test_messages_persisted_by_a_crashed_bot_are_answered_once_on_redelive
     workspace = crashed.workspaces.get("telegram-42")
     session = workspace.sessions.get("telegram:dm:42")
     for n, text in ((1, "first"), (2, "second")):
-        message = crashed.context.user_message(text) | {"message_id": f"42:{n}"}
+        message = ContextBuilder(tools=()).user_message(text) | {"message_id": f"42:{n}"}
         workspace.sessions.append(session, message)
 
     agent = make_agent(fake_llm, workspaces_dir)  # the restarted bot

@@ -182,7 +182,7 @@ async def test_an_explicit_setting_wins_over_the_server(
     await ask(agent, dm("42", "hello"))
     await agent.aclose()
     assert [r["max_tokens"] for r in fake_llm.chat_requests[asked:]] == [100]
-    assert agent.consolidator.memory_budget == 50 and agent.window == 3000
+    assert agent.consolidator.memory_budget == 50 and agent.window.tokens == 3000
 
 
 # ---- too small ----------------------------------------------------------------------------------
@@ -231,17 +231,18 @@ async def test_a_server_that_names_its_window_only_when_refusing_sizes_the_bot_t
     limited = ContextLimited(2048, chatty, server=server, tool_template=400)
     fake_llm.default = limited
     agent = make_agent(fake_llm, workspaces_dir, window=None, max_output_tokens=None)
-    assert agent.window == 65536  # the server does not say, the model is not known
+    assert agent.window.tokens == 65536  # the server does not say, the model is not known
     replies = [
         (await ask(agent, dm("42", f"My tomato number {i} is red. " * 4))).text for i in range(16)
     ]
     await agent.aclose()
 
     assert all(text.startswith("That sounds lovely") for text in replies), replies
-    assert (agent.window, agent.budget.answer, agent.consolidator.memory_budget) == (2048, 256, 204)
-    assert agent.sizing.fixed * 8 <= 2048  # the lean prompt, as the server counts it
+    window, memory = agent.window, agent.consolidator.memory_budget
+    assert (window.tokens, window.budget.answer, memory) == (2048, 256, 204)
+    assert agent.window.sizing.fixed * 8 <= 2048  # the lean prompt, as the server counts it
     # (not as it counted the full tools before: more than half is left to the conversation)
-    assert agent.sizing.conversation * 2 >= 2048, agent.sizing.shares()
+    assert agent.window.sizing.conversation * 2 >= 2048, agent.window.sizing.shares()
     # Only the first request asked for an answer of 2,048 (llama-cpp-python's empty stream is
     # asked again whole, for its reason); after it, 256, or a consolidation's memory + entry.
     big = [i for i, r in enumerate(fake_llm.chat_requests) if r["max_tokens"] > 404]
@@ -289,11 +290,11 @@ async def test_a_consolidation_the_server_refuses_as_too_long_sizes_the_bot(
     fake_llm.default = lambda request: completion("Nice.")  # the turns: short, all fit
     for i in range(20):
         await ask(agent, dm("42", f"My tomato number {i} is red and round and tasty. " * 6))
-    assert agent.window == 65536
+    assert agent.window.tokens == 65536
     fake_llm.default = limited
     await ask(agent, dm("42", "/new"))
     await agent.aclose()
 
-    assert limited.rejected and agent.window == 1600
+    assert limited.rejected and agent.window.tokens == 1600
     history = (workspaces_dir / "telegram-42" / "HISTORY.md").read_text()
     assert "[RAW]" not in history and "garden" in history

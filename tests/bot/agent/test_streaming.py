@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.agent.agent import LLM_FAILED_REPLY, Agent
+from bot.agent.agent import Agent
+from bot.agent.turn import LLM_FAILED_REPLY
 from bot.inbound import Inbound
 from bot.outbound import BufferedOutbound
 from tests.rigs.agent import dm, make_agent, session_records, user_home

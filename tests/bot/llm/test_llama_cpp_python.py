@@ -66,7 +66,7 @@ async def test_a_server_that_breaks_its_over_long_streams_is_sized_from_its_refu
     agent = make_agent(fake_llm, workspaces_dir, window=None, max_output_tokens=None)
     replies = [(await ask(agent, dm("42", message(i)))).text for i in range(6)]
     await agent.aclose()
-    assert limited.rejected and agent.window == 2048
+    assert limited.rejected and agent.window.tokens == 2048
     assert all(text.startswith("Tell me more") for text in replies), replies
 
 

@@ -79,7 +79,7 @@ async def test_a_tool_switched_off_is_neither_sent_nor_described_nor_counted(
     remind = next(t for t in TOOLS if t.name == "remind")
     assert remind.full is not None
     schema = TokenEstimator().count_text(json.dumps(remind.full.schema))
-    assert on.sizing.fixed - off.sizing.fixed >= schema
+    assert on.window.sizing.fixed - off.window.sizing.fixed >= schema
     # Not run: the call is answered with the tools there are, and nothing was set.
     assert tool_results(answered) == [
         "Error: there is no tool named 'remind'. Use edit_memory or search_history."
