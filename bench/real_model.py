@@ -206,7 +206,7 @@ async def run(args: argparse.Namespace) -> None:
     sizing = await size(config)
     agent = Agent(config, sizing=sizing)
     ways: list[str] = []
-    agent.consolidator.on_way = ways.append
+    agent.consolidator.writer.on_way = ways.append
     print(f"sized at start: {describe(sizing)}")
     workspace = agent.workspaces.get("bench-user")
     inbound = Inbound(
@@ -271,7 +271,7 @@ async def run(args: argparse.Namespace) -> None:
         f"{ways.count('plain text')}, raw archives {history.count('[RAW]')}; failed attempts "
         f"{logs.count('consolidation failed')}, answers refused by the checks "
         f"{logs.count('answer not written')}; asked first at the end: "
-        f"{agent.consolidator.ways[0]}; history entries {len(entries)}"
+        f"{agent.consolidator.writer.ways[0]}; history entries {len(entries)}"
     )
     intact = sum(sections_intact(w) for w in writes)
     print(f"MEMORY.md writes: {len(writes)}, sections intact in {intact}")

@@ -23,7 +23,8 @@ from bot.agent.residency import LoadedSessions
 from bot.commands.context import NewSession
 from bot.limits import Limits
 from bot.outbound import CONSOLIDATING, Outbound
-from memory.consolidation.consolidator import MemoryConsolidator, MemoryEvent
+from memory.consolidation.asking import MemoryEvent
+from memory.consolidation.consolidator import MemoryConsolidator
 from memory.llm import LLMContextOverflow
 from memory.safefs import LinkRefusedError
 from memory.session import Session
@@ -74,7 +75,7 @@ class ConsolidationPolicy:
         self._workspaces = workspaces
         self._draining: set[tuple[str, str]] = set()  # sessions consolidating in the background
         self.closing = False  # the bot stops: a backlog's background work ends after its round
-        consolidator.on_window = window.learn  # its refusals name the window too
+        consolidator.writer.on_window = window.learn  # its refusals name the window too
 
     def estimate(self, system: str, session: Session, since: int | None = None) -> int:
         """Estimated prompt tokens of the next request: system prompt, tools, history (from

@@ -46,7 +46,7 @@ from bot.tools.tool import ToolTurn
 from bot.tools.toolbox import Toolbox
 from bot.usage import ChargedLLM
 from memory import clock
-from memory.consolidation.consolidator import MemoryEvent
+from memory.consolidation.asking import MemoryEvent
 from memory.llm import (
     ChatResult,
     LLMBadRequest,
@@ -174,7 +174,7 @@ class Turns:
         self.prompts = prompts
         self.model = ModelCall(config, llm, window, estimator, limits, attachments)
         self.news = news  # told under a person's next private answer
-        policy.consolidator.on_event = self.news.note
+        policy.consolidator.writer.on_event = self.news.note
         # Workspaces whose history index was looked at since they were loaded (_prepare_search).
         self._search_ready: weakref.WeakSet[Workspace] = weakref.WeakSet()
         self._small_tasks: set[asyncio.Task[None]] = set()

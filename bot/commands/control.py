@@ -25,7 +25,7 @@ from memory.links import LINKS_EXPORT, links_json
 from memory.threads import in_thread
 
 if TYPE_CHECKING:
-    from memory.consolidation.consolidator import MemoryEvent
+    from memory.consolidation.asking import MemoryEvent
 
 # The largest file any of our platforms takes from a bot (Telegram: 50 MB); an adapter whose
 # platform takes less says so itself (bot.outbound.too_large_notice).

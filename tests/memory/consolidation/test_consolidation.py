@@ -12,12 +12,8 @@ from typing import Any
 import pytest
 
 from bot.llm.client import LLMClient
-from memory.consolidation.consolidator import (
-    SAVE_MEMORY_TOOL,
-    MemoryConsolidator,
-    format_messages,
-    parse_save_memory,
-)
+from memory.consolidation.asking import SAVE_MEMORY_TOOL, format_messages, parse_save_memory
+from memory.consolidation.consolidator import MemoryConsolidator
 from memory.llm import ChatResult, ToolCall
 from memory.session import Session
 from memory.store import MEMORY_TEMPLATE

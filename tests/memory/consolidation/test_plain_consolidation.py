@@ -190,7 +190,7 @@ async def test_after_two_refusals_the_plain_text_way_is_asked_first(
         await consolidator.archive_all(workspace, session)  # (one request: the whole conversation)
         firsts.append("plain" if is_plain_consolidation(fake_llm.requests[asked]) else "tool")
     assert firsts == ["tool", "tool", "plain", "plain"]
-    assert consolidator.ways[0] == "plain text"
+    assert consolidator.writer.ways[0] == "plain text"
 
     good = MemoryConsolidator(llm, estimator, 1)
     other = Workspaces(workspace.root.parent).get("telegram-43")
