@@ -112,7 +112,9 @@ class ConsolidationPolicy:
         """A failure to write the consolidation never holds up the answer (the model gets
         what fits, and the next turn tries again)."""
         try:
-            await self.consolidator.maybe_consolidate(workspace, session, prompt.target)
+            await self.consolidator.maybe_consolidate(
+                workspace, session, prompt.target, due=self.due
+            )
         except LinkRefusedError:
             raise
         except OSError as exc:
@@ -141,7 +143,7 @@ class ConsolidationPolicy:
         resized = bool(exc.window) and self._window.learn(exc.window or 0)
         await out.notice(CONSOLIDATING)
         rounds = await self.consolidator.maybe_consolidate(
-            workspace, session, prompt.target, force=not resized
+            workspace, session, prompt.target, force=not resized, due=self.due
         )
         if not rounds and not resized:
             raise exc
@@ -172,7 +174,7 @@ class ConsolidationPolicy:
                     if self._limits.check_tokens(user) is not None:
                         break  # the person's (or the bot's) tokens are spent: it waits
                     if not await self.consolidator.maybe_consolidate(
-                        workspace, session, prompt.target
+                        workspace, session, prompt.target, due=self.due
                     ):
                         break  # failed (retried on a later turn) or only the newest turn left
             finally:

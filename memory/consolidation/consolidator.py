@@ -147,11 +147,14 @@ class MemoryConsolidator:
         system_prompt: Callable[[], str],
         *,
         force: bool = False,
+        due: Callable[[int], bool] | None = None,
     ) -> int:
-        """Consolidate while the prompt does not fit, down to the target (≤ max_rounds).
+        """Consolidate when the prompt is due, down to the target (≤ max_rounds).
 
-        `force`: the provider rejected a prompt we estimated as fitting; shed at least half of
-        the conversation anyway. Returns the number of rounds that advanced the cursor. A failed
+        `due`: whether a prompt of so many tokens is consolidated now (the bot's policy,
+        bot/agent/consolidating.py); by default, when it does not fit the window. `force`: the
+        provider rejected a prompt we estimated as fitting; shed at least half of the
+        conversation anyway. Returns the number of rounds that advanced the cursor. A failed
         round stops the loop: the next turn tries again (and the failure count leads to a raw
         archive eventually).
         """
@@ -162,7 +165,7 @@ class MemoryConsolidator:
             await self._lines.warm(session)
             prompt = system_prompt()
             estimate = self.estimator.prompt_tokens(prompt, session)
-            if self.budget.fits(estimate) and not force:
+            if not (due or self._unsendable)(estimate) and not force:
                 return 0
             fixed = self.fixed_tokens(prompt)
             target = self.budget.target(fixed)
@@ -187,6 +190,9 @@ class MemoryConsolidator:
                 rounds += 1
                 estimate = self.estimator.prompt_tokens(system_prompt(), session)
             return rounds
+
+    def _unsendable(self, prompt_tokens: int) -> bool:
+        return not self.budget.fits(prompt_tokens)
 
     def within_reach(self, memory: str, prompt: str, session: Session) -> bool:
         """Whether the rounds of one maybe_consolidate (max_rounds requests) shed what the
