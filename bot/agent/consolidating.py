@@ -91,13 +91,14 @@ class ConsolidationPolicy:
     async def before_turn(
         self, workspace: Workspace, session: Session, prompt: PromptOf, out: Outbound
     ) -> int | None:
-        """Room made before the model is called, when the rounds of one consolidation make it.
-        A backlog (a migrated transcript, a long outage) is not waited for: the index of the
-        newest turns that can be sent is returned (answered from them), and the rest is worked
-        through after the turn. None: the whole conversation is sent."""
+        """Room made before the model is called when the prompt cannot be sent, if the rounds
+        of one consolidation make it. A backlog (a migrated transcript, a long outage) is not
+        waited for: the index of the newest turns that can be sent is returned (answered from
+        them), and the rest is worked through after the turn. None: the whole conversation is
+        sent."""
         system = prompt.frozen()
-        if not self.due(self.estimate(system, session)):
-            return None
+        if self._window.sendable(self.estimate(system, session)):
+            return None  # (a prompt only due is consolidated after the turn, in the background)
         await out.notice(CONSOLIDATING)
         carried = system + self._window.tools_text
         if self.consolidator.within_reach(workspace.memory.read(), carried, session):
