@@ -22,7 +22,7 @@ only one that starts without a word from the operator: unless `[cluster] private
 true`, a process refuses to connect without credentials, without a `signing_key`
 (signing.py), or to a NATS server that lets anyone in. Each role gets replies on its own inbox
 prefix (`_INBOX.<prefix>-ingress`, `-worker`), so NATS permissions can keep one role from
-reading another's replies (README, "Running on several machines").
+reading another's replies (docs/cluster.md, "Who may do what").
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def require_protection(settings: ClusterConfig) -> None:
         raise ClusterError(
             "[cluster] sets no NATS credentials (token, user and password, nkey_seed_file or "
             "creds_file): anyone who reaches NATS could read and change people's memory. Set "
-            f'one (README, "Running on several machines"), {PRIVATE}'
+            f'one (docs/cluster.md, "Who may do what"), {PRIVATE}'
         )
     if not settings.signing_key:
         raise ClusterError(
@@ -172,7 +172,7 @@ async def connect(
         elif "permissions violation" in str(exc).lower():
             log.error(
                 "NATS refused: %s (this process's NATS user may not do that: see its "
-                'permissions, README "Running on several machines")',
+                'permissions, docs/cluster.md, "Who may do what")',
                 _reason(exc),
             )
         elif not made and not said:
@@ -232,7 +232,7 @@ async def connect(
         raise ClusterError(
             f"NATS at {url.netloc if url is not None else where} lets anyone connect without "
             "credentials, who could then read and change people's memory: give it "
-            'authorization (README, "Running on several machines"), or set [cluster] '
+            'authorization (docs/cluster.md, "Who may do what"), or set [cluster] '
             "private_network = true if nothing but this cluster's processes can reach it"
         )
     log.info("NATS: connected to %s", url.netloc if url is not None else where)

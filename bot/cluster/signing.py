@@ -14,7 +14,7 @@ With `[cluster] private_network = true` (connection.py) the key is not required:
 nothing is signed and everything taken, as before; with one everything is signed and an
 unsigned message is taken too (the first is logged), so that a running cluster can move to
 signed messages without dropping what its older processes send: give every process the key
-with private_network = true, then set private_network = false (README). A message signed
+with private_network = true, then set private_network = false (docs/cluster.md). A message signed
 with another key is dropped either way.
 """
 

@@ -265,8 +265,8 @@ async def test_an_unsigned_message_is_taken_on_a_private_network_while_keys_are_
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
     """private_network = true: a worker with the key still answers an ingress that has none
-    yet (a cluster moving to signed messages, README), but not a message signed with another
-    key."""
+    yet (a cluster moving to signed messages, docs/cluster.md), but not a message signed with
+    another key."""
     cluster = settings(nats_server)  # private_network = true, a signing key
     unsigned = settings(nats_server, signing_key=None)
     async with serving(Echo(), cluster, tmp_path / "w"):
