@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 PAGES = sorted([REPO / "README.md", REPO / "ARCHITECTURE.md", *(REPO / "docs").glob("*.md")])
 WORDS = {"README.md": 3000, "ARCHITECTURE.md": 2500}
 GLOBAL_OPTIONS = {"--config": 1, "-v": 0, "--verbose": 0}
@@ -297,4 +297,32 @@ def test_the_fixed_part_the_docs_quote_is_the_one_sizing_counts() -> None:
         "full": fixed_tokens(config, "full", estimator),
         "compact": fixed_tokens(config, "compact", estimator),
         "none": fixed_tokens(config, "none", estimator),
+    }
+
+
+def test_what_the_code_cites_of_the_docs_exists() -> None:
+    """A message or comment that sends the reader to `docs/cluster.md, "Who may do what"` names
+    a page that exists, and a heading of it."""
+    sources = [
+        path
+        for folder in ("bot", "adapters", "memory", "tests", "bench", "deploy")
+        for path in (REPO / folder).rglob("*")
+        if path.is_file() and path.suffix in {"", ".py", ".service", ".conf", ".example"}
+    ]
+    missing = []
+    for path in sources:
+        text = path.read_text("utf-8", errors="replace")
+        for page, heading in re.findall(r"\b(docs/[\w-]+\.md)(?:,? \"([^\"]+)\")?", text):
+            target = REPO / page
+            if not target.is_file():
+                missing.append(f"{path.relative_to(REPO)}: {page}")
+            elif heading and heading.lower() not in headings(target):
+                missing.append(f'{path.relative_to(REPO)}: {page}, "{heading}"')
+    assert not missing, "\n".join(missing)
+
+
+def headings(page: Path) -> set[str]:
+    return {
+        h.strip().lower()
+        for h in re.findall(r"^#+ +(.+?)\s*$", prose_of(page.read_text("utf-8")), flags=re.M)
     }

@@ -150,7 +150,7 @@ async def _remind(built: BuiltCore, worker: Worker, config: Config, stop: asynci
 
 async def cmd_partitions(args: argparse.Namespace) -> int:
     """Each user of this workspaces folder with their partition: which folders to move or
-    delete when partitions change workers (README, "Running on several machines")."""
+    delete when partitions change workers (docs/cluster.md, "Workers")."""
     from bot.cluster.partition import RangeError, parse_ranges, partition_of
     from memory.workspace import Workspaces
 
