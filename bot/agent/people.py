@@ -4,7 +4,8 @@ files), the moving of a person's files between cluster workers, and /wipe.
 Every change is made with the person's files held still (bot.agent.residency.Residents), then
 every holder of their state in RAM forgets them, to read the changed files again. A reminder
 moving between keys is announced early before the change and put right after it, so a crash
-leaves it early, never late (bot/reminders/index.py). docs/memory.md, "One memory on every platform".
+leaves it early, never late (bot/reminders/index.py). docs/memory.md, "One memory on every
+platform".
 """
 
 from __future__ import annotations
