@@ -1,8 +1,8 @@
 """The tools as records (bot/tools/): the schemas the model is sent, the system prompt's guide
 to them, the fixed part sizing counts and the dispatch of a call all come from the one list, so
 a tool switched off in [tools] is gone from all four; what the prompt promises the tools reach
-is made of what each may touch; the fixed part's size in each prompt form, which the README
-quotes, is computed here (FIXED_TOKENS)."""
+is made of what each may touch; the fixed part's size in each prompt form, which
+docs/local-models.md quotes, is computed here (FIXED_TOKENS)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from tests.rigs.fakes.openai_server import FakeOpenAI, completion, is_consolidat
 
 # The fixed part of every prompt (system prompt with an empty MEMORY.md, and the tool schemas)
 # in each form, with the default config, as sizing counts it before any server has corrected
-# the estimate: what the README quotes (rounded) for "full", "compact" and "none".
+# the estimate: what docs/local-models.md quotes for "full", "compact" and "none".
 FIXED_TOKENS = {"full": 740, "compact": 244, "none": 102}
 MEMORY = "## Long-term memory\n(empty)"
 
