@@ -124,7 +124,7 @@ class Agent:
         self.confirmations = Confirmations() if confirmations is None else confirmations
         self.reminder_book = ReminderBook(config, self.workspaces, self.limits.is_admin)
         # Everything that keeps state of a person in RAM: /wipe and idle eviction alike make
-        # each forget them (limits too: see README, "Limits").
+        # each forget them (limits too: see docs/security.md, "Limits").
         self.residents = Residents(
             self.workspaces,
             config.memory.max_loaded_sessions,
