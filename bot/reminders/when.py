@@ -4,8 +4,9 @@
 `/remind <when> <what>` reads the longest `when` its text begins with and keeps the rest as
 what to remind of (`split`); the model's `remind` tool gives `when` alone (`parse`). What cannot
 be read, or lies in the past, is a WhenError whose message names the forms that work, so nothing
-is ever set from a guess. A day without a time is at 9:00; a time without a day is its next
-coming (today, or tomorrow once it has passed today).
+is ever set from a guess; one beyond what a datetime holds ("in 99999999999999999999 days",
+"0001-01-01T00:00+23:59") is too far ahead, or passed, like any other. A day without a time is
+at 9:00; a time without a day is its next coming (today, or tomorrow once it has passed today).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ FORMS = (
 EXAMPLE = "/remind tomorrow at 9 call the dentist"
 DEFAULT_TIME = (9, 0)  # a day without a time
 LONGEST = timedelta(days=3660)  # about ten years ahead at most
+BEYOND_S = int(LONGEST.total_seconds()) + 1  # any longer duration counts as this (never overflows)
 
 WEEKDAYS = {
     "monday": 0, "mon": 0, "tuesday": 1, "tue": 1, "tues": 1, "wednesday": 2, "wed": 2,
@@ -163,7 +165,7 @@ class _Parser:
             if part is None:
                 self.i = saved
                 break
-            total, found = total + part, True
+            total, found = min(total + part, BEYOND_S), True
         return total if found and total > 0 else None
 
     def _duration_part(self) -> int | None:
@@ -176,7 +178,8 @@ class _Parser:
         count = self.count()
         if count is not None and self.peek() in UNITS:
             self.i += 1
-            return round(count * UNITS[self.tokens[self.i - 1]])
+            seconds = count * UNITS[self.tokens[self.i - 1]]
+            return round(seconds) if seconds < BEYOND_S else BEYOND_S  # inf too
         self.i = saved
         return None
 
@@ -289,7 +292,7 @@ class _Parser:
         self.i += 1
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=self.zone)
-        return moment.astimezone(UTC)
+        return self._utc(moment)
 
     def day(self) -> tuple[date | None, str | None]:
         """A day, and a part of it named with it ("tomorrow morning", "tonight")."""
@@ -424,23 +427,40 @@ class _Parser:
     # ---- checks --------------------------------------------------------------------------
 
     def _local(self, day: date, hour: int, minute: int) -> datetime:
-        return datetime(day.year, day.month, day.day, hour, minute, tzinfo=self.zone).astimezone(
-            UTC
-        )
+        return self._utc(datetime(day.year, day.month, day.day, hour, minute, tzinfo=self.zone))
+
+    def _utc(self, moment: datetime) -> datetime:
+        """`moment` in UTC; one a day from the calendar's ends that has no UTC time (0001-01-01
+        east of Greenwich, 9999-12-31 west of it) is passed or too far ahead, as it lies."""
+        try:
+            return moment.astimezone(UTC)
+        except OverflowError:
+            if moment.year < self.now.year:
+                raise WhenError(self._passed(moment)) from None
+            raise WhenError(_TOO_FAR) from None
 
     def _checked(self, moment: datetime) -> datetime:
         if moment <= self.now:
-            shown = moment.astimezone(self.zone).strftime("%a %d %b %Y %H:%M")
-            raise WhenError(
-                f"That time has passed already ({shown}, {self.zone.key}); nothing was set. "
-                f"A time that works: {FORMS}."
-            )
+            raise WhenError(self._passed(moment))
         if moment - self.now > LONGEST:
-            raise WhenError(
-                f"That is too far ahead (I keep reminders for up to "
-                f"{LONGEST.days // 365} years); nothing was set."
-            )
+            raise WhenError(_TOO_FAR)
         return (moment + timedelta(microseconds=500_000)).replace(microsecond=0)  # to the second
+
+    def _passed(self, moment: datetime) -> str:
+        """Shown in the person's zone; at the calendar's start, as it was given."""
+        try:
+            shown = f"{moment.astimezone(self.zone):%a %d %b %Y %H:%M}, {self.zone.key}"
+        except OverflowError:
+            shown = f"{moment:%a %d %b %Y %H:%M UTC%z}"
+        return (
+            f"That time has passed already ({shown}); nothing was set. A time that works: {FORMS}."
+        )
+
+
+_TOO_FAR = (
+    f"That is too far ahead (I keep reminders for up to {LONGEST.days // 365} years); "
+    "nothing was set."
+)
 
 
 def _date(year: int, month: int, day: int) -> date | None:

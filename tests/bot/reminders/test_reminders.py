@@ -23,7 +23,7 @@ from memory import clock
 from memory.reminders.records import ReminderFile
 from tests.rigs.agent import ask, make_agent
 from tests.rigs.agent import dm as private_message
-from tests.rigs.fakes.openai_server import FakeOpenAI
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion, tool_call
 
 LISBON = ZoneInfo("Europe/Lisbon")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -349,4 +349,58 @@ async def test_a_chat_the_bot_cannot_write_to_later_gets_no_reminder(
         "I can't send a message to this chat later, so I can't set reminders here."
     )
     assert not ReminderFile(workspaces_dir / "telegram-42").exists()
+    await agent.aclose()
+
+
+# A `when` beyond what a datetime holds: a duration past the calendar's end, an offset that
+# pushes its start or end day off the calendar, and their neighbours. Each is refused like any
+# other `when` too far ahead or passed (before: "something went wrong", a traceback in the log,
+# and through the model's tool the whole turn failed).
+TOO_FAR = "That is too far ahead (I keep reminders for up to 10 years); nothing was set."
+PASSED = "That time has passed already"
+OVERFLOWING = [
+    ("in 99999999999999999999 days", TOO_FAR),
+    ("every 99999999999999 hours", TOO_FAR),
+    ("0001-01-01T00:00+23:59", PASSED),
+    ("9999-12-31T23:59-23:59", TOO_FAR),
+    ("every 99999999999999999999 days", TOO_FAR),  # a huge repeat
+    ("in 1" + "0" * 400 + " minutes", TOO_FAR),  # a count beyond a float: infinity
+    ("in 9999999999 days and 9999999999 days", TOO_FAR),
+    ("0001-01-01T00:00Z", PASSED),  # the calendar's first minute, shown west of it
+    ("9999-12-31 23:59", TOO_FAR),  # the calendar's last, in a zone west of Greenwich
+    ("december 31 9999", TOO_FAR),
+]
+
+
+@pytest.mark.parametrize(("when", "refusal"), OVERFLOWING)
+@pytest.mark.parametrize("zone", ["America/New_York", "Asia/Tokyo"])
+async def test_a_when_beyond_the_calendar_is_refused_with_a_clear_answer(
+    fake_llm: FakeOpenAI, workspaces_dir: Path, when: str, refusal: str, zone: str
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    assert (await ask(agent, dm("42", f"/timezone {zone}"))).text.startswith("Your time zone")
+    answer = (await ask(agent, dm("42", f"/remind {when} call mum"))).text
+    assert answer.startswith(refusal) and "nothing was set" in answer
+    assert not [r for r in ReminderFile(workspaces_dir / "telegram-42").load()]
+    await agent.aclose()
+
+
+async def test_the_remind_tool_answers_a_when_beyond_the_calendar_and_the_turn_goes_on(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir)
+    assert (await ask(agent, dm("42", "/timezone America/New_York"))).text.startswith("Your")
+    for when, refusal in OVERFLOWING:
+        call = tool_call("remind", {"action": "set", "when": when, "what": "call mum"})
+        fake_llm.queue(completion(None, [call]), completion("I couldn't set that."))
+        before = len(fake_llm.chat_requests)
+        answer = await ask(agent, dm("42", f"remind me to call mum {when}"))
+        assert answer.text == "I couldn't set that."
+        told = [
+            m["content"]
+            for m in fake_llm.chat_requests[before + 1]["messages"]
+            if m["role"] == "tool"
+        ]
+        assert told[-1].startswith(refusal), (when, told)
+    assert not [r for r in ReminderFile(workspaces_dir / "telegram-42").load()]
     await agent.aclose()
