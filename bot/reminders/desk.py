@@ -33,6 +33,8 @@ from memory.workspace import Workspace, Workspaces
 if TYPE_CHECKING:
     from bot.config import Config
 
+LONGEST_WHAT = 2000  # characters of what to remind of that are kept (and echoed)
+
 
 @dataclass(frozen=True)
 class Pending:
@@ -217,6 +219,8 @@ class PersonReminders:
         zone: ZoneInfo,
     ) -> str:
         what = " ".join(what.split())
+        shortened = len(what) > LONGEST_WHAT
+        what = what[:LONGEST_WHAT]  # the confirmation echoes what is kept, never more
         if not what:
             return (
                 "What should I remind you of? Put it after the time, e.g. "
@@ -234,7 +238,7 @@ class PersonReminders:
             "id": secrets.token_hex(6),
             "at": clock.iso(now),
             "due": clock.iso(first),
-            "what": what[:2000],
+            "what": what,
             "repeat": repeat.to_record() if repeat is not None else None,
             "platform": inbound.platform,
             "place": inbound.place,
@@ -250,7 +254,7 @@ class PersonReminders:
             again = _set_by(stored, inbound.message_id, what)
             if again is not None:  # the same message delivered again after a crash
                 first, repeat = clock.parse(again.record.get("due")) or first, _rule_of(again)
-                return self._set_text(first, repeat, again.what, default_time, now, zone)
+                return self._set_text(first, repeat, again.what, default_time, now, zone, shortened)
             pending = pending_of(stored)
             limit = self._book.per_person
             if limit and len(pending) >= limit and not self._admin():
@@ -262,7 +266,7 @@ class PersonReminders:
             self._book.announce(self.user_key, first)
             self._workspace.reminders.append(record)
             self._book.settle(self.user_key, pending_of(self._workspace.reminders.load()))
-        return self._set_text(first, repeat, what, default_time, now, zone)
+        return self._set_text(first, repeat, what, default_time, now, zone, shortened)
 
     def _set_text(
         self,
@@ -272,12 +276,14 @@ class PersonReminders:
         default_time: bool,
         now: datetime,
         zone: ZoneInfo,
+        shortened: bool,
     ) -> str:
         when = show(first, zone, now)
         how = f", then {repeat.describe()}" if repeat is not None else ""
         where = "" if self._inbound.is_private else " here in this chat"
         guessed = " (no time given, so at 9:00)" if default_time else ""
-        return f"OK, I'll remind you{where} {when}{guessed}{how} ({label(zone)}): {what}"
+        cut = f" (shortened to its first {LONGEST_WHAT:,} characters)" if shortened else ""
+        return f"OK, I'll remind you{where} {when}{guessed}{how} ({label(zone)}){cut}: {what}"
 
     async def cancel(self, which: str, *, once: bool = True) -> str:
         """`which`: a number of the list (/reminders), or "all". `once`: a message delivered
@@ -358,7 +364,7 @@ def _set_by(
     if message_id is None:
         return None
     for reminder in stored:
-        if message_id in reminder.messages and reminder.what == what[:2000]:
+        if message_id in reminder.messages and reminder.what == what:
             return reminder
     return None
 

@@ -404,3 +404,20 @@ async def test_the_remind_tool_answers_a_when_beyond_the_calendar_and_the_turn_g
         assert told[-1].startswith(refusal), (when, told)
     assert not [r for r in ReminderFile(workspaces_dir / "telegram-42").load()]
     await agent.aclose()
+
+
+async def test_a_long_reminder_is_echoed_as_it_is_kept(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """A 1 MB /remind keeps its first 2,000 characters: the confirmation shows those and says
+    so (before: it echoed the whole megabyte, 245 Telegram messages)."""
+    agent = make_agent(fake_llm, workspaces_dir)
+    long = " ".join(f"step {n} of the plan;" for n in range(60_000))[:1_000_000]
+    answer = (await ask(agent, dm("42", f"/remind in 1 hour {long}"))).text
+    [stored] = [r.what for r in ReminderFile(workspaces_dir / "telegram-42").load()]
+    assert len(stored) == 2000 and long.startswith(stored)
+    assert answer.endswith(f": {stored}") and len(answer) <= len(stored) + 200
+    assert "(shortened to its first 2,000 characters)" in answer
+    short = (await ask(agent, dm("42", "/remind in 1 hour water the fern"))).text
+    assert short.endswith(": water the fern") and "shortened" not in short
+    await agent.aclose()
