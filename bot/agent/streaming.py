@@ -6,6 +6,10 @@ The reply port has no way to take text back, so what has been shown stays part o
   follows it after a blank line. The session keeps each round's text in its own message.
 - Leading and trailing white space of a round is held back until text follows it, so what was
   shown of a finished round is exactly the text the core saves (`content.strip()`).
+- A round offered tools holds its text back while it may still be tool calls written as text
+  (bot/tools/text_calls.py: `{"name": …`, `<tool_call>`, `functions.NAME:`): once it cannot
+  be, what was held is shown and the rest follows as it comes; at the round's end a text that
+  was calls is dropped unseen (the core runs them), anything else is shown.
 - At the end the core's whole answer is known (the last round's text, perhaps with notes about
   attachments or a sentence saying it could not be saved; or an apology when the model failed
   mid-answer). `rest_of` says what of it has not been shown yet: the core adds that as the last
@@ -15,6 +19,7 @@ The reply port has no way to take text back, so what has been shown stays part o
 from __future__ import annotations
 
 from bot.outbound import Outbound, PassingOutbound
+from bot.tools.text_calls import could_be_calls
 
 SEPARATOR = "\n\n"
 
@@ -29,16 +34,29 @@ class AnswerStream(PassingOutbound):
         self._round = ""  # what was shown of the current round (without a separator)
         self._held = ""  # trailing white space of the current round, not shown yet
         self._complete = False  # the current round's model call returned
+        self._maybe_calls = False  # the current round's text may still be tool calls
+        self._unsure = ""  # the round's text held back while it may be calls
 
-    def new_round(self) -> None:
-        """A model call starts; white space the last one ended with is dropped."""
+    def new_round(self, *, tools: bool = False) -> None:
+        """A model call starts (`tools`: offered to it, so it may write calls as text); white
+        space the last one ended with is dropped."""
         self._round, self._held, self._complete = "", "", False
+        self._maybe_calls, self._unsure = tools, ""
 
-    def end_round(self) -> None:
-        """The model call returned its whole answer (it did not fail part way)."""
+    async def end_round(self, *, calls: bool = False) -> None:
+        """The model call returned its whole answer (it did not fail part way); `calls`: its
+        text was tool calls (or a call marker), never to be shown."""
+        held, self._unsure, self._maybe_calls = self._unsure, "", False
+        if held and not calls:
+            await self.add_text(held)
         self._complete = True
 
     async def add_text(self, text: str) -> None:
+        if self._maybe_calls:
+            self._unsure += text
+            if could_be_calls(self._unsure):
+                return
+            text, self._unsure, self._maybe_calls = self._unsure, "", False
         if not self._round:
             text = text.lstrip()
         pending = self._held + text

@@ -42,6 +42,7 @@ from bot.media.pictures import Pictures, load_pictures
 from bot.observe.metrics import count_limit_refusal
 from bot.outbound import CONSOLIDATING, BufferedOutbound, Outbound, Reply
 from bot.reminders.desk import PersonReminders, ReminderBook
+from bot.tools import text_calls
 from bot.tools.tool import ToolTurn
 from bot.tools.toolbox import Toolbox
 from bot.usage import ChargedLLM
@@ -609,10 +610,11 @@ class ModelCall:
         streaming.py: each call is a round of the answer shown as it is written)."""
         options.setdefault("max_tokens", self.window.budget.answer)  # (may be learnt later)
         if not isinstance(out, AnswerStream):
-            return await self.llm.chat(messages, tools=tools, **options)
-        out.new_round()
-        result = await self.llm.stream(messages, on_text=out.add_text, tools=tools, **options)
-        out.end_round()
+            return _with_text_calls(await self.llm.chat(messages, tools=tools, **options), tools)
+        out.new_round(tools=bool(tools))  # held back while it may be calls written as text
+        streamed = await self.llm.stream(messages, on_text=out.add_text, tools=tools, **options)
+        result = _with_text_calls(streamed, tools)
+        await out.end_round(calls=bool(tools) and not _an_answer(result.content, tools))
         return result
 
     async def pictures(
@@ -675,8 +677,25 @@ def _an_answer(content: str | None, schemas: list[dict[str, Any]]) -> bool:
     for calling one of the tools (llama-cpp-python's "functions.<name>:")."""
     text = (content or "").strip()
     marker = re.fullmatch(r"functions\.([\w-]+):?", text)
-    names = {schema.get("function", {}).get("name") for schema in schemas}
-    return bool(text) and not (marker and marker.group(1) in names)
+    return bool(text) and not (marker and marker.group(1) in _names(schemas))
+
+
+def _names(schemas: list[dict[str, Any]]) -> set[str]:
+    """The names of the tools a request offered."""
+    return {str(schema.get("function", {}).get("name")) for schema in schemas}
+
+
+def _with_text_calls(result: ChatResult, schemas: list[dict[str, Any]]) -> ChatResult:
+    """The answer with the tool calls its text consists of (bot/tools/text_calls.py) made
+    its calls, when tools were offered and the server parsed none: they are run as calls, and
+    their text is neither shown nor kept."""
+    if result.tool_calls or not schemas:
+        return result
+    calls = text_calls.parse(result.content, _names(schemas))
+    if not calls:
+        return result
+    log.info("took tool calls written as text: %s", ", ".join(call.name for call in calls))
+    return replace(result, content="", tool_calls=calls)
 
 
 def _assistant_with_calls(result: ChatResult, made: list[ToolCall]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Building a real Agent against a fake provider, the Inbound messages tests send it, and asking
-it through the whole-answer port (what a user would receive)."""
+it through the whole-answer port (what a user would receive), or one that keeps the pieces."""
 
 from __future__ import annotations
 
@@ -75,6 +75,26 @@ async def ask(agent: Agent, inbound: Inbound) -> Reply:
     out = BufferedOutbound()
     await agent.handle(inbound, out)
     return out.reply
+
+
+class Pieces(BufferedOutbound):
+    """The whole-answer port that also keeps each piece as it came (what a platform that
+    shows an answer while it is written would show, piece by piece)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pieces: list[str] = []
+
+    async def add_text(self, text: str) -> None:
+        self.pieces.append(text)
+        await super().add_text(text)
+
+
+async def answer(agent: Agent, inbound: Inbound) -> Pieces:
+    """The agent's answer to `inbound`, with the pieces it came in."""
+    out = Pieces()
+    await agent.handle(inbound, out)
+    return out
 
 
 def dm(user: str, text: str) -> Inbound:

@@ -10,11 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.agent.agent import Agent
 from bot.agent.turn import LLM_FAILED_REPLY
-from bot.inbound import Inbound
-from bot.outbound import BufferedOutbound
-from tests.rigs.agent import dm, make_agent, session_records, user_home
+from tests.rigs.agent import answer, dm, make_agent, session_records, user_home
 from tests.rigs.fakes.openai_server import (
     FakeOpenAI,
     Status,
@@ -25,24 +22,6 @@ from tests.rigs.fakes.openai_server import (
 )
 
 ANSWER = "Tea is a drink made by steeping leaves in hot water."
-
-
-class Pieces(BufferedOutbound):
-    """The whole-answer port that also keeps each piece as it came."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.pieces: list[str] = []
-
-    async def add_text(self, text: str) -> None:
-        self.pieces.append(text)
-        await super().add_text(text)
-
-
-async def answer(agent: Agent, inbound: Inbound) -> Pieces:
-    out = Pieces()
-    await agent.handle(inbound, out)
-    return out
 
 
 async def test_the_answer_reaches_the_port_in_pieces_and_is_saved_whole(
