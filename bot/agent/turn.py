@@ -607,7 +607,8 @@ class ModelCall:
         **options: Any,
     ) -> ChatResult:
         """One model call; streamed through `out` when it is the turn's AnswerStream (bot/
-        streaming.py: each call is a round of the answer shown as it is written)."""
+        streaming.py: each call is a round of the answer shown as it is written). Calls the
+        model wrote as text, with tools offered, come back as its calls (_with_text_calls)."""
         options.setdefault("max_tokens", self.window.budget.answer)  # (may be learnt later)
         if not isinstance(out, AnswerStream):
             return _with_text_calls(await self.llm.chat(messages, tools=tools, **options), tools)
@@ -686,9 +687,9 @@ def _names(schemas: list[dict[str, Any]]) -> set[str]:
 
 
 def _with_text_calls(result: ChatResult, schemas: list[dict[str, Any]]) -> ChatResult:
-    """The answer with the tool calls its text consists of (bot/tools/text_calls.py) made
-    its calls, when tools were offered and the server parsed none: they are run as calls, and
-    their text is neither shown nor kept."""
+    """`result`, or, when tools were offered, the server parsed no call and its whole text is
+    calls (bot/tools/text_calls.py), those as its calls: run like any, their text neither
+    shown nor kept."""
     if result.tool_calls or not schemas:
         return result
     calls = text_calls.parse(result.content, _names(schemas))
