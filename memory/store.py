@@ -44,6 +44,11 @@ class MemoryEditError(ValueError):
     """An edit of MEMORY.md that cannot be applied; the message is meant for the model."""
 
 
+def refused(why: str) -> MemoryEditError:
+    """The model's edit refused by a check (`why`: the reason consolidation's checks give)."""
+    return MemoryEditError(f"not saved: {why}. MEMORY.md is unchanged.")
+
+
 class MemoryStore:
     """Reads and writes one user's MEMORY.md and HISTORY.md."""
 
@@ -356,7 +361,25 @@ def _single_line(text: str, what: str) -> str:
 
 
 def _section_title(section: str) -> str:
-    return _single_line(section.strip().lstrip("#"), "section name")
+    title = _single_line(section.strip().lstrip("#"), "section name")
+    problem = new_section_problem(title)
+    if problem:
+        raise refused(problem)
+    return title
+
+
+# A section's name: a few words of letters ("Project Context", "Pets & Plants").
+_SECTION_NAME = re.compile(r"[^\W\d_][^\W_]*(?:[ '&/-]+[^\W_]+){0,4}")
+MAX_SECTION_CHARS = 40
+
+
+def new_section_problem(name: str) -> str | None:
+    """Why a new section `name` cannot be added to MEMORY.md, or None (consolidation's checks
+    refuse an update adding such a section in the same words: memory.consolidation.checks)."""
+    name = name.strip()
+    if len(name) <= MAX_SECTION_CHARS and _SECTION_NAME.fullmatch(name):
+        return None
+    return f"it adds a section ## {name} (a section is named in a few words of letters)"
 
 
 def _find_section(lines: list[str], title: str) -> tuple[int | None, int]:

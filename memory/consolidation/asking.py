@@ -31,6 +31,7 @@ from memory.consolidation.checks import (
     echo_fragments,
     held_because,
     kept_fact_lines,
+    over_budget,
 )
 from memory.consolidation.plain import (
     PLAIN_ASK,
@@ -409,10 +410,9 @@ class MemoryWriter:
                 memory, used = condensed, self.memory_tokens(condensed)
         if used > budget:
             log.warning(
-                "MEMORY.md of %s kept over its budget: about %d of %d tokens",
+                "MEMORY.md of %s kept over its budget: %s",
                 workspace.user_key,
-                used,
-                budget,
+                over_budget(used, budget),
             )
             self.on_event(workspace.user_key, MemoryEvent("over_budget", used, budget))
         return memory

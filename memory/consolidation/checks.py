@@ -10,8 +10,9 @@ What happens to a `memory_update`, in this order (the thresholds are the constan
 
 1. Refused (a failed attempt: retried, then the chunk archived raw) when it copies the
    instructions or the conversation back, has none of the ## sections, drops a section that
-   held facts, or keeps fewer than half (MIN_KEPT_SHARE) of the existing fact lines
-   (`check_memory_update`). The history entry is not written either.
+   held facts, keeps fewer than half (MIN_KEPT_SHARE) of the existing fact lines, or adds
+   garbage: a fact line with HTML entities ("&#39;") or program code or JSON, a section whose
+   name is not a few words (`check_memory_update`). The history entry is not written either.
 2. Held when it passes 1 but would drop more than a quarter (HOLD_DROP_SHARE) of the existing
    fact lines, and at least HOLD_MIN_DROPPED of them (`held_because`): MEMORY.md stays as it
    is, the proposed text is kept as a held version (/memory history, /memory undo N), the
@@ -19,6 +20,9 @@ What happens to a `memory_update`, in this order (the thresholds are the constan
 3. Otherwise written. If it is over the memory budget, the model is asked once to condense it
    (keeping the sections; the condensed text must pass 1 against the update); if it is still
    over, it is written anyway and the person is told.
+
+The model's own edits in a turn (bot/tools/edit_memory.py) meet rule 1 through the same
+function, and may never take MEMORY.md over its budget (`over_budget`): they are refused.
 
 A fact line is a non-empty line that is not a heading (a list item, mostly), outside HTML
 comments (`<!-- … -->` shows nothing: a fact kept only there is gone). It counts as kept when a
@@ -30,12 +34,13 @@ negation is refused.
 
 from __future__ import annotations
 
+import html
 import re
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from memory.store import SECTIONS
+from memory.store import SECTIONS, new_section_problem
 
 _HEADING = re.compile(r"^##[ \t]+(.+?)[ \t#]*$", re.M)
 _STAMP = re.compile(r"^\s*\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\]\s*")
@@ -51,6 +56,15 @@ _NEGATION = re.compile(
     r"~~|\b(?:false|untrue|not true|wrong|incorrect|forget|forgotten|disregard|ignore|"
     r"obsolete|outdated|no longer|invalid|retracted|deleted|removed)\b",
     re.I,
+)
+# An HTML entity left in the text ("&#39;": llama-cpp-python's template escapes the prompt,
+# and a small model copies the escapes back).
+_ENTITY = re.compile(r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+# A fact line that is program code or JSON, not a sentence: a statement, a fence, a line ending
+# in a brace or semicolon, a JSON key ("new_text": …).
+_CODE = re.compile(
+    r"^(?:def \w+\(|class \w+\s*[(:]|(?:from [\w.]+ )?import [\w.]+(?:\s*,\s*[\w.]+)*\s*$|"
+    r"return\b|print\(|>>>|```)|[{};]\s*$|\):\s*$|\"\w+\"\s*:"
 )
 MIN_ECHO_CHARS = 30  # a shared phrase shorter than this may be coincidence
 MIN_LINES_TO_COMPARE = 3  # with fewer lines, "most of them" is one or two: a correction, maybe
@@ -82,6 +96,23 @@ def _echo(text: str, fragments: Iterable[str]) -> str | None:
     if _CONVERSATION_LINE.search(text):
         return "it copies the conversation lines instead of summarising them"
     return None
+
+
+def _garbage(line: str) -> str | None:
+    """Why a fact line (its list marker off) is garbage, or None."""
+    entity = _ENTITY.search(line)
+    if entity and html.unescape(entity.group()) != entity.group():
+        return f"it holds HTML entities such as {entity.group()} instead of the characters"
+    if _CODE.search(line):
+        return "it holds program code or JSON instead of a fact"
+    return None
+
+
+def over_budget(used: int, budget: int) -> str | None:
+    """Why a MEMORY.md of about `used` tokens is too big for its `budget`, or None."""
+    if used <= budget:
+        return None
+    return f"it would take about {used:,} tokens, over MEMORY.md's budget of {budget:,}"
 
 
 def check_history_entry(entry: str, fragments: Iterable[str]) -> str | None:
@@ -129,6 +160,9 @@ def check_memory_update(
     dropped = [h for h in headings if before.get(h) and h not in after]
     if dropped:
         return f"it drops the section ## {dropped[0]}", update
+    problem = _new_garbage(before, after)
+    if problem:
+        return problem, update
     facts = compare_facts(current, update)
     if facts.negated >= HOLD_MIN_DROPPED:
         return f"it marks {facts.negated} existing facts as no longer true", update
@@ -139,6 +173,34 @@ def check_memory_update(
     if missing:
         update = update.rstrip("\n") + "\n" + "".join(f"\n## {h}\n" for h in missing)
     return None, update
+
+
+def _new_garbage(before: dict[str, list[str]], after: dict[str, list[str]]) -> str | None:
+    """Why what `after` adds to `before` is garbage (a section's name, a fact line), or None;
+    what MEMORY.md held already is not judged again."""
+    known = {h.casefold() for h in [*before, *SECTIONS]}
+    old = {line.strip() for lines in before.values() for line in lines}
+    for heading, lines in after.items():
+        if heading.casefold() not in known:
+            problem = new_section_problem(heading)
+            if problem:
+                return problem
+        for line in lines:
+            if line.strip() not in old:
+                problem = _garbage(line.strip().lstrip("-*+ "))
+                if problem:
+                    return problem
+    return None
+
+
+def check_additions(current: str, update: str, fragments: Iterable[str]) -> str | None:
+    """Why what `update` adds to `current` must not be written, or None: rule 1's checks of
+    what is new (echoes, garbage, a section's name), without judging what it drops (an edit
+    of the model's own is held for that: bot/tools/held.py)."""
+    before, after = _sections(current), _sections(update)
+    old = {line.strip() for lines in before.values() for line in lines}
+    new = [line for lines in after.values() for line in lines if line.strip() not in old]
+    return _echo("\n".join(new), fragments) or _new_garbage(before, after)
 
 
 def fact_lines(text: str) -> list[str]:

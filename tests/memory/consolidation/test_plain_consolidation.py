@@ -236,3 +236,32 @@ async def test_facts_already_known_are_not_added_again_and_none_is_removed(
     for line in known.splitlines():
         assert line in memory
     assert memory.count("green tea") == 1  # "prefer" and "like" green tea: one fact
+
+
+# What a 2,048 window's small model put into MEMORY.md (issue 33, 3), as a save_memory answer.
+JUNK_UPDATES = {
+    "entities": MISO + "- Marisol&#39;s tea &#39;&#39;\n",
+    "code": MISO.replace("Context\n", "Context\n- def remember(name):\n- return name\n"),
+    "json": MISO + '- {"new_text": "Marisol"}\n',
+    "section": MISO + "\n## ,\n- Marisol\n",
+}
+
+
+@pytest.mark.parametrize("junk", list(JUNK_UPDATES))
+async def test_a_tool_answer_adding_garbage_is_refused_and_asked_in_plain_text(
+    llm: LLMClient, fake_llm: FakeOpenAI, workspace: Workspace, junk: str
+) -> None:
+    """Before: HTML entities, code, JSON fragments and a section named "," were written."""
+    session = talk(workspace, MARISOL)
+    entry = "[2026-12-01 21:40] Marisol, a marine biologist, has a tortoise named Pebble."
+    fake_llm.default = model(lambda r: save_memory_call(entry, JUNK_UPDATES[junk]), FIRST_PERSON)
+    estimator = TokenEstimator()
+    consolidator = MemoryConsolidator(llm, estimator, over(workspace, session, estimator))
+
+    await consolidator.archive_all(workspace, session)  # (one request: the whole conversation)
+
+    assert any(is_plain_consolidation(r) for r in fake_llm.requests)
+    memory = workspace.memory.read()
+    assert "The user has a tortoise named Pebble" in memory
+    for garbage in ("&#39;", "def ", "new_text", "## ,"):
+        assert garbage not in memory
