@@ -386,7 +386,14 @@ class Turns:
 
         def tools() -> Toolbox:
             """The turn's tools in the window's form (another, once a refusal resized it)."""
-            turn = ToolTurn(workspace, desk, self.config, public=public, form=self.window.form)
+            turn = ToolTurn(
+                workspace,
+                desk,
+                self.config,
+                public=public,
+                form=self.window.form,
+                room=self.policy.consolidator,
+            )
             made.append(Toolbox(self.window.tools, turn))
             return made[-1]
 

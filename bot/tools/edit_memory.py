@@ -1,5 +1,9 @@
 """`edit_memory`: the model changes the person's MEMORY.md (add, replace, remove a passage).
 
+What an edit adds meets consolidation's checks (memory.consolidation.checks: no echoed
+instructions, HTML entities, code, or oddly named section) and may not take MEMORY.md over its
+budget, which would leave consolidation no room: refused, the model is told why (issue 33).
+
 In a group turn whose answer is public it may only add, and its answer tells nothing of what
 the memory holds, not even whether the line was there already. In the compact form (a small
 window) it only adds, under the default section; a stale fact is corrected by consolidation.
@@ -11,7 +15,8 @@ import logging
 from functools import partial
 
 from bot.tools.held import Edit
-from bot.tools.tool import MEMORY, Arguments, Offer, Tool, ToolTurn, string_schema
+from bot.tools.tool import MEMORY, Arguments, MemoryRoom, Offer, Tool, ToolTurn, string_schema
+from memory.consolidation.checks import check_additions, echo_fragments, over_budget
 from memory.safefs import LinkRefusedError
 from memory.store import (
     DEFAULT_SECTION,
@@ -20,6 +25,7 @@ from memory.store import (
     added_to_section,
     passage_removed,
     passage_replaced,
+    refused,
 )
 from memory.threads import in_thread
 
@@ -88,6 +94,17 @@ COMPACT = Offer(
 )
 
 
+def _texts(offer: Offer) -> list[str]:
+    """The words the model is given of an offer (what a confused model copies back)."""
+    function = offer.schema["function"]
+    properties = function["parameters"]["properties"].values()
+    return [offer.guide, function["description"], *(p.get("description", "") for p in properties)]
+
+
+# The instructions an edit must not copy back.
+ECHOES = echo_fragments(*(text for offer in (FULL, PUBLIC, COMPACT) for text in _texts(offer)))
+
+
 async def run(turn: ToolTurn, args: Arguments) -> str:
     """The edit; in a public turn only an addition, answered without a word of the memory."""
     if turn.form == "compact":
@@ -129,11 +146,28 @@ async def _edit(turn: ToolTurn, args: Arguments) -> str:
         edit = partial(passage_removed, passage=text)
     else:
         return "Error: `action` must be add, replace or remove."
+    checked = partial(_checked, edit, turn.room)
     async with turn.workspace.memory_lock:
         try:
-            return await in_thread(partial(turn.edits.apply, edit))
+            return await in_thread(partial(turn.edits.apply, checked))
         except MemoryEditError as exc:
             return f"Error: {exc}"
+
+
+def _checked(edit: Edit, room: MemoryRoom | None, current: str) -> tuple[str | None, str]:
+    """`edit` of `current`, refused (MemoryEditError) when what it adds fails consolidation's
+    checks or it grows MEMORY.md past its budget."""
+    text, message = edit(current)
+    if text is None or text == current:
+        return text, message
+    why = check_additions(current, text, ECHOES)
+    if why is None and room is not None:
+        used = room.memory_tokens(text)
+        if used > room.memory_tokens(current):  # shrinking an oversized memory is welcome
+            why = over_budget(used, room.memory_budget)
+    if why is not None:
+        raise refused(why)
+    return text, message
 
 
 EDIT_MEMORY = Tool(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from bot.config import Config
 from bot.reminders.desk import PersonReminders
@@ -54,17 +54,29 @@ class Offer:
     guide: str = ""
 
 
+class MemoryRoom(Protocol):
+    """MEMORY.md's share of the window as consolidation reads it (the turn's consolidator):
+    the model's own edits may not take more, or consolidation would lose its room."""
+
+    @property
+    def memory_budget(self) -> int: ...
+
+    def memory_tokens(self, memory: str) -> int: ...
+
+
 @dataclass
 class ToolTurn:
     """What a tool call may use: one person's workspace and reminders desk (bound to the chat
     of the message), fixed when the turn starts. `public`: a group turn whose answer everyone
-    reads and which must not see the person's memory."""
+    reads and which must not see the person's memory. `room`: MEMORY.md's budget (a real
+    turn's consolidator; None: not bounded)."""
 
     workspace: Workspace
     reminders: PersonReminders
     config: Config
     public: bool = False
     form: PromptForm = "full"
+    room: MemoryRoom | None = None
     edits: TurnEdits = field(init=False)  # the turn's MEMORY.md edits and their guard
 
     def __post_init__(self) -> None:

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bot.tools.toolbox import MAX_CALLS_PER_TURN
+from memory.consolidation.checks import check_memory_update, echo_fragments
+from memory.store import added_to_section
 from tests.rigs.agent import ask, dm, make_agent, session_records
-from tests.rigs.fakes.openai_server import FakeOpenAI, completion, tool_call
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion, is_consolidation, tool_call
 
 FACTS = "- Name: Ana\n- Lives in Oslo\n- Has a cat named Miso\n- Plays the cello\n"
 MEMORY = f"## User Information\n{FACTS}\n## Preferences\n- Likes green tea\n"
@@ -114,3 +118,83 @@ async def test_the_held_version_survives_the_writes_that_follow(
     for fact in MEMORY.splitlines()[1:]:
         assert fact == "" or any(fact in text for text in kept), fact
     assert len(kept) <= 2 * 3
+
+
+# The model's own edits meet consolidation's rules (issue 33, 3): what a 2,048 window's small
+# model wrote through edit_memory (echoed instructions, code and JSON fragments, `&#39;`, a
+# section named ","), and an addition over MEMORY.md's budget, are refused with the reason
+# consolidation's checks give for the same text; MEMORY.md is unchanged.
+ECHOED = (
+    "Change this person's long-term memory (MEMORY.md). action 'add' appends `text` as a line "
+    "to `section`"
+)
+LONG = " ".join(f"word{n} of a rambling fact about Ana that goes on" for n in range(12))
+BAD_EDITS = {
+    "echoed instructions": ({"section": "Important Notes", "text": ECHOED}, None),
+    "code": ({"section": "Project Context", "text": "def remember(name):\n    return name"}, None),
+    "JSON fragments": ({"section": "Important Notes", "text": '{"new_text": "Ana"}'}, None),
+    "HTML entities": ({"section": "Preferences", "text": "Ana&#39;s tea &#39;&#39;"}, None),
+    "a bad section name": ({"section": ",", "text": "Likes tea"}, ","),
+    "over the budget": ({"section": "Important Notes", "text": LONG}, None),
+}
+
+
+def _tool_results(fake_llm: FakeOpenAI) -> list[str]:
+    answered = [r for r in fake_llm.requests if not is_consolidation(r)][-1]
+    return [m["content"] for m in answered["messages"] if m["role"] == "tool"]
+
+
+def _consolidation_says(args: dict[str, str], heading: str | None) -> str | None:
+    """What consolidation's checks say of the same text in a memory_update."""
+    if heading is not None:
+        update = f"{MEMORY}\n## {heading}\n- {args['text']}\n"
+    else:
+        update = added_to_section(MEMORY, args["section"], args["text"])[0] or MEMORY
+    return check_memory_update(MEMORY, update, echo_fragments(ECHOED))[0]
+
+
+@pytest.mark.parametrize("case", list(BAD_EDITS))
+async def test_an_edit_consolidation_would_refuse_is_refused_and_told_why(
+    fake_llm: FakeOpenAI, workspaces_dir: Path, case: str
+) -> None:
+    """Before: each was written (MEMORY.md grew junk, a "## ," section, past its budget)."""
+    agent = make_agent(fake_llm, workspaces_dir, memory={"max_memory_tokens": 120})
+    memory = agent.workspaces.get("telegram-42").memory
+    memory.write(MEMORY)
+    args, heading = BAD_EDITS[case]
+    fake_llm.queue(completion(None, [edit("add", "c1", **args)]), completion("Sorry."))
+    reply = await ask(agent, dm("42", "remember this"))
+    await agent.aclose()
+
+    assert reply.text == "Sorry."
+    assert memory.read() == MEMORY
+    [result] = _tool_results(fake_llm)
+    assert result.startswith("Error: not saved: ") and "MEMORY.md is unchanged" in result
+    if case == "over the budget":
+        assert "MEMORY.md's budget of 120" in result
+    else:
+        why = _consolidation_says(args, heading)
+        assert why is not None and why in result, (why, result)
+
+
+async def test_a_sane_edit_within_the_budget_is_still_written(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir, memory={"max_memory_tokens": 120})
+    memory = agent.workspaces.get("telegram-42").memory
+    memory.write(MEMORY)
+    fake_llm.queue(
+        completion(None, [
+            edit("add", "c1", section="Hobbies", text="Climbs on Sundays"),
+            edit("replace", "c2", text="- Lives in Oslo", new_text="- Lives in Bergen"),
+        ]),
+        completion("Noted."),
+    )  # fmt: skip
+    reply = await ask(agent, dm("42", "I climb on Sundays, and I moved to Bergen"))
+    await agent.aclose()
+    assert reply.text == "Noted."
+    assert _tool_results(fake_llm) == [
+        "Added to Hobbies: - Climbs on Sundays",
+        "Replaced the passage.",
+    ]
+    assert "## Hobbies\n- Climbs on Sundays" in memory.read() and "Bergen" in memory.read()
