@@ -390,10 +390,12 @@ def load_config(
 
 def read_secrets_file(path: Path) -> dict[str, str]:
     """The KEY=value lines of a secrets file (# comments and blank lines skipped, quotes around
-    a value taken off); {} when there is none. A file others may read is used, with a warning."""
+    a value taken off); {} when there is none. A file others may read is used, with a warning;
+    one others may change is refused (_owned_by_us)."""
     try:
-        text = path.read_text("utf-8")
-        mode = path.stat().st_mode
+        with open(path, "rb") as file:
+            mode = _owned_by_us(path, file.fileno(), "secrets file")
+            text = file.read().decode("utf-8")
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as exc:
@@ -417,9 +419,33 @@ def read_secrets_file(path: Path) -> dict[str, str]:
     return found
 
 
+def _owned_by_us(path: Path, fd: int, what: str) -> int:
+    """The mode of the open file `fd`, refused (ConfigError, one line) when someone other than
+    the person running the bot could change it: a group- or world-writable file, or one owned
+    by another user than them or root. The rule ssh keeps for its own files, and for the same
+    reason: one line such as LIGHTGREP_TELEGRAM_ALLOW_FROM=* opens the bot to everyone. A file
+    on a read-only mount (a container's `config.toml:ro`) may keep the host's owner: no one
+    here can change it, and the host's user ids mean nothing here."""
+    info = os.fstat(fd)
+    if info.st_mode & 0o022:
+        raise ConfigError(
+            f"{path}: others can change this {what} (mode {info.st_mode & 0o777:o}), so it is "
+            f"not used: chmod go-w {path}"
+        )
+    me = os.geteuid()
+    if info.st_uid not in (0, me) and not os.fstatvfs(fd).f_flag & os.ST_RDONLY:
+        raise ConfigError(
+            f"{path}: this {what} belongs to user id {info.st_uid}, not to you ({me}) or root, "
+            f"so it is not used: chown {me} {path}"
+        )
+    return info.st_mode
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        data = Path(path).expanduser().read_bytes()
+        with open(Path(path).expanduser(), "rb") as file:
+            _owned_by_us(path, file.fileno(), "config file")
+            data = file.read()
     except FileNotFoundError:
         raise ConfigError(
             f"{path}: no such config file (copy config.example.toml to start)"

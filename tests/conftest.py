@@ -31,6 +31,11 @@ pytest_plugins = [
 # every child inherit it; the bytecode goes to __pycache__ (ignored by git and by the sdist).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+# The files tests write (configs, lightgrep.env) are 0644 whatever the machine's umask: under
+# 0002 (many desktops' default) they were group-writable, which the config loader refuses as ssh
+# does (bot/config.py, _owned_by_us). Set before the workers start, so they and children inherit it.
+os.umask(0o022)
+
 
 @pytest.fixture(autouse=True)
 def private_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:

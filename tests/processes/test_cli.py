@@ -24,6 +24,7 @@ from tests.rigs.cli import (
     run_cli,
     start_chat,
     start_run,
+    stopped,
     telegram_config,
     without_write_override,
     write_config,
@@ -543,3 +544,95 @@ async def test_doctor_says_a_read_only_workspaces_folder_is_not_writable(
         "OK    token counter",
     ]
     assert lines[1] == f"FAIL  workspaces: {base} is not writable (Permission denied)"
+
+
+# ---- who may change the config and its secrets (issue 32, item 9) -----------------------------
+
+
+def refused(path: Path, what: str, mode: int) -> str:
+    """The one line for a file others can change."""
+    return (
+        f"{path}: others can change this {what} (mode {mode:o}), so it is not used: "
+        f"chmod go-w {path}"
+    )
+
+
+async def test_a_secrets_file_others_can_change_is_refused_in_one_line(
+    fake_llm: FakeOpenAI, fake_telegram: FakeTelegram, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """One line in a world-writable lightgrep.env opened the bot to everyone, and only "can be
+    read by others" was logged. Now the bot does not start, and says which file and the fix."""
+    config = write_config(
+        tmp_path,
+        fake_llm,
+        f'[telegram]\nenabled = true\ntoken = "{TOKEN}"\nallow_from = ["42"]\n'
+        f'api_base = "{fake_telegram.api_base}"\npoll_timeout_s = 1\n',
+    )
+    secrets = tmp_path / "lightgrep.env"
+    secrets.write_text("LIGHTGREP_TELEGRAM_ALLOW_FROM=*\n")
+    secrets.chmod(0o666)
+
+    proc = await start_run(config, child_env)
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), STEP_TIMEOUT)
+    finally:
+        await stopped(proc)
+    assert proc.returncode == 2
+    assert err.decode().splitlines() == [f"lightgrep: {refused(secrets, 'secrets file', 0o666)}"]
+    assert fake_telegram.calls == []  # nothing was served
+
+    code, out, _ = await asyncio.to_thread(run_cli, child_env, "doctor", "--config", str(config))
+    assert code == 1
+    assert out.splitlines() == [f"FAIL  config: {refused(secrets, 'secrets file', 0o666)}"]
+
+
+async def test_a_private_secrets_file_beside_a_readable_config_is_used(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """Readable is not writable: a 0644 config (no secret in it) and a 0600 lightgrep.env run."""
+    fake_llm.queue(completion("Hello."))
+    config = write_config(tmp_path, fake_llm)
+    config.chmod(0o644)
+    secrets = tmp_path / "lightgrep.env"
+    secrets.write_text("LIGHTGREP_LLM_MODEL=model-from-the-secrets-file\n")
+    secrets.chmod(0o600)
+
+    code, out, err = await run_chat(config, child_env, b"hello\n")
+
+    assert code == 0, err
+    assert "Hello." in out
+    assert fake_llm.chat_requests[0]["model"] == "model-from-the-secrets-file"
+    assert "lightgrep.env" not in err  # no warning: only its owner can read it
+
+
+def test_a_group_writable_config_is_refused_in_one_line(
+    tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    config = write_config(tmp_path, closed_port_url())
+    config.chmod(0o664)
+    code, _, err = run_cli(child_env, "run", "--config", str(config))
+    assert code == 2
+    assert err.splitlines() == [f"lightgrep: {refused(config, 'config file', 0o664)}"]
+    code, out, _ = run_cli(child_env, "doctor", "--config", str(config))
+    assert code == 1
+    assert out.splitlines() == [f"FAIL  config: {refused(config, 'config file', 0o664)}"]
+
+
+def test_a_secrets_file_of_another_user_is_refused_in_one_line(
+    tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """As ssh: its owner is the one running the bot or root, else that user can change it."""
+    config = write_config(tmp_path, closed_port_url())
+    secrets = tmp_path / "lightgrep.env"
+    secrets.write_text("LIGHTGREP_TELEGRAM_ALLOW_FROM=*\n")
+    secrets.chmod(0o600)
+    os.chown(secrets, 12345, 12345)  # the tests run as root (tests/rigs/cli.py)
+    me = os.geteuid()
+    line = (
+        f"{secrets}: this secrets file belongs to user id 12345, not to you ({me}) or root, "
+        f"so it is not used: chown {me} {secrets}"
+    )
+    code, out, err = run_cli(child_env, "doctor", "--config", str(config))
+    assert code == 1
+    assert out.splitlines() == [f"FAIL  config: {line}"]
+    assert "Traceback" not in err
