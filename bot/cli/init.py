@@ -218,12 +218,14 @@ def cmd_init(args: argparse.Namespace) -> int:
     ask = Questions(not args.yes)
     secrets: dict[str, str] = {}  # typed here: written to lightgrep.env
     known = {**os.environ, **read_secrets_file(path.parent / SECRETS_FILE)}
-    base_url, model = asyncio.run(_the_model(args, ask, known, secrets))
+    base_url, model, keyless = asyncio.run(_the_model(args, ask, known, secrets))
 
     text = example_config()
     if base_url:
         text = with_setting(text, "llm", "base_url", base_url)
     text = with_setting(text, "llm", "model", model)
+    if keyless:
+        text = with_setting(text, "llm", "api_key", "")
     allow = _allow_lists(args.allow_from)
     enabled = _platforms(ask, args.enable, allow, known, secrets)
     for name, settings in enabled.items():
@@ -247,21 +249,28 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 async def _the_model(
     args: argparse.Namespace, ask: Questions, known: dict[str, str], secrets: dict[str, str]
-) -> tuple[str | None, str]:
-    """(base URL, None for the OpenAI API; the model): found, listed, and its window told."""
+) -> tuple[str | None, str, bool]:
+    """(base URL, None for the OpenAI API; the model; whether it is a server found by probing,
+    to be sent no key): found, listed, and its window told."""
     base_url = args.base_url
+    probed = False  # a server found by probing ports, which the person did not name
     if base_url is None:
         ports = [int(p) for p in args.ports.split(",") if p.strip().isdigit()]
         print(f"Looking for a model server on 127.0.0.1 (ports {args.ports})…", flush=True)
         base_url = await find_local_server(ports)
-        if base_url is not None:
+        probed = base_url is not None
+        if probed:
             print(f"Found one at {base_url}.")
         else:
             question = "None found. Base URL of an OpenAI-compatible server (empty: the OpenAI API)"
             base_url = ask.text(question) or None
     base_url = base_url.rstrip("/") if base_url else None
     where = base_url or OPENAI_API
-    key = known.get("OPENAI_API_KEY")
+    # OPENAI_API_KEY goes only where the person pointed (--base-url, the URL typed, the OpenAI
+    # API): whatever program listens on a probed port is not sent it (it was found because it
+    # lists its models without one), nor later by doctor or the bot: its config says
+    # api_key = "", which the variable does not fill.
+    key = None if probed else known.get("OPENAI_API_KEY")
     status, body = await _get(f"{where}/models", key)
     if status in (401, 403) or (base_url is None and not key):
         key = ask.secret("API key for it") or key
@@ -284,7 +293,7 @@ async def _the_model(
     print(f"Context window: {describe(sizing)} (left automatic in the config).")
     if base_url and found is None:
         print(f"Note: {NOT_TOLD}.")
-    return base_url, model
+    return base_url, model, probed and "OPENAI_API_KEY" not in secrets
 
 
 def _choose_model(ask: Questions, models: list[str], base_url: str | None) -> str:

@@ -131,3 +131,38 @@ async def test_init_at_a_terminal_asks_and_never_shows_the_token(
     loaded = load_config(config, env={})
     assert loaded.platforms["telegram"].token == TOKEN
     assert loaded.platforms["telegram"].allow_from == ["42"]
+
+
+async def test_init_sends_the_api_key_only_to_a_server_the_person_named(
+    fake_llm: FakeOpenAI,
+    tmp_path: Path,
+    clean_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+) -> None:
+    """Issue 32, item 7: whatever listed models on a probed local port was sent OPENAI_API_KEY
+    (a key meant for OpenAI, handed to any program on that port), by init's listing and by the
+    doctor it runs. A server found by probing is sent no key, now or later by the bot; one
+    named with --base-url gets it."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-meant-for-openai")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    found = tmp_path / "found" / "config.toml"
+    found.parent.mkdir()
+    ports = f"{closed_port()},{fake_llm.port}"
+
+    code = await init("--yes", "--ports", ports, "--config", str(found))
+
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"Found one at {fake_llm.base_url}." in out and "OK    endpoint" in out
+    assert fake_llm.chat_requests  # doctor asked it, too
+    assert fake_llm.authorizations and "Bearer sk-meant-for-openai" not in fake_llm.authorizations
+    assert load_config(found).llm.api_key is None  # the bot will not send it either
+
+    fake_llm.authorizations.clear()
+    named = tmp_path / "named" / "config.toml"
+    named.parent.mkdir()
+    code = await init("--yes", "--base-url", fake_llm.base_url, "--config", str(named))
+    assert code == 0, capsys.readouterr()
+    assert fake_llm.authorizations[0] == "Bearer sk-meant-for-openai"  # the listing
+    assert "Bearer sk-meant-for-openai" in fake_llm.authorizations[1:]  # and doctor's request

@@ -187,6 +187,8 @@ class FakeOpenAI:
         self.blind: str | None = None
         self.refused_pictures = 0
         self.streamed = 0  # requests answered as a stream
+        # The Authorization header of each GET /v1/models and POST /v1/chat/completions.
+        self.authorizations: list[str | None] = []
 
     @property
     def base_url(self) -> str:
@@ -215,6 +217,7 @@ class FakeOpenAI:
             await self._runner.cleanup()
 
     async def _models(self, request: web.Request) -> web.Response:
+        self.authorizations.append(request.headers.get("Authorization"))
         model: dict[str, Any] = {"id": "fake-model", "object": "model"}
         if self.max_model_len is not None:
             model["max_model_len"] = self.max_model_len
@@ -231,6 +234,7 @@ class FakeOpenAI:
         return web.json_response(self.ollama_show)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        self.authorizations.append(request.headers.get("Authorization"))
         body = await request.json()
         self.requests.append(body)
         async with self._arrived:
