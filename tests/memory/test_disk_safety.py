@@ -318,6 +318,7 @@ def modes(base: Path) -> dict[str, str]:
 def test_every_folder_is_private_even_under_umask_000(tmp_path: Path, open_umask: None) -> None:
     config = tmp_path / "config.toml"
     config.write_text('[memory]\nworkspaces_dir = "data/workspaces"\n')
+    config.chmod(0o644)  # the operator's file, not the bot's: one others can change is refused
     base = load_config(config, env={}).memory.workspaces_dir
     workspace = Workspaces(base, keep_memory_versions=2).get("telegram-42")
     workspace.sessions.append(workspace.sessions.get("telegram:dm:42"), {"role": "user",
