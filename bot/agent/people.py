@@ -255,6 +255,7 @@ class People:
             # change is a round trip to NATS, which waits for the loop).
             await asyncio.to_thread(self.links.drop_person, user_key)
             self._chats.forget_owner(user_key)  # their private chats' personas
+            await self._chats.saved()  # (off the disk too: the chats' log rewritten without them)
         if hidden is not None:
             await asyncio.to_thread(delete, hidden)
         return hidden is not None

@@ -84,7 +84,9 @@ async def cmd_persona(ctx: CommandContext, args: str) -> str:
         if not current.persona:
             return "This chat has no persona of its own. " + PERSONA_USAGE
         chat.book.set(chat.chat_key, replace(current, persona=None, owner=chat.owner))
-        return "The persona of this chat is removed; I talk as the bot's defaults say."
+        return "The persona of this chat is removed; I talk as the bot's defaults say." + (
+            await _unsaved(chat)
+        )
     if len(args) > MAX_PERSONA_CHARS:
         return f"A persona may have at most {MAX_PERSONA_CHARS:,} characters ({len(args):,} given)."
     refusal = chat.persona_refusal(args)
@@ -94,6 +96,17 @@ async def cmd_persona(ctx: CommandContext, args: str) -> str:
     return (
         "From the next message on I follow these instructions in this chat (after my own "
         f"rules, which they cannot change):\n\n{args}"
+    ) + await _unsaved(chat)
+
+
+async def _unsaved(chat: ChatControl) -> str:
+    """Nothing once the change is on disk (a thread writes it, bot.chats); else what to know."""
+    error = await chat.book.saved()
+    if error is None:
+        return ""
+    return (
+        f"\n\n(It holds now, but I could not save it to disk yet: {error.strerror or error}. "
+        "I keep trying; a restart before that would undo it.)"
     )
 
 
@@ -139,7 +152,7 @@ async def cmd_group(ctx: CommandContext, args: str) -> str:
     elif len(words) > 2:
         return f"/group trigger {mode} takes no words. {GROUP_USAGE}"
     chat.book.set(chat.chat_key, replace(current, trigger=mode, words=keywords))
-    return "Done. " + _trigger_text(mode, keywords)
+    return "Done. " + _trigger_text(mode, keywords) + await _unsaved(chat)
 
 
 def _group_shown(chat: ChatControl, current: ChatSettings) -> str:

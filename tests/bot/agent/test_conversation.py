@@ -240,7 +240,7 @@ async def test_a_persona_counts_in_the_fixed_part_never_reaches_memory_and_goes_
     question = await ask(agent, dm("7", "/wipe"))
     confirm = next(b.command for b in question.buttons if "confirm" in b.command)
     await ask(agent, dm("7", confirm))
-    assert "rhyming" not in (workspaces_dir / ".chats.json").read_text()
+    assert "rhyming" not in (workspaces_dir / ".chats.jsonl").read_text()
     await agent.aclose()
 
 
