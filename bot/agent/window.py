@@ -8,6 +8,7 @@ the bot from it when the config does not say, and `doctor` compares the two when
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -16,9 +17,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from bot.media.rules import TooLarge, read_within
+
 log = logging.getLogger(__name__)
 
+__all__ = ["ANSWER_MAX_BYTES", "ServerWindow", "TooLarge", "json_within", "server_window"]
+
 PROBE_TIMEOUT_S = 3.0
+# The most of a server's answer read (/props, /v1/models, /api/show): a list of a few hundred
+# models with their descriptions is well under it; a 200 MB one (a hostile or broken server)
+# took 608 MB of RAM, read whole.
+ANSWER_MAX_BYTES = 4 * 1024 * 1024
 OLLAMA_DEFAULT_NUM_CTX = 2048  # the smallest default of the versions in use; unset means this
 
 
@@ -36,12 +45,22 @@ def _root(base_url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
+async def json_within(response: aiohttp.ClientResponse, limit: int = ANSWER_MAX_BYTES) -> Any:
+    """The answer's JSON, read only while it stays within `limit` bytes (TooLarge past them,
+    or at once when its Content-Length says more); ValueError when it is not JSON."""
+    body = await read_within(response.content.iter_chunked(65536), limit, response.content_length)
+    return json.loads(body)
+
+
 async def _get_json(session: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> Any:
     try:
         async with session.request(method, url, **kw) as response:
             if response.status != 200:
                 return None
-            return await response.json(content_type=None)
+            return await json_within(response)
+    except TooLarge:
+        log.warning("%s answered more than %d bytes; not read", url, ANSWER_MAX_BYTES)
+        return None
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return None
 

@@ -9,13 +9,20 @@ context window and the shares of it are left automatic (bot/agent/sizing.py). --
 nothing: the flags, the environment and what it finds decide. Platforms are asked about by
 what their settings declare (their required keys, which are secret), so a plugin installed
 from another package is asked about too.
+
+Nothing is left half-written: the config is checked (it must load) before anything is written,
+then lightgrep.env and config.toml are each replaced atomically, lightgrep.env put back as it
+was if config.toml cannot be written. A config folder that is a symbolic link is followed (it
+is where the person keeps it); a link AT config.toml or lightgrep.env is refused with one line:
+following it would write the secrets wherever it points and chmod that file, and an atomic
+replace would turn the link into a file; `--config <its target>` writes there instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
-import json
 import os
 import re
 import sys
@@ -41,6 +48,7 @@ PROBE_TIMEOUT_S = 2.0  # a port with no server answers at once
 LIST_TIMEOUT_S = 20.0  # a busy local server (generating for someone) answers slowly
 OPENAI_API = "https://api.openai.com/v1"
 OPENAI_DEFAULT_MODEL = "gpt-4o-mini"
+TOO_LARGE = object()  # the body of an answer too large to be a list of models (not read)
 
 
 def add_command(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -101,8 +109,12 @@ class Questions:
 
 
 async def _get(url: str, key: str | None, wait_s: float = LIST_TIMEOUT_S) -> tuple[int, Any]:
-    """(HTTP status, JSON body or None); status 0 when nothing answered."""
+    """(HTTP status, JSON body or None); status 0 when nothing answered. An answer larger than
+    bot.agent.window.ANSWER_MAX_BYTES is not read on (no list of models is that large): its body
+    is TOO_LARGE."""
     import aiohttp
+
+    from bot.agent.window import TooLarge, json_within
 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     timeout = aiohttp.ClientTimeout(total=wait_s)
@@ -112,9 +124,11 @@ async def _get(url: str, key: str | None, wait_s: float = LIST_TIMEOUT_S) -> tup
             session.get(url, headers=headers) as response,
         ):
             try:
-                return response.status, await response.json(content_type=None)
+                return response.status, await json_within(response)
             except ValueError:
                 return response.status, None
+            except TooLarge:
+                return response.status, TOO_LARGE
     except (aiohttp.ClientError, TimeoutError):
         return 0, None
 
@@ -133,7 +147,7 @@ async def find_local_server(ports: list[int]) -> str | None:
     urls = [f"http://127.0.0.1:{port}/v1" for port in ports]
     answers = await asyncio.gather(*(_get(f"{url}/models", None, PROBE_TIMEOUT_S) for url in urls))
     for url, (status, body) in zip(urls, answers, strict=True):
-        if status == 200 and _model_ids(body):
+        if status == 200 and _model_ids(body):  # (TOO_LARGE lists none)
             return url
     return None
 
@@ -154,9 +168,38 @@ def example_config() -> str:
 def _toml(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
     if isinstance(value, list):
-        return "[" + ", ".join(json.dumps(str(v)) for v in value) + "]"
-    return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
+        return "[" + ", ".join(_toml_string(str(v)) for v in value) + "]"
+    return _toml_string(str(value))
+
+
+_TOML_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+_TOML_ESCAPED = re.compile(r'["\\\x00-\x1f\x7f]')
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string holding `text`, any Unicode as it is (JSON's \\u escapes of an emoji
+    are a surrogate pair, which TOML refuses): only the quote, the backslash and the control
+    characters escaped, as TOML requires. A lone surrogate is no character: refused."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise UserError(f"{shown!r} is not valid text (it holds a lone surrogate)") from None
+    escaped = _TOML_ESCAPED.sub(
+        lambda m: _TOML_ESCAPES.get(m.group(), f"\\u{ord(m.group()):04X}"), text
+    )
+    return f'"{escaped}"'
 
 
 def with_setting(text: str, section: str, key: str, value: Any) -> str:
@@ -184,19 +227,14 @@ def with_setting(text: str, section: str, key: str, value: Any) -> str:
     return "\n".join(lines)
 
 
-def write_secrets(path: Path, secrets: dict[str, str]) -> None:
-    """`secrets` into the KEY=value file at `path` (others' lines kept), readable by its owner
-    only."""
-    from memory.atomic import atomic_write_text
-
+def secrets_text(path: Path, secrets: dict[str, str]) -> str:
+    """The KEY=value file at `path` with `secrets` in it (others' lines kept)."""
     kept = [
         line
         for line in (path.read_text("utf-8").splitlines() if path.exists() else [])
         if line.partition("=")[0].strip().removeprefix("export ") not in secrets
     ]
-    body = "\n".join([*kept, *(f"{key}={value}" for key, value in secrets.items())]) + "\n"
-    atomic_write_text(path, body)
-    os.chmod(path, 0o600)
+    return "\n".join([*kept, *(f"{key}={value}" for key, value in secrets.items())]) + "\n"
 
 
 def _allow_lists(given: list[str]) -> dict[str, list[str]]:
@@ -212,12 +250,13 @@ def _allow_lists(given: list[str]) -> dict[str, list[str]]:
 def cmd_init(args: argparse.Namespace) -> int:
     import asyncio
 
-    path = Path(args.config or DEFAULT_CONFIG)
+    path = config_target(Path(args.config or DEFAULT_CONFIG))
     if path.exists() and not args.force:
         raise UserError(f"{path} exists already: --force replaces it", EXIT_USAGE)
+    secrets_path = path.parent / SECRETS_FILE
     ask = Questions(not args.yes)
     secrets: dict[str, str] = {}  # typed here: written to lightgrep.env
-    known = {**os.environ, **read_secrets_file(path.parent / SECRETS_FILE)}
+    known = {**os.environ, **read_secrets_file(secrets_path)}
     base_url, model, keyless = asyncio.run(_the_model(args, ask, known, secrets))
 
     text = example_config()
@@ -232,19 +271,57 @@ def cmd_init(args: argparse.Namespace) -> int:
         text = with_setting(text, name, "enabled", True)
         for field_name, value in settings.items():
             text = with_setting(text, name, field_name, value)
-    _write(path, text, secrets)
-    try:
-        load_config(path)  # what was written must load
-    except ConfigError as exc:
-        raise UserError(f"the config written does not load: {exc}") from None
+    env_text = None
+    if secrets:  # a link there is refused before anything is written
+        _refuse_link(secrets_path, f"a --config FILE in the folder where {SECRETS_FILE} really is")
+        env_text = secrets_text(secrets_path, secrets)
+    _check_loads(path, text, {**known, **secrets})  # before anything is written
+    _write(path, text, env_text, secrets)
     what = "run" if enabled else "chat"
-    print(f"Start it with: lightgrep {what} --config {path}")
+    print(f"Start it with: lightgrep {what} --config {args.config or DEFAULT_CONFIG}")
     if args.no_doctor:
         return 0
     print("Checking it with lightgrep doctor:", flush=True)
     from bot.cli.doctor import cmd_doctor
 
     return asyncio.run(cmd_doctor(argparse.Namespace(config=path)))
+
+
+def config_target(path: Path) -> Path:
+    """Where init writes the config: in its folder as that folder really is (a folder that is a
+    link is followed: the person keeps their config there), never through a link at the file
+    itself (refused, module docstring)."""
+    folder = path.expanduser().absolute().parent.resolve()
+    target = folder / path.name
+    _refuse_link(target, "--config FILE")
+    return target
+
+
+def _refuse_link(path: Path, fix: str) -> None:
+    if path.is_symlink():
+        raise UserError(
+            f"{path} is a symbolic link (to {os.readlink(path)}), which init does not write "
+            f"through: give {fix} where the real file is, or remove the link",
+            EXIT_USAGE,
+        )
+
+
+def _check_loads(path: Path, text: str, env: dict[str, str]) -> None:
+    """The config as it would be written must load (with the secrets it will have beside
+    it); checked in a folder of its own, so a config that does not is never written."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="lightgrep-init-") as folder:
+        trial = Path(folder) / path.name
+        trial.write_text(text, "utf-8")
+        trial.chmod(0o600)  # (under any umask: the loader refuses a file others can change)
+        try:
+            load_config(trial, env=env, writer=False)
+        except ConfigError as exc:
+            told = str(exc).replace(str(trial), str(path))
+            raise UserError(
+                f"the config init made does not load, so nothing is written: {told}"
+            ) from None
 
 
 async def _the_model(
@@ -282,6 +359,13 @@ async def _the_model(
         raise UserError(f"nothing answers at {where}: is the server running?")
     if status != 200:
         raise UserError(f"{where}/models answered HTTP {status}: is it an OpenAI-compatible URL?")
+    if body is TOO_LARGE:
+        from bot.agent.window import ANSWER_MAX_BYTES
+
+        too_large = f"{where}/models answered more than {ANSWER_MAX_BYTES // 2**20} MB"
+        if not args.model:
+            raise UserError(f"{too_large}, far more than a list of models: name one with --model")
+        print(f"Note: {too_large}; not read (the model is --model {args.model}).")
     model = args.model or _choose_model(ask, _model_ids(body), base_url)
 
     from bot.agent.sizing import NOT_TOLD, describe, plan
@@ -360,15 +444,40 @@ def _platforms(
     return chosen
 
 
-def _write(path: Path, text: str, secrets: dict[str, str]) -> None:
+def _write(path: Path, text: str, env_text: str | None, secrets: dict[str, str]) -> None:
+    """lightgrep.env (readable by its owner only), then config.toml, each replaced atomically;
+    lightgrep.env put back as it was if config.toml cannot be written, so init leaves both
+    files as they were or both new."""
     from memory.atomic import atomic_write_text
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, text)
-    os.chmod(path, 0o644)  # no secret in it: they are in lightgrep.env
+    env_path = path.parent / SECRETS_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        before = env_path.read_bytes() if env_text is not None and env_path.exists() else None
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        if env_text is not None:
+            atomic_write_text(env_path, env_text)
+            os.chmod(env_path, 0o600)
+    except OSError as exc:
+        raise UserError(
+            f"cannot write {env_path}, so nothing is written: {exc.strerror or exc}"
+        ) from None
+    try:
+        atomic_write_text(path, text)
+        os.chmod(path, 0o644)  # no secret in it: they are in lightgrep.env
+    except OSError as exc:
+        if env_text is not None:
+            with contextlib.suppress(OSError):
+                if before is None:
+                    env_path.unlink()
+                else:
+                    atomic_write_text(env_path, before)
+        raise UserError(
+            f"cannot write {path}, so nothing is written: {exc.strerror or exc}"
+        ) from None
     note = ""
     if secrets:
-        write_secrets(path.parent / SECRETS_FILE, secrets)
-        note = f"; the secrets ({', '.join(secrets)}) to {path.parent / SECRETS_FILE}, which only"
-        note += " you can read"
+        note = f"; the secrets ({', '.join(secrets)}) to {env_path}, which only you can read"
     print(f"Wrote {path}{note}.")

@@ -166,3 +166,139 @@ async def test_init_sends_the_api_key_only_to_a_server_the_person_named(
     assert code == 0, capsys.readouterr()
     assert fake_llm.authorizations[0] == "Bearer sk-meant-for-openai"  # the listing
     assert "Bearer sk-meant-for-openai" in fake_llm.authorizations[1:]  # and doctor's request
+
+
+# ---- issue 32, item 8: links, half-written files, any Unicode, a huge model list ------------
+
+
+async def init_process(
+    child_env: dict[str, str], cwd: Path, *args: str, stdin: str = ""
+) -> tuple[int, str]:
+    """`lightgrep init` as its own process, answers piped in: (exit code, what it printed)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "init", "--no-doctor", *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT, cwd=cwd, env=child_env,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(stdin.encode()), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+def one_line(out: str) -> str:
+    """The error init printed: one line, no traceback."""
+    assert "Traceback" not in out, out
+    return out.strip().splitlines()[-1]
+
+
+async def test_init_refuses_a_link_at_config_toml_in_one_line_and_writes_nothing(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """A link at config.toml (dangling, or to a file, with --force): before, a traceback
+    (the atomic write refuses links). Now one line naming the link and the fix; nothing
+    written, the link and its target as they were."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    here = tmp_path / "here"
+    here.mkdir()
+    link = here / "config.toml"
+    link.symlink_to(elsewhere / "real.toml")  # dangling
+    code, out = await init_process(child_env, here, "--yes", "--base-url", fake_llm.base_url)
+    line = one_line(out)
+    assert code == 2, out
+    assert f"{link} is a symbolic link (to {elsewhere / 'real.toml'})" in line
+    assert "give --config FILE where the real file is, or remove the link" in line
+    assert link.is_symlink() and not (elsewhere / "real.toml").exists()
+    assert sorted(p.name for p in here.iterdir()) == ["config.toml"]
+
+    (elsewhere / "real.toml").write_text("[llm]\nmodel = 'mine'\n")
+    code, out = await init_process(
+        child_env, here, "--yes", "--force", "--base-url", fake_llm.base_url
+    )
+    assert code == 2 and "is a symbolic link" in one_line(out)
+    assert link.is_symlink() and (elsewhere / "real.toml").read_text() == "[llm]\nmodel = 'mine'\n"
+    # The way it says: --config the file itself.
+    code, out = await init_process(
+        child_env, here, "--yes", "--force", "--base-url", fake_llm.base_url,
+        "--config", str(elsewhere / "real.toml"),
+    )  # fmt: skip
+    assert code == 0, out
+    assert load_config(elsewhere / "real.toml").llm.model == "fake-model"
+
+
+async def test_init_refuses_a_link_at_lightgrep_env_before_writing_anything(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """The token typed goes to lightgrep.env, which is a link: before, config.toml was
+    written, then a traceback, and the next init needed --force. Now one line, and neither
+    file is written (nor the link's target)."""
+    secrets_elsewhere = tmp_path / "shared" / "lightgrep.env"
+    secrets_elsewhere.parent.mkdir()
+    (tmp_path / "lightgrep.env").symlink_to(secrets_elsewhere)
+    code, out = await init_process(
+        child_env, tmp_path, "--base-url", fake_llm.base_url, "--enable", "telegram",
+        "--allow-from", "telegram=42", stdin=f"n\n{TOKEN}\n",  # discord? no; the token
+    )  # fmt: skip
+    line = one_line(out)
+    assert code == 2, out
+    assert f"{tmp_path / 'lightgrep.env'} is a symbolic link (to {secrets_elsewhere})" in line
+    assert not (tmp_path / "config.toml").exists() and not secrets_elsewhere.exists()
+    assert TOKEN not in out
+
+
+async def test_init_writes_into_a_config_folder_that_is_a_link(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """~/.config/lightgrep a link to a synced folder: before, a traceback; now it simply works,
+    the secrets beside the config in the real folder."""
+    real = tmp_path / "synced" / "lightgrep"
+    real.mkdir(parents=True)
+    (tmp_path / "linked").symlink_to(real, target_is_directory=True)
+    config = tmp_path / "linked" / "config.toml"
+    code, out = await init_process(
+        child_env, tmp_path, "--base-url", fake_llm.base_url, "--enable", "telegram",
+        "--allow-from", "telegram=42", "--config", str(config), stdin=f"n\n{TOKEN}\n",
+    )  # fmt: skip
+    assert code == 0, out
+    assert (real / "config.toml").is_file() and not (real / "config.toml").is_symlink()
+    assert (real / "lightgrep.env").read_text() == f"TELEGRAM_BOT_TOKEN={TOKEN}\n"
+    assert stat.S_IMODE((real / "lightgrep.env").stat().st_mode) == 0o600
+    assert load_config(config, env={}).platforms["telegram"].token == TOKEN
+
+
+async def test_init_writes_any_unicode_model_name_in_a_config_that_loads(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """A model named with an emoji was written as JSON's surrogate pair, which TOML refuses:
+    a config that did not load. Now as it is; quotes, backslashes and control characters
+    escaped as TOML wants."""
+    name = 'llama-🦙 "ünïcode" \\ tab\there\x7f'
+    fake_llm.model_ids = [name]
+    code, out = await init_process(child_env, tmp_path, "--yes", "--base-url", fake_llm.base_url)
+    assert code == 0, out
+    config = tmp_path / "config.toml"
+    assert tomllib.loads(config.read_text("utf-8"))["llm"]["model"] == name
+    assert load_config(config).llm.model == name
+    assert 'model = "llama-🦙' in config.read_text("utf-8")
+
+
+async def test_init_reads_a_model_list_only_within_its_cap(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """A 200 MB /v1/models answer was read whole (608 MB of RAM). Now reading stops at the cap:
+    one line, nothing written; with --model named it goes on without the list."""
+    fake_llm.models_bytes = 200 * 1024 * 1024
+    code, out = await init_process(child_env, tmp_path, "--yes", "--base-url", fake_llm.base_url)
+    assert code == 1, out
+    assert one_line(out) == (
+        f"lightgrep: {fake_llm.base_url}/models answered more than 4 MB, far more than a list "
+        "of models: name one with --model"
+    )
+    assert fake_llm.models_bytes_sent < 50 * 1024 * 1024  # it hung up early
+    assert not (tmp_path / "config.toml").exists()
+    code, out = await init_process(
+        child_env, tmp_path, "--yes", "--base-url", fake_llm.base_url, "--model", "mine"
+    )
+    assert code == 0, out
+    assert "models answered more than 4 MB; not read (the model is --model mine)" in out
+    assert load_config(tmp_path / "config.toml").llm.model == "mine"

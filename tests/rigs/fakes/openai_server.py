@@ -189,6 +189,11 @@ class FakeOpenAI:
         self.streamed = 0  # requests answered as a stream
         # The Authorization header of each GET /v1/models and POST /v1/chat/completions.
         self.authorizations: list[str | None] = []
+        self.model_ids = ["fake-model"]  # what GET /v1/models lists
+        # > 0: GET /v1/models streams a list this many bytes long (a hostile or broken server),
+        # counting in models_bytes_sent what the client took before it hung up.
+        self.models_bytes = 0
+        self.models_bytes_sent = 0
 
     @property
     def base_url(self) -> str:
@@ -216,12 +221,33 @@ class FakeOpenAI:
         if self._runner:
             await self._runner.cleanup()
 
-    async def _models(self, request: web.Request) -> web.Response:
+    async def _models(self, request: web.Request) -> web.StreamResponse:
         self.authorizations.append(request.headers.get("Authorization"))
-        model: dict[str, Any] = {"id": "fake-model", "object": "model"}
-        if self.max_model_len is not None:
-            model["max_model_len"] = self.max_model_len
-        return web.json_response({"object": "list", "data": [model]})
+        if self.models_bytes:
+            return await self._huge_models(request)
+        models: list[dict[str, Any]] = []
+        for name in self.model_ids:
+            model: dict[str, Any] = {"id": name, "object": "model"}
+            if self.max_model_len is not None:
+                model["max_model_len"] = self.max_model_len
+            models.append(model)
+        return web.json_response({"object": "list", "data": models})
+
+    async def _huge_models(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)  # no Content-Length: the client learns as it reads
+        entry = b'{"id": "model-%08d", "object": "model", "owned_by": "' + b"x" * 900 + b'"},'
+        try:
+            await response.write(b'{"object": "list", "data": [')
+            number = 0
+            while self.models_bytes_sent < self.models_bytes:
+                await response.write(entry.replace(b"%08d", b"%08d" % number))
+                self.models_bytes_sent += len(entry)
+                number += 1
+            await response.write(b'{"id": "last"}]}')
+        except (ConnectionResetError, ConnectionError):
+            pass  # the client stopped reading
+        return response
 
     async def _props(self, request: web.Request) -> web.Response:
         if self.props is None:
