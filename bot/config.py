@@ -390,17 +390,21 @@ def load_config(
 
 def read_secrets_file(path: Path) -> dict[str, str]:
     """The KEY=value lines of a secrets file (# comments and blank lines skipped, quotes around
-    a value taken off); {} when there is none. A file others may read is used, with a warning;
-    one others may change is refused (_owned_by_us)."""
+    a value taken off); {} when there is none. A file others may read is used, with a warning
+    (its own group may: a service's, below); one others may change is refused (_owned_by_us)."""
     try:
         with open(path, "rb") as file:
             mode = _owned_by_us(path, file.fileno(), "secrets file")
+            group = os.fstat(file.fileno()).st_gid
             text = file.read().decode("utf-8")
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the secrets file: {exc}") from None
-    if mode & 0o077:
+    # Readable by others: everyone, or a group other than the bot's own. A root-owned 640 file
+    # of the service's group (docs/running.md's systemd recipe: systemd reads it as root, the
+    # bot as its group) is the bot's own.
+    if mode & 0o007 or (mode & 0o070 and group != os.getegid()):
         import logging  # (only for this warning)
 
         logging.getLogger(__name__).warning("%s can be read by others: chmod 600 %s", path, path)

@@ -253,7 +253,7 @@ def test_run_with_no_platform_enabled(tmp_path: Path, clean_env: None, capsys) -
 def test_run_with_an_enabled_platform_missing_its_token(
     tmp_path: Path, clean_env: None, capsys
 ) -> None:
-    config = write_config(tmp_path, closed_port_url(), '[discord]\nenabled = true\n')
+    config = write_config(tmp_path, closed_port_url(), "[discord]\nenabled = true\n")
     assert main(["run", "--config", str(config)]) == 2
     assert "[discord] is enabled but token is missing" in capsys.readouterr().err
 
@@ -358,6 +358,7 @@ def test_operator_views_of_an_unknown_user(
 
 
 # ---- operator views beside a live bot: they read, never write ---------------------------------
+
 
 def snapshot(folder: Path) -> dict[str, bytes | None]:
     """Every entry below `folder`: a file's bytes, None for a folder."""
@@ -636,3 +637,41 @@ def test_a_secrets_file_of_another_user_is_refused_in_one_line(
     assert code == 1
     assert out.splitlines() == [f"FAIL  config: {line}"]
     assert "Traceback" not in err
+
+
+def doctor_as_group(env: dict[str, str], config: Path, gid: int) -> tuple[str, str]:
+    """`lightgrep doctor` as a service whose group is `gid` (systemd's Group=): its output."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "doctor", "--config", str(config)],
+        capture_output=True, env=env, timeout=STEP_TIMEOUT,
+        preexec_fn=lambda: os.setgid(gid),
+    )  # fmt: skip
+    return proc.stdout.decode(), proc.stderr.decode()
+
+
+def test_the_systemd_recipes_files_are_read_without_a_warning_by_the_services_group(
+    tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """docs/running.md installs config.toml and lightgrep.env root-owned, mode 640, group
+    lightgrep, for a service running as that group: the loader warned that lightgrep.env "can
+    be read by others" (any group bit counted). The service's own group reading it is what the
+    recipe means; another group or everyone still gets the warning."""
+    service_gid, other_gid = 12345, 54321
+    config = write_config(tmp_path, closed_port_url())
+    secrets = tmp_path / "lightgrep.env"
+    secrets.write_text("LIGHTGREP_LLM_MODEL=model-from-the-secrets-file\n")
+    for path in (config, secrets):  # install -m 640 -o root -g lightgrep
+        os.chown(path, 0, service_gid)
+        path.chmod(0o640)
+
+    out, err = doctor_as_group(child_env, config, service_gid)
+    assert out.splitlines()[0].startswith("OK    config"), out
+    assert "can be read by others" not in err, err
+
+    os.chown(secrets, 0, other_gid)
+    _, err = doctor_as_group(child_env, config, service_gid)
+    assert f"{secrets} can be read by others: chmod 600 {secrets}" in err
+    os.chown(secrets, 0, service_gid)
+    secrets.chmod(0o644)
+    _, err = doctor_as_group(child_env, config, service_gid)
+    assert f"{secrets} can be read by others: chmod 600 {secrets}" in err
