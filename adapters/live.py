@@ -115,15 +115,24 @@ class Pacer:
         self.interval_s = interval_s
         self._next: dict[int, float] = {}  # chat → earliest time of its next edit
 
-    async def wait(self, chat: int) -> None:
-        """Take the chat's next slot (a reservation: callers at once get successive slots)."""
+    async def wait(self, chat: int, stop: asyncio.Event | None = None) -> bool:
+        """Take the chat's next slot (a reservation: callers at once get successive slots).
+        False if `stop` was set before the slot came (a message many places behind in a
+        group's queue does not hold a stop up: its sender says it was not sent)."""
         now = time.monotonic()
         at = max(now, self._next.get(chat, 0.0))
         self._next[chat] = at + self.interval_s
         if len(self._next) > 10_000:  # forget chats whose pace has long passed
             self._next = {c: t for c, t in self._next.items() if t > now}
-        if at > now:
-            await asyncio.sleep(at - now)
+        if stop is None:
+            if at > now:
+                await asyncio.sleep(at - now)
+            return True
+        if at <= now:
+            return True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), at - now)
+        return not stop.is_set()
 
     def done(self, chat: int) -> None:
         """An edit of the chat has been answered: the next waits a whole interval from now.

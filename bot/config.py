@@ -200,6 +200,8 @@ class LimitsConfig(Section):
     admins: list[str] = setting(default_factory=list)
     # Reminders one person may have waiting (0: no limit), and the shortest repeat allowed.
     reminders_per_person: int = setting(100, rule=NON_NEGATIVE_INT)
+    # Reminders waiting in one group, whoever set them (0: no limit): each is posted there.
+    reminders_per_group: int = setting(50, rule=NON_NEGATIVE_INT)
     reminder_min_repeat_s: int = setting(3600, rule=POSITIVE_INT)
 
 

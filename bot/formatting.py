@@ -55,3 +55,16 @@ def _open_fence(chunk: str) -> str | None:
         if stripped.startswith(FENCE):
             opener = None if opener is not None else stripped
     return opener
+
+
+# What Markdown (Telegram's renderer, adapters/telegram/markup.py; Discord; rich) would read as
+# markup inside a line: spans, links, spoilers, <@mentions>, autolinks.
+_MARKUP_CHARACTERS = frozenset("\\`*_~|[]()<>#")
+
+
+def literal(text: str) -> str:
+    """`text` as itself inside a Markdown answer: each character Markdown would read as markup
+    backslash-escaped. For people's own text that the bot posts where others read it (a
+    reminder, its confirmation): `[support](https://evil.example)` must arrive as those
+    characters, never as a link that shows other words than where it leads."""
+    return "".join(f"\\{c}" if c in _MARKUP_CHARACTERS else c for c in text)

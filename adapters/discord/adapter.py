@@ -88,6 +88,9 @@ class DiscordAdapter:
         self._accepting = False
         self._inflight: set[asyncio.Task[Any]] = set()
         self._pacer = Pacer()  # edits of answers being written, per channel
+        # Messages posted unasked (reminders, send_to) into a guild channel: its rate.
+        self._channel_pacer = Pacer(self.config.channel_send_interval_s)
+        self._stop = asyncio.Event()  # run()'s: a send waiting for a channel's pace gives up
         self._dms = True  # this process answers DMs (it has shard 0, or is unsharded)
         watch_in_flight(PLATFORM, lambda: len(self._inflight))
 
@@ -96,6 +99,7 @@ class DiscordAdapter:
         """Log in, sync commands, serve until `stop`, then let running turns finish and close.
 
         The settings were checked when the configuration was loaded (settings.py)."""
+        self._stop = stop
         token = self.config.token or ""
         logsafe.hide(*self.config.secrets())
         with endpoints(self.config.api_base, self.config.gateway_url):
@@ -277,12 +281,21 @@ class DiscordAdapter:
         assert self._client is not None
         reply = reply or Reply(texts.FAILED)
         messages = messages_of(reply, UPLOAD_LIMIT)
+        # Into a guild's channel (not a DM, nor privately): many due at once arrive at the
+        # channel's pace, not in a burst.
+        channel = resend.paced_channel(destination, private=reply.private)
+        if channel is not None and not await self._channel_pacer.wait(channel, self._stop):
+            raise ConnectionError("stopping: not sent")  # tried again after the restart
         sending = asyncio.ensure_future(
             resend.send_by_destination(self._client, destination, messages, private=reply.private)
         )
         self._inflight.add(sending)  # a stop waits for the send itself, not for its caller
         sending.add_done_callback(self._inflight.discard)
-        await sending
+        try:
+            await sending
+        finally:
+            if channel is not None:
+                self._channel_pacer.done(channel)
 
     async def on_button(self, interaction: discord.Interaction) -> None:
         """A pressed button of ours: its command text, as if the presser had typed it."""

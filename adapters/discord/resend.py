@@ -47,6 +47,14 @@ def of_interaction(interaction: discord.Interaction) -> dict[str, str]:
     }
 
 
+def paced_channel(where: dict[str, str], *, private: bool) -> int | None:
+    """The guild channel a message sent there posts in (paced at the channel's rate), None
+    for a DM, an interaction's follow-up or a private answer (which goes to the DMs)."""
+    if "interaction" in where or "channel" not in where or "guild" not in where or private:
+        return None
+    return int(where["channel"])
+
+
 async def send_by_destination(
     client: discord.Client, where: dict[str, str], messages: Messages, *, private: bool
 ) -> None:

@@ -44,6 +44,11 @@ class DiscordConfig(Section):
         None, rule=Rule("an integer from 1 to 65536", lambda v: 0 < v <= 65536)
     )
     shard_ids: list[str] = setting(default_factory=list)  # integers (a list is of text)
+    # Seconds between the messages the bot posts unasked (reminders) into one guild channel:
+    # Discord takes about 5 in 5 seconds in a channel.
+    channel_send_interval_s: float = setting(
+        1.0, rule=Rule("a number of seconds, 0 or more", lambda v: v >= 0)
+    )
 
     def shards(self) -> list[int] | None:
         """The shards this process connects; None: unsharded (check() made sure they parse)."""

@@ -112,11 +112,14 @@ class TelegramAdapter:
             download_limit=DOWNLOAD_LIMIT,
         )
         self._pacer = Pacer()  # edits of answers being written, per chat
+        # Messages posted unasked (reminders, send_to) into a group: the group's rate.
+        self._group_pacer = Pacer(config.group_send_interval_s)
         self.intake: Intake | None = None
         # The bot's calls, and the files people send (streamed within the limits: _fetch).
         self._http = AiohttpRequest(CONNECTION_POOL_SIZE, pool_timeout=POOL_TIMEOUT_S)
         self._bot: Bot | None = None  # while serving: for send_to
         self._sending: set[asyncio.Task[Any]] = set()  # send_to calls under way
+        self._stop = asyncio.Event()  # run()'s: a send waiting for a group's pace gives up
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -124,6 +127,7 @@ class TelegramAdapter:
         """Serve until `stop` is set; then stop fetching updates and let running turns finish.
 
         The settings were checked when the configuration was loaded (settings.py)."""
+        self._stop = stop
         token = self._config.token or ""
         logsafe.hide(*self._config.secrets())  # Bot API URLs carry the token
         app = self._build_app(token)
@@ -445,10 +449,19 @@ class TelegramAdapter:
         user = destination.get("user")
         if reply.private and user and chat != int(user):
             chat, thread = int(user), None
+        group = chat < 0  # a group's id is negative, a person's private chat's their own
+        # Many due at once arrive at the group's pace, not in a burst; at a stop, those still
+        # waiting for their turn are not sent (their sender tries again after the restart).
+        if group and not await self._group_pacer.wait(chat, self._stop):
+            raise ConnectionError("stopping: not sent")
         sending = asyncio.ensure_future(self._send_reply(bot, chat, thread, reply))
         self._sending.add(sending)  # a stop waits for the send itself, not for its caller
         sending.add_done_callback(self._sending.discard)
-        await sending
+        try:
+            await sending
+        finally:
+            if group:
+                self._group_pacer.done(chat)
 
     async def _send_reply(self, bot: Bot, chat: int, thread: int | None, reply: Reply) -> None:
         await send_text(bot, chat, reply.text, thread=thread, buttons=reply.buttons)

@@ -3,7 +3,8 @@
 Telegram's HTML mode knows a handful of tags (b, i, s, code, pre, a, blockquote…) and rejects a
 message whose tags do not nest or whose text holds a bare `<` or `&`. So everything that is not
 markup we produce is escaped, and inline spans are parsed recursively: a tag always closes inside
-the span that opened it. Anything we do not recognise stays as literal (escaped) text.
+the span that opened it. Anything we do not recognise stays as literal (escaped) text, and so
+does punctuation after a backslash (`\\[`: how bot.formatting.literal keeps people's text as it is).
 
 Render after splitting (bot.formatting.split_message): the visible text of the HTML is never longer
 than the Markdown it came from, so a chunk within the limit stays within it.
@@ -18,7 +19,9 @@ _FENCE = re.compile(r"^\s*```\s*([\w+#.-]*)\s*$")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
 _BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
-_SPECIAL = re.compile(r"[`*_~\[]")
+_SPECIAL = re.compile(r"[`*_~\[\\]")
+# A backslash before ASCII punctuation makes it literal, as in CommonMark (bot.formatting.literal).
+_ESCAPED = re.compile(r"\\([!-/:-@\[-`{-~])")
 
 # Inline spans, tried at a position where a special character starts. Inner text is rendered
 # recursively, so tags nest properly.
@@ -112,6 +115,9 @@ def render_inline(text: str) -> str:
 
 def _span_at(text: str, pos: int) -> tuple[str, int]:
     """The rendered span starting at `pos` and where it ends, or the one literal character."""
+    escaped = _ESCAPED.match(text, pos)
+    if escaped:
+        return escape(escaped.group(1)), escaped.end()
     for kind, pattern in _INLINE:
         m = pattern.match(text, pos)
         if not m:

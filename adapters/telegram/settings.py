@@ -40,6 +40,11 @@ class TelegramConfig(Section):
     webhook_listen: str = "127.0.0.1"
     webhook_port: int = setting(8443, rule=PORT)
     poll_timeout_s: int = setting(30, rule=NON_NEGATIVE_INT)
+    # Seconds between the messages the bot posts unasked (reminders) into one group: Telegram
+    # takes about 20 a minute in a group.
+    group_send_interval_s: float = setting(
+        3.0, rule=Rule("a number of seconds, 0 or more", lambda v: v >= 0)
+    )
 
 
 def check(settings: TelegramConfig) -> None:

@@ -18,6 +18,7 @@ from bot.config import Config
 from bot.inbound import Inbound
 from bot.limits import Limits
 from bot.reminders.desk import PersonReminders, ReminderBook
+from bot.reminders.groupdesk import GroupReminders
 from memory.consolidation.consolidator import MemoryConsolidator
 from memory.control.versions import held_update
 from memory.session import Session
@@ -98,6 +99,9 @@ class Commanding:
             retry=lambda: turn.retry(inbound),
             chat=self._chat_control(inbound, own),
             reminders=PersonReminders(self._reminders, workspace, inbound),
+            group_reminders=None
+            if inbound.is_private or inbound.chat_key is None
+            else GroupReminders(self._reminders, inbound, inbound.chat_key),
         )
 
     def _chat_control(self, inbound: Inbound, own: str) -> ChatControl:

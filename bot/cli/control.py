@@ -123,6 +123,7 @@ def _write_atomically(target: Path, write: Callable[[IO[bytes]], ArchiveInfo]) -
 
 async def cmd_wipe(args: argparse.Namespace) -> int:
 
+    from bot.reminders.groups import GroupIndex
     from bot.reminders.index import DueIndex
     from memory.control.wipe import contents, wipe_folder
 
@@ -139,6 +140,7 @@ async def cmd_wipe(args: argparse.Namespace) -> int:
         if index.exists():
             index.load()
             index.drop(args.user_key)
+        GroupIndex(workspaces.base_dir).drop(args.user_key)  # the groups they set some in
     print(f"erased the workspace of {args.user_key}")
     return 0
 

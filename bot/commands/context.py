@@ -18,6 +18,7 @@ from bot.inbound import Inbound
 from bot.limits import UsageReport
 from bot.outbound import Reply
 from bot.reminders.desk import PersonReminders
+from bot.reminders.groupdesk import GroupReminders
 from memory.control.versions import HeldUpdate
 from memory.session import Session
 from memory.workspace import Workspace
@@ -105,6 +106,8 @@ class CommandContext:
     retry: Callable[[], Awaitable[Taken]] | None = None  # /retry: answer the last one again
     chat: ChatControl | None = None  # /group, /persona
     reminders: PersonReminders | None = None  # this person's reminders, set from this chat
+    # In a group: everyone's reminders there (/reminders group, for whom chat.may_manage).
+    group_reminders: GroupReminders | None = None
 
 
 # A handler answers with text, or with a Reply carrying files or buttons too. The privacy is

@@ -60,9 +60,10 @@ class Command:
     # Whether the command, with these arguments, works through the person's files whole (a
     # small budget of its own in [limits]: heavy_commands_per_hour).
     heavy: Callable[[str], bool] = lambda args: False
-    # In a group, the adapter asks the platform whether the sender administers the chat
-    # (Inbound.chat_admin): the command changes the chat's settings.
-    chat_admin: bool = False
+    # Whether, with these arguments, in a group, the adapter asks the platform whether the
+    # sender administers the chat (Inbound.chat_admin): the command changes the chat's
+    # settings, or reaches what others set there (/reminders group).
+    chat_admin: Callable[[str], bool] = lambda args: False
     # Its answer is part of the conversation (/retry's): the adapter sends its receipt.
     in_conversation: bool = False
 
@@ -149,6 +150,8 @@ COMMANDS: tuple[Command, ...] = (
         cmd_reminders,
         private=True,
         argument=Argument("action", "cancel N, or cancel all", required=False),
+        details="in a group, its admins: /reminders group (everyone's), /reminders group cancel N",
+        chat_admin=lambda args: _first(args) == "group",
     ),
     Command(
         "timezone",
@@ -170,14 +173,14 @@ COMMANDS: tuple[Command, ...] = (
         "How I talk in this chat: /persona <instructions>, /persona reset",
         cmd_persona,
         argument=Argument("instructions", "What I should be like here, or reset", required=False),
-        chat_admin=True,
+        chat_admin=lambda args: True,
     ),
     Command(
         "group",
         "When I speak in this group: /group trigger mention|always|keyword <words>",
         cmd_group,
         argument=Argument("setting", "trigger mention, always or keyword <words>", required=False),
-        chat_admin=True,
+        chat_admin=lambda args: True,
     ),
     Command("help", "What I can do", cmd_help),
     Command("status", "Model, context used, last consolidation", cmd_status),
@@ -230,8 +233,10 @@ def needs_chat_admin(text: str) -> bool:
     """Whether `text` is a command whose sender's standing in a group the adapter must ask
     the platform for (Command.chat_admin)."""
     parsed = parse_command(text)
-    command = _BY_NAME.get(parsed.name) if parsed is not None else None
-    return command is not None and command.chat_admin
+    if parsed is None:
+        return False
+    command = _BY_NAME.get(parsed.name)
+    return command is not None and command.chat_admin(parsed.args)
 
 
 async def run_command(

@@ -33,11 +33,36 @@ async def cmd_reminders(ctx: CommandContext, args: str) -> str:
     action, _, rest = args.strip().partition(" ")
     if not action:
         return desk.listing()
+    if action.lower() == "group":
+        return await _group(ctx, rest.strip())
     if action.lower() in ("cancel", "delete", "remove"):
         if not rest.strip():
             return "Which one? /reminders cancel N (N from /reminders), or /reminders cancel all."
         return await desk.cancel(rest)
     return "Try /reminders to list them, /reminders cancel N or /reminders cancel all."
+
+
+async def _group(ctx: CommandContext, args: str) -> str:
+    """/reminders group [cancel N|all]: everyone's reminders in this group, for its admins."""
+    group = ctx.group_reminders
+    if group is None:
+        return (
+            "Ask in the group: there /reminders group lists the reminders waiting in it, "
+            "whoever set them (for the group's admins). /reminders lists your own."
+        )
+    if ctx.chat is None or not ctx.chat.may_manage:
+        return (
+            "Only this group's admins (or the bot's) can see and cancel everyone's reminders "
+            "here. /reminders lists your own."
+        )
+    action, _, rest = args.partition(" ")
+    if not action:
+        return await group.listing()
+    if action.lower() in ("cancel", "delete", "remove"):
+        if not rest.strip():
+            return "Which one? /reminders group cancel N (N from /reminders group), or all."
+        return await group.cancel(rest)
+    return "Try /reminders group to list them, /reminders group cancel N or cancel all."
 
 
 async def cmd_timezone(ctx: CommandContext, args: str) -> str:

@@ -12,6 +12,7 @@ their file each time (memory/reminders/records.py): nothing of it is kept in RAM
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
+from bot.formatting import literal
 from bot.inbound import Inbound
+from bot.reminders.groups import GroupIndex
 from bot.reminders.index import DueIndex
 from bot.reminders.repeat import INTERVAL, Repeat
 from bot.reminders.when import WhenError, split, too_often
@@ -50,6 +53,7 @@ class Pending:
     session_key: str
     private: bool
     name: str | None
+    chat: str | None = None  # the group it was set in (bot.keys.chat_key); None: private
 
 
 def pending_of(stored: list[StoredReminder]) -> list[Pending]:
@@ -81,6 +85,7 @@ def pending_of(stored: list[StoredReminder]) -> list[Pending]:
                 session_key=str(record.get("session", "")),
                 private=bool(record.get("private", True)),
                 name=record.get("name") if isinstance(record.get("name"), str) else None,
+                chat=record.get("chat") if isinstance(record.get("chat"), str) else None,
             )
         )
     found.sort(key=lambda p: (p.due, p.id))
@@ -98,16 +103,45 @@ class ReminderBook:
         self.default_zone = config.agent.default_timezone
         self.per_person = config.limits.reminders_per_person
         self.shortest_repeat_s = config.limits.reminder_min_repeat_s
+        self.per_group = config.limits.reminders_per_group
         self.workspaces = workspaces
         self.index = DueIndex(workspaces.base_dir)
+        self.groups = GroupIndex(workspaces.base_dir)  # whose files hold a group's reminders
         self.is_admin = is_admin
         self._locks: dict[str, asyncio.Lock] = {}
+        self._group_locks: dict[str, asyncio.Lock] = {}
         # The scheduler's: told of a person's new earliest time (bot/reminders/scheduler.py).
         self.on_due: Callable[[str, datetime | None], None] = lambda user, due: None
         self.on_wiped: Callable[[str], None] = lambda user: None
 
     def lock(self, user_key: str) -> asyncio.Lock:
         return self._locks.setdefault(user_key, asyncio.Lock())
+
+    def group_lock(self, chat: str | None) -> contextlib.AbstractAsyncContextManager[object]:
+        """Held while a group's reminders are counted and one is set, or its admins cancel
+        some (taken before any person's lock): its cap is never passed by two at once."""
+        if chat is None:
+            return contextlib.nullcontext()
+        return self._group_locks.setdefault(chat, asyncio.Lock())
+
+    async def in_group(self, chat: str) -> list[tuple[str, Pending]]:
+        """The reminders waiting in a group, whoever set them: (their person, the reminder),
+        soonest first. Only the files of the people the group index names are read, in a
+        thread (they may be large)."""
+        people = [user for user in self.groups.members(chat) if self.workspaces.exists(user)]
+        files = [(user, self.file_of(user)) for user in people]
+
+        def read() -> list[tuple[str, Pending]]:
+            return [
+                (user, reminder)
+                for user, file in files
+                for reminder in pending_of(file.load())
+                if reminder.chat == chat
+            ]
+
+        found = await asyncio.to_thread(read) if files else []
+        found.sort(key=lambda item: (item[1].due, item[1].id))
+        return found
 
     def file_of(self, user_key: str) -> ReminderFile:
         """The person's reminders file, without loading (or creating) their workspace."""
@@ -133,6 +167,7 @@ class ReminderBook:
             del self._locks[user_key]
         if not self.workspaces.exists(user_key):
             self.index.drop(user_key)
+            self.groups.drop(user_key)
             self.on_wiped(user_key)
 
     def settle(self, user_key: str, pending: list[Pending]) -> None:
@@ -152,7 +187,10 @@ class ReminderBook:
         """After their files moved (/link, /unlink): the index and the scheduler read the
         person's next time from their file again (none: the key holds no workspace now)."""
         if self.workspaces.exists(user_key):
-            self.settle(user_key, pending_of(self.file_of(user_key).load()))
+            pending = pending_of(self.file_of(user_key).load())
+            for chat in {reminder.chat for reminder in pending if reminder.chat is not None}:
+                self.groups.add(chat, user_key)  # joined: their group reminders came along
+            self.settle(user_key, pending)
         else:
             self.index.drop(user_key)
             self.on_wiped(user_key)
@@ -249,6 +287,46 @@ class PersonReminders:
         }
         if inbound.message_id is not None:
             record["message"] = inbound.message_id
+        chat = None if inbound.is_private else inbound.chat_key
+        if chat is not None:
+            record["chat"] = chat
+        async with self._book.group_lock(chat):
+            if chat is not None:
+                refused = await self._group_full(chat, message_id=inbound.message_id, what=what)
+                if refused:
+                    return refused
+                self._book.groups.add(chat, self.user_key)  # before the reminder is written
+            return await self._append_set(
+                record, first, repeat, what, default_time, now, zone, shortened
+            )
+
+    async def _group_full(self, chat: str, *, message_id: str | None, what: str) -> str | None:
+        """Why the group takes no more reminders ([limits] reminders_per_group), else None."""
+        limit = self._book.per_group
+        if not limit or self._admin():
+            return None
+        waiting = await self._book.in_group(chat)
+        if len(waiting) < limit:
+            return None
+        if _set_by(self._workspace.reminders.load(), message_id, what) is not None:
+            return None  # this very message, delivered again: answered as before
+        return (
+            f"This group has {len(waiting)} reminders waiting, the most I keep for one group. "
+            "Its admins can list and cancel them with /reminders group. Nothing was set."
+        )
+
+    async def _append_set(
+        self,
+        record: dict[str, Any],
+        first: datetime,
+        repeat: Repeat | None,
+        what: str,
+        default_time: bool,
+        now: datetime,
+        zone: ZoneInfo,
+        shortened: bool,
+    ) -> str:
+        inbound = self._inbound
         async with self._book.lock(self.user_key):
             stored = self._workspace.reminders.load()
             again = _set_by(stored, inbound.message_id, what)
@@ -283,7 +361,8 @@ class PersonReminders:
         where = "" if self._inbound.is_private else " here in this chat"
         guessed = " (no time given, so at 9:00)" if default_time else ""
         cut = f" (shortened to its first {LONGEST_WHAT:,} characters)" if shortened else ""
-        return f"OK, I'll remind you{where} {when}{guessed}{how} ({label(zone)}){cut}: {what}"
+        shown = literal(what)  # never markup, in a group above all (bot.formatting)
+        return f"OK, I'll remind you{where} {when}{guessed}{how} ({label(zone)}){cut}: {shown}"
 
     async def cancel(self, which: str, *, once: bool = True) -> str:
         """`which`: a number of the list (/reminders), or "all". `once`: a message delivered
@@ -346,7 +425,8 @@ class PersonReminders:
                 other = rule.kind != INTERVAL and rule.zone != zone.key
                 how = f" ({rule.describe()}{f' {rule.zone}' if other else ''})"
             where = "" if reminder.private else " [in a group]"
-            lines.append(f"{number}. {show(reminder.due, zone, now)}{how}{where}: {reminder.what}")
+            shown = literal(reminder.what)
+            lines.append(f"{number}. {show(reminder.due, zone, now)}{how}{where}: {shown}")
         lines.append("/reminders cancel N removes one; /reminders cancel all removes them all.")
         if not chosen:
             lines.append("Set your time zone with /timezone, e.g. /timezone Europe/Lisbon.")

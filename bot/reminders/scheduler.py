@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
+from bot.formatting import literal
 from bot.outbound import Reply
 from bot.reminders.desk import Pending, ReminderBook, earliest, pending_of
 from bot.reminders.zones import label, show
@@ -56,10 +57,11 @@ def reminder_text(
     reminder: Pending, due: datetime, late: bool, zone: ZoneInfo, now: datetime
 ) -> str:
     """ "⏰ Reminder: call the dentist"; in a group "⏰ Reminder for Ana: …"; a late one says
-    when it was due, a repeating one how it repeats."""
+    when it was due, a repeating one how it repeats. The person's words (and name) are shown
+    as they are, never as markup (bot.formatting.literal): no disguised link in a group."""
     head = "⏰ Reminder"
     if not reminder.private and reminder.name:
-        head += f" for {reminder.name}"
+        head += f" for {literal(reminder.name)}"
     notes = []
     if reminder.repeat is not None:
         notes.append(reminder.repeat.describe())
@@ -67,7 +69,7 @@ def reminder_text(
         notes.append(f"late: it was due {show(due, zone, now)}, {label(zone)}")
     if notes:
         head += f" ({'; '.join(notes)})"
-    return f"{head}: {reminder.what}"
+    return f"{head}: {literal(reminder.what)}"
 
 
 class Scheduler:
@@ -202,6 +204,9 @@ class Scheduler:
             self._schedule(user_key, clock.now() + timedelta(seconds=RETRY_FIRST_S))
         finally:
             self._firing.pop(user_key, None)
+            due = self._due.get(user_key)
+            if due is not None and due <= clock.now():  # more due: next turn (_send_due)
+                self._schedule(user_key, due)
         for reminder, text in sent:
             try:
                 await self._note_in_session(user_key, reminder.session_key, text)
@@ -241,6 +246,11 @@ class Scheduler:
             )  # fmt: skip
             self.sent += 1
             sent.append((reminder, text))
+            if not reminder.private:
+                # One at a time into a group, which the platform paces (its sender waits
+                # for the group's rate): the person's lock is let go between them, so an
+                # admin's cancel or their own command is not held up by a flood of them.
+                break
         pending = pending_of(reminders.load())
         book.index.set(user_key, earliest(pending))
         self._reschedule(user_key, pending)
