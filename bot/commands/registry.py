@@ -149,7 +149,11 @@ COMMANDS: tuple[Command, ...] = (
         "Your reminders; /reminders cancel N (or all)",
         cmd_reminders,
         private=True,
-        argument=Argument("action", "cancel N, or cancel all", required=False),
+        argument=Argument(
+            "action",
+            "cancel N, or cancel all; a group's admins: group, group cancel N",
+            required=False,
+        ),
         details="in a group, its admins: /reminders group (everyone's), /reminders group cancel N",
         chat_admin=lambda args: _first(args) == "group",
     ),
