@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from adapters.discord import DiscordConfig
 from adapters.discord import create as create_discord
@@ -20,8 +21,8 @@ from adapters.telegram import TelegramConfig
 from adapters.telegram import create as create_telegram
 from bot.agent.agent import Agent
 from bot.config import Config, LimitsConfig, LLMConfig, MemoryConfig
-from tests.rigs.discord import ALICE, CHANNEL, GUILD
-from tests.rigs.fakes.discord_server import FakeDiscord
+from tests.rigs.discord import ALICE, CHANNEL, EPHEMERAL, GUILD, callbacks
+from tests.rigs.fakes.discord_server import FakeDiscord, user_payload
 from tests.rigs.fakes.openai_server import FakeOpenAI
 from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.rigs.reminders import records
@@ -57,8 +58,8 @@ async def serving(config: Config, platform: str) -> AsyncIterator[None]:
     agent = Agent(config)
     adapter = (create_telegram if platform == "telegram" else create_discord)(config, agent)
     if platform == "discord":
-        adapter.guild_ready_timeout = 0.2  # type: ignore[attr-defined]
-    agent.send_with(platform, adapter)  # type: ignore[arg-type]
+        adapter.guild_ready_timeout = 0.2
+    agent.send_with(platform, adapter)
     stop = asyncio.Event()
     task = asyncio.create_task(adapter.run(stop))
     reminders = asyncio.create_task(agent.reminders.run(stop))
@@ -132,6 +133,36 @@ async def test_the_groups_admin_lists_and_cancels_a_members_reminders_a_member_c
         assert "no reminders waiting" in await reply_to(tg, ANA, "reminders")
     cancelled = [r for r in records(workspaces_dir, "telegram-42") if r["type"] == "cancelled"]
     assert len(cancelled) == 1
+
+
+async def test_on_discord_a_servers_manager_lists_and_cancels_a_members_reminders(
+    discord_fake: FakeDiscord, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """The same on Discord, by slash commands: Manage Server (as Discord says) is the admin."""
+    fake = discord_fake
+    manager = user_payload(43, "mod")
+    fake.add_guild(GUILD, CHANNEL, managers={43})
+    config = discord_config(fake, fake_llm, workspaces_dir)
+
+    async def ask(user: dict[str, Any], name: str, option: dict[str, str]) -> str:
+        before = len(callbacks(fake))
+        slash = fake.slash(user, name, option, channel_id=CHANNEL, guild_id=GUILD)
+        await fake.dispatch("INTERACTION_CREATE", slash)
+        await fake.wait_until(lambda: len(callbacks(fake)) > before, within=15)
+        answer = callbacks(fake)[before]
+        assert answer["data"].get("flags", 0) & EPHEMERAL or name == "remind"
+        return str(answer["data"]["content"])
+
+    async with serving(config, "discord"):
+        assert (await ask(ALICE, "remind", {"what": "in 1 hour flood"})).startswith("OK")
+        refused = await ask(ALICE, "reminders", {"action": "group"})
+        assert refused.startswith("Only this group's admins")
+        listing = await ask(manager, "reminders", {"action": "group"})
+        assert listing.splitlines()[1].endswith(": flood") and "set by" in listing
+        done = await ask(manager, "reminders", {"action": "group cancel 1"})
+        assert done.startswith("Cancelled the reminder set by") and done.endswith(": flood")
+    kinds = [r["type"] for r in records(workspaces_dir, "discord-42")]
+    assert kinds == ["set", "cancelled"]
 
 
 async def test_a_wiped_member_leaves_the_groups_index(
@@ -214,23 +245,25 @@ async def test_a_disguised_link_in_a_reminder_arrives_as_its_characters_on_teleg
         assert "<a" not in message.raw and "text_link" not in str(message.params)
 
 
+def discord_config(fake: FakeDiscord, llm: FakeOpenAI, workspaces: Path) -> Config:
+    settings = DiscordConfig(
+        enabled=True,
+        token=fake.token,
+        allow_from=["*"],
+        api_base=fake.api_base,
+        gateway_url=fake.gateway_url,
+    )
+    return Config(
+        llm=LLMConfig(base_url=llm.base_url, api_key="sk-test", model="fake-model", max_retries=0),
+        memory=MemoryConfig(workspaces_dir=workspaces),
+        platforms={"discord": settings},
+    )
+
+
 async def test_a_disguised_link_in_a_reminder_is_escaped_on_discord(
     discord_fake: FakeDiscord, fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
-    settings = DiscordConfig(
-        enabled=True,
-        token=discord_fake.token,
-        allow_from=["42"],
-        api_base=discord_fake.api_base,
-        gateway_url=discord_fake.gateway_url,
-    )
-    config = Config(
-        llm=LLMConfig(
-            base_url=fake_llm.base_url, api_key="sk-test", model="fake-model", max_retries=0
-        ),
-        memory=MemoryConfig(workspaces_dir=workspaces_dir),
-        platforms={"discord": settings},
-    )
+    config = discord_config(discord_fake, fake_llm, workspaces_dir)
     bot = discord_fake.bot
     async with serving(config, "discord"):
         mention = discord_fake.message(
