@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
@@ -110,6 +112,8 @@ class ReminderBook:
         self.is_admin = is_admin
         self._locks: dict[str, asyncio.Lock] = {}
         self._group_locks: dict[str, asyncio.Lock] = {}
+        # Each person's reminders waiting in groups, as last read, by their file's mark.
+        self._group_reminders: dict[str, tuple[tuple[int, int, int] | None, list[Pending]]] = {}
         # The scheduler's: told of a person's new earliest time (bot/reminders/scheduler.py).
         self.on_due: Callable[[str, datetime | None], None] = lambda user, due: None
         self.on_wiped: Callable[[str], None] = lambda user: None
@@ -127,17 +131,22 @@ class ReminderBook:
     async def in_group(self, chat: str) -> list[tuple[str, Pending]]:
         """The reminders waiting in a group, whoever set them: (their person, the reminder),
         soonest first. Only the files of the people the group index names are read, in a
-        thread (they may be large)."""
+        thread (they may be large), and only those changed since they were last read here (a
+        flood of /remind in a group rereads the setter's file, not every member's)."""
         people = [user for user in self.groups.members(chat) if self.workspaces.exists(user)]
         files = [(user, self.file_of(user)) for user in people]
+        seen = self._group_reminders
 
         def read() -> list[tuple[str, Pending]]:
-            return [
-                (user, reminder)
-                for user, file in files
-                for reminder in pending_of(file.load())
-                if reminder.chat == chat
-            ]
+            found = []
+            for user, file in files:
+                mark = _mark(file.path)
+                known = seen.get(user)
+                if known is None or known[0] != mark or mark is None:
+                    known = (mark, [r for r in pending_of(file.load()) if r.chat is not None])
+                    seen[user] = known
+                found += [(user, reminder) for reminder in known[1] if reminder.chat == chat]
+            return found
 
         found = await asyncio.to_thread(read) if files else []
         found.sort(key=lambda item: (item[1].due, item[1].id))
@@ -165,6 +174,7 @@ class ReminderBook:
         lock = self._locks.get(user_key)
         if lock is not None and not lock.locked():
             del self._locks[user_key]
+        self._group_reminders.pop(user_key, None)
         if not self.workspaces.exists(user_key):
             self.index.drop(user_key)
             self.groups.drop(user_key)
@@ -434,6 +444,15 @@ class PersonReminders:
 
     def _admin(self) -> bool:
         return self._book.is_admin(self.user_key)
+
+
+def _mark(path: Path) -> tuple[int, int, int] | None:
+    """What changes whenever the file does: an append its size, an atomic rewrite its inode."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 def _set_by(
