@@ -259,15 +259,21 @@ class ClusterConfig(Section):
     # Without credentials (and a signing key), and with a NATS that lets anyone in, ingresses
     # and workers refuse to start unless this says nothing but the cluster can reach NATS.
     private_network: bool = False
-    # The key every ingress and worker signs and checks each message with (bot/cluster/signing.py).
-    signing_key: str | None = setting(
-        None,
+    # The key every ingress and worker signs and checks each message with (bot/cluster/signing.py),
+    # or a list of keys while one replaces another: the first signs, every one is accepted.
+    signing_key: list[str] = setting(
+        default_factory=list,
         secret=True,
+        single=True,
         rule=Rule(
-            "at least 32 characters (e.g. the output of `openssl rand -hex 32`)",
-            lambda v: len(v) >= 32,
+            "at least 32 characters (e.g. the output of `openssl rand -hex 32`), or a list of "
+            "such keys",
+            lambda v: all(len(k) >= 32 for k in v),
         ),
     )
+    # A signed message is refused when NATS stored it more than this long after it was signed
+    # (a replay), or this long before (a clock that is off); seen ids are kept twice this long.
+    max_message_age_s: float = setting(60.0, rule=Rule("at least 1 second", lambda v: v >= 1))
     # One way to authenticate (bot/cluster/connection.py says which NATS refused): a token, a
     # user and password, an nkey seed file, or a .creds file (a user JWT and its seed).
     token: str | None = setting(None, secret=True, env="NATS_TOKEN")
@@ -562,6 +568,8 @@ class _Loader:
     def _set(self, section: str, key: str, value: Any) -> None:
         if isinstance(value, str) and self.spec(section, key).secret:
             value = value.strip() or None  # a pasted token often ends in a newline
+        elif isinstance(value, list) and self.spec(section, key).secret:
+            value = [v.strip() for v in value if v.strip()]
         setattr(self.sections[section], key, value)
 
     def _from_toml(self, section: str, key: str, value: Any, kind: Any, optional: bool) -> Any:
@@ -581,6 +589,8 @@ class _Loader:
                 self.fail(section, key, bad)
             return float(value)
         if kind is list:
+            if isinstance(value, str) and self.spec(section, key).single:
+                value = [value]
             # Numeric ids are common in allow lists: accept them as their text.
             if not isinstance(value, list) or not all(
                 isinstance(v, str | int) and not isinstance(v, bool) for v in value

@@ -43,6 +43,7 @@ class KeySpec:
     env: str | None = None
     required: bool = False
     hint: str = ""
+    single: bool = False  # a list key that may also be given as one string (a list of one)
 
 
 def setting(
@@ -55,14 +56,16 @@ def setting(
     env: str | None = None,
     required: bool = False,
     hint: str = "",
+    single: bool = False,
 ) -> Any:
     """A dataclass field carrying its KeySpec.
 
     `env` is a vendor variable (e.g. OPENAI_API_KEY) used only when the file leaves the key unset;
     `required` keys must be set (lists: non-empty) when the section is enabled, and `hint` ends
-    that error message with how to fix it.
+    that error message with how to fix it. `single`: a list key that also takes one string
+    (`signing_key = "…"` as well as a list of keys).
     """
-    spec = KeySpec(rule, url, secret, env, required, hint)
+    spec = KeySpec(rule, url, secret, env, required, hint, single)
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata={"spec": spec})
     return dataclasses.field(default=default, metadata={"spec": spec})
@@ -88,12 +91,14 @@ class Section:
         return shown
 
     def secrets(self) -> list[str]:
-        """The values of the secret keys that are set, for the log redactor."""
-        return [
-            value
-            for f in fields(self)
-            if key_spec(f).secret and isinstance(value := getattr(self, f.name), str) and value
-        ]
+        """The values of the secret keys that are set (each of a list), for the log redactor."""
+        found: list[str] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if key_spec(f).secret:
+                values = value if isinstance(value, list) else [value]
+                found += [v for v in values if isinstance(v, str) and v]
+        return found
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.redacted().items())

@@ -142,11 +142,11 @@ class Adopter:
                 except (nats.errors.TimeoutError, TimeoutError):
                     return
                 for msg in msgs:
-                    refused = self._signer.refusal("answer", msg.subject, msg.headers, msg.data)
+                    refused = self._signer.refusal("answer", msg)
                     if refused is not None:
-                        log.warning("ingress: dropping an answer for %s, %s: not from a worker "
-                                    "of this cluster", other, refused)  # fmt: skip
-                        drop(msg, "unauthenticated")
+                        log.warning("ingress: dropping an answer for %s: %s", other,
+                                    refused.detail)  # fmt: skip
+                        drop(msg, refused.reason)
                         continue
                     key = (msg.headers or {}).get(wire.KEY, "")
                     try:

@@ -285,7 +285,9 @@ async def ensure_streams(js: JetStreamContext, names: Names, settings: ClusterCo
         retention=RetentionPolicy.WORK_QUEUE,
         storage=StorageType.FILE,
         num_replicas=settings.replicas,
-        duplicate_window=DUPLICATE_WINDOW_S,
+        # A copy of a signed message published again is refused by its age after
+        # 2 × max_message_age_s at most (signing.py); until then, JetStream drops it here.
+        duplicate_window=max(DUPLICATE_WINDOW_S, 2 * settings.max_message_age_s),
     )
     streams = [
         StreamConfig(name=names.in_stream, subjects=[f"{names.prefix}.in.*"], **common),

@@ -49,7 +49,7 @@ from bot.cluster.people import SharedPeople
 from bot.cluster.publish import Publisher
 from bot.cluster.push import deliver_pushed
 from bot.cluster.resend import Resending, ack_soon, drop, pull_forever
-from bot.cluster.signing import Signer, digest
+from bot.cluster.signing import digest, signer_of
 from bot.config import ClusterConfig
 from bot.inbound import Inbound
 from bot.observe.metrics import CLUSTER_REDELIVERED, count_cluster, count_rejected, watch_cluster
@@ -87,7 +87,7 @@ class BrokerCore:
     ) -> None:
         self._settings = settings
         self._names = Names(settings.subject_prefix)
-        self._signer = Signer(settings.signing_key, required=not settings.private_network)
+        self._signer = signer_of(settings)
         self.ingress_id = ingress_id or new_ingress_id()
         self._reply_subject = self._names.out_subject(self.ingress_id)
         self._answers: dict[str, Assembly] = {}
@@ -128,8 +128,10 @@ class BrokerCore:
         self._client = client
         js = self._js = client.jetstream()
         await ensure_streams(js, self._names, self._settings)
-        self._publisher = Publisher(js, "a user's message", "message")
-        self._receipts = Publisher(js, "where an answer was sent", "receipt")
+        self._publisher = Publisher(js, "a user's message", "message", self._signer, "message")
+        self._receipts = Publisher(
+            js, "where an answer was sent", "receipt", self._signer, "message"
+        )
         self._bodies = await bodies(js, self._names, self._settings)
         await self.people.start(js, self._names, self._settings)
         if self._chats is not None:
@@ -223,7 +225,6 @@ class BrokerCore:
         headers = {wire.MSG_ID: msg_id, wire.REPLY: self._reply_subject, wire.KEY: key}
         if len(body) > self._limit:
             body = await self._put_body(key, body, headers, inbound.session_key)
-        self._signer.sign("message", subject, headers, body)
         publisher = self._receipts if receipt else self._publisher
         ack, retried = await publisher.publish(subject, body, headers)
         if ack.duplicate and not retried and not receipt:
@@ -231,7 +232,6 @@ class BrokerCore:
             # restart): that run was to get the answer. Ask again under a new id.
             log.info("message %s was published before; asking for its answer again", msg_id)
             headers[wire.MSG_ID] = f"{msg_id}#{key}"  # a large body: the one stored above
-            self._signer.sign("message", subject, headers, body)
             await self._publisher.publish(subject, body, headers)
 
     async def _put_body(
@@ -260,13 +260,10 @@ class BrokerCore:
         await pull_forever(sub, lambda: self._subscribe(js), self._take, "answer")
 
     def _take(self, msg: Msg) -> None:
-        refused = self._signer.refusal("answer", msg.subject, msg.headers, msg.data)
+        refused = self._signer.refusal("answer", msg)
         if refused is not None:
-            log.warning(
-                "ingress: dropping an answer on %s, %s: not from a worker of this cluster (or "
-                "its [cluster] signing_key differs)", msg.subject, refused,
-            )  # fmt: skip
-            drop(msg, "unauthenticated")
+            log.warning("ingress: dropping an answer on %s: %s", msg.subject, refused.detail)
+            drop(msg, refused.reason)
             return
         key = (msg.headers or {}).get(wire.KEY, "")
         if msg.metadata.num_delivered > 1:

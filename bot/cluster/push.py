@@ -66,11 +66,12 @@ class PushSender:
             # for a duplicate of the last one (a retry of this very publish may be, and is).
             wire.MSG_ID: f"reminder:{key}",
         }
-        # Signed as an answer to its own subject: an ingress sends it only if a worker of this
-        # cluster wrote it (signing.py), and no answer can be passed off as one.
-        self._signer.sign("answer", self._subject, headers, body)
         error: Exception | None = None
         for attempt in range(PUBLISH_TRIES):
+            # Signed as an answer to its own subject, at each try (signing.py): an ingress
+            # sends it only if a worker of this cluster wrote it, and no answer can be passed
+            # off as one.
+            self._signer.sign("answer", self._subject, headers, body)
             try:
                 await self._js.publish(
                     self._subject, body, timeout=PUBLISH_TIMEOUT_S, headers=headers
@@ -103,13 +104,10 @@ async def deliver_pushed(
             await asyncio.sleep(PULL_WAIT_S)
 
     def take(msg: Msg) -> None:
-        refused = signer.refusal("answer", msg.subject, msg.headers, msg.data)
+        refused = signer.refusal("answer", msg)
         if refused is not None:
-            log.warning(
-                "ingress: dropping a reminder on %s, %s: not from a worker of this cluster "
-                "(or its [cluster] signing_key differs)", msg.subject, refused,
-            )  # fmt: skip
-            drop(msg, "unauthenticated")
+            log.warning("ingress: dropping a reminder on %s: %s", msg.subject, refused.detail)
+            drop(msg, refused.reason)
             return
         resending.take((msg.headers or {}).get(wire.KEY, ""), msg)
 

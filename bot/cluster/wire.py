@@ -42,6 +42,8 @@ SESSION = "Lg-Session"  # inbound with BODY: its session key
 DESTINATION = "Lg-Destination"  # answer: where it goes if the ingress that asked is gone
 DIGEST = "Lg-Digest"  # inbound with BODY: the SHA-256 of the stored body
 MAC = "Lg-Mac"  # both ways: the HMAC of what the message says (signing.py)
+TIME = "Lg-Time"  # both ways: when it was signed, ms since 1970 (signing.py: replays)
+NONCE = "Lg-Nonce"  # both ways: a random id of its own (signing.py: replays)
 HEADROOM = 8192  # bytes of a message kept for its headers: bodies are at most max_payload − this
 
 Op = Literal["begin", "add_text", "attach_file", "offer", "notice", "finish", "error"]

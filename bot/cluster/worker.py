@@ -37,7 +37,7 @@ from bot.cluster.lease import Holder, Leases
 from bot.cluster.partition import describe_ranges, partition_of, serves
 from bot.cluster.publish import Publisher
 from bot.cluster.push import PushSender
-from bot.cluster.signing import Signer, digest
+from bot.cluster.signing import digest, signer_of
 from bot.config import ClusterConfig
 from bot.inbound import Inbound
 from bot.observe.metrics import (
@@ -75,11 +75,8 @@ class PublishingOutbound:
     of a second travels as one message, a long one as about two a second. `seq` numbers the
     messages of one attempt."""
 
-    def __init__(
-        self, publisher: Publisher, subject: str, key: str, part_limit: int, signer: Signer
-    ) -> None:
+    def __init__(self, publisher: Publisher, subject: str, key: str, part_limit: int) -> None:
         self._publisher = publisher
-        self._signer = signer
         self._subject = subject
         self._key = key
         self._attempt = uuid.uuid4().hex  # this run of this delivery
@@ -147,7 +144,6 @@ class PublishingOutbound:
                     headers[wire.DESTINATION] = self.destination
                 if len(parts) > 1:
                     headers[wire.PART] = f"{index}/{len(parts)}"
-                self._signer.sign("answer", self._subject, headers, part)
                 await self._publisher.publish(self._subject, part, headers)
             self._seq += 1
 
@@ -174,7 +170,7 @@ class Worker:
         self._chats = chats  # the chats' settings (the agent's book)
         self._settings = settings
         self._names = Names(settings.subject_prefix)
-        self._signer = Signer(settings.signing_key, required=not settings.private_network)
+        self._signer = signer_of(settings)
         self._partitions = partitions
         self._owns = serves(partitions, settings.partitions)
         self._me = me
@@ -240,8 +236,10 @@ class Worker:
         self, client: Client, js: JetStreamContext, leases: Leases, stop: asyncio.Event
     ) -> None:
         self._js = js
-        self._forwarder = Publisher(js, "a message of another worker's person", "message")
-        publisher = Publisher(js, "an answer", "answer")
+        self._forwarder = Publisher(
+            js, "a message of another worker's person", "message", self._signer, "message"
+        )
+        publisher = Publisher(js, "an answer", "answer", self._signer, "answer")
         self._stores = await bodies(js, self._names, self._settings)
         limit = max(1024, client.max_payload - wire.HEADROOM)
         subs = {p: await self._subscribe(js, p) for p in self._partitions}
@@ -340,13 +338,10 @@ class Worker:
         if seq in self._in_flight:
             return  # delivered again while still running here (the ack wait passed)
         headers = msg.headers or {}
-        refused = self._signer.refusal("message", msg.subject, headers, msg.data)
+        refused = self._signer.refusal("message", msg)
         if refused is not None:  # its reply subject is not to be trusted either: no answer
-            log.warning(
-                "worker: dropping message %s on %s, %s: not from an ingress of this cluster "
-                "(or its [cluster] signing_key differs)", seq, msg.subject, refused,
-            )  # fmt: skip
-            self._spawn(self._drop(msg, "unauthenticated"))
+            log.warning("worker: dropping message %s on %s: %s", seq, msg.subject, refused.detail)
+            self._spawn(self._drop(msg, refused.reason))
             return
         stored = headers.get(wire.BODY)
         out: PublishingOutbound | None = None  # the sender's answer, once we know where
@@ -354,7 +349,7 @@ class Worker:
             reply, key = headers[wire.REPLY], headers[wire.KEY]
             if not reply.startswith(self._names.out_subject("")) or "*" in reply or ">" in reply:
                 raise wire.WireError(f"answers go to {self._names.out_subject('<ingress>')}")
-            out = PublishingOutbound(publisher, reply, key, limit, self._signer)
+            out = PublishingOutbound(publisher, reply, key, limit)
             if delivered > self._settings.max_deliveries:
                 log.error(
                     "worker: dropping message %s, delivered %d times ([cluster] max_deliveries)",
@@ -454,7 +449,6 @@ class Worker:
         subject = self._names.in_subject(partition_of(person, self._settings.partitions))
         headers = {k: v for k, v in (msg.headers or {}).items() if k != wire.MAC}
         headers[wire.MSG_ID] = f"{headers.get(wire.MSG_ID, '')}>{self._names.in_stream}:{seq}"
-        self._signer.sign("message", subject, headers, msg.data)
         await self._forwarder.publish(subject, msg.data, headers)
         log.info("worker: message %s is of %s's partition now; forwarded", seq, person)
         return True

@@ -109,8 +109,8 @@ CLUSTER_REJECTED = Counter(
     "lightgrep_cluster_rejected",
     "Messages dropped (terminated in JetStream) instead of handled, by kind and reason: "
     "malformed (cannot be decoded), unauthenticated (not signed with [cluster] signing_key), "
-    "too_many_deliveries (delivered more than [cluster] max_deliveries times), failed (our "
-    "own code raised on it).",
+    "replayed (a signed message published again, or too old), too_many_deliveries "
+    "(delivered more than [cluster] max_deliveries times), failed (our own code raised on it).",
     ["kind", "reason"],
     registry=REGISTRY,
 )

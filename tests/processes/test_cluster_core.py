@@ -275,14 +275,26 @@ def test_cluster_settings_from_the_file_and_the_environment(tmp_path: Path) -> N
     signed = load_config(
         path, {"LIGHTGREP_CLUSTER_SIGNING_KEY": key, "LIGHTGREP_CLUSTER_PRIVATE_NETWORK": "true"}
     ).cluster
-    assert signed.signing_key == key and signed.private_network
+    assert signed.signing_key == [key] and signed.private_network  # one key: a list of one
     assert key not in repr(signed) and logsafe.mask(f"key {key}") == "key ***"
+    # While keys are replaced: a list, the first signs (signing.py), every one hidden in logs.
+    old = "the-old-signing-key-from-the-file-0123456"
+    path.write_text(f'[cluster]\nsigning_key = ["{key}", "{old}"]\nmax_message_age_s = 30\n')
+    rotating = load_config(path, {}).cluster
+    assert rotating.signing_key == [key, old] and rotating.max_message_age_s == 30.0
+    assert logsafe.mask(f"{key} {old}") == "*** ***"
+    path.write_text(f'[cluster]\nsigning_key = "{old}"\n')
+    assert load_config(path, {}).cluster.signing_key == [old]
+    both = load_config(path, {"LIGHTGREP_CLUSTER_SIGNING_KEY": f"{key},{old}"}).cluster
+    assert both.signing_key == [key, old]
     for bad, said in [
         ('nats_url = ["nats://me:pw@a:4222"]', "without credentials in them"),
         ('nats_url = ["http://a:4222"]', "nats://"),
         ('subject_prefix = "a.b"', "one NATS subject token"),
         ("partitions = 0", "from 1 to 1024"),
         ('signing_key = "too-short"', "at least 32 characters"),
+        (f'signing_key = ["{key}", "too-short"]', "or a list of such keys"),
+        ("max_message_age_s = 0.5", "at least 1 second"),
         ("max_deliveries = 0", "a positive integer"),
     ]:
         path.write_text(f"[cluster]\n{bad}\n")
