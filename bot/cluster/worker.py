@@ -5,7 +5,10 @@ after every Outbound call of its answer has been published to the answer stream 
 has acknowledged it, so a worker killed mid-turn leaves the message to be delivered again; the
 core recognises a message it has already persisted by its id (persisted once, answered with
 what is on file, or answered now). A running turn tells JetStream it is still at work
-(`in_progress`) every third of the ack wait, so a long turn is not delivered twice.
+(`in_progress`) every third of the ack wait, so a long turn is not delivered twice. A loop held
+past the ack wait (a loaded machine) still lets JetStream deliver a message again: while it
+runs, the copy is ignored; one that arrives as it ends (the ack crossed it) is acknowledged,
+not run again (`_done`, the last DONE_REMEMBERED stream sequences finished here).
 
 Different sessions' messages run at once; one session's run in the order of the partition. At
 start the consumers are made afresh: a consumer remembers what it delivered to the previous run
@@ -20,6 +23,7 @@ import contextlib
 import functools
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 256  # messages of all partitions fetched and not yet acknowledged
+DONE_REMEMBERED = 10_000  # stream sequences finished here: a late redelivery is not run again
 FETCH_BATCH = 64
 FETCH_WAIT_S = 1.0
 FAILED = "the worker's core raised"
@@ -175,6 +180,7 @@ class Worker:
         self._owns = serves(partitions, settings.partitions)
         self._me = me
         self._in_flight: set[int] = set()  # stream sequences fetched, not yet acknowledged
+        self._done: OrderedDict[int, None] = OrderedDict()  # finished, the last DONE_REMEMBERED
         self._room = asyncio.Event()
         self._chains: dict[str, asyncio.Task[None]] = {}  # session key → its last message
         self._tasks: set[asyncio.Task[None]] = set()
@@ -337,6 +343,9 @@ class Worker:
             count_cluster(CLUSTER_REDELIVERED, "message")
         if seq in self._in_flight:
             return  # delivered again while still running here (the ack wait passed)
+        if seq in self._done:  # delivered again as it finished (the ack crossed it): done
+            self._spawn(self._ack_again(msg))
+            return
         headers = msg.headers or {}
         refused = self._signer.refusal("message", msg)
         if refused is not None:  # its reply subject is not to be trusted either: no answer
@@ -433,7 +442,15 @@ class Worker:
         finally:
             keepalive.cancel()
             self._in_flight.discard(seq)
+            self._done[seq] = None
+            if len(self._done) > DONE_REMEMBERED:
+                self._done.popitem(last=False)
             self._room.set()
+
+    @staticmethod
+    async def _ack_again(msg: Msg) -> None:
+        with contextlib.suppress(Exception):  # not taken: delivered again, skipped again
+            await msg.ack()
 
     async def _forwarded(self, msg: Msg, seq: int, inbound: Inbound) -> bool:
         """A message whose sender's person is another partition's (the ingress chose before a

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -88,6 +90,32 @@ class Watched(BufferedOutbound):
         await super().add_text(text)
         self.pieces.append(text)
         self.first.set()
+
+
+async def test_a_message_delivered_again_as_its_turn_ends_is_not_run_again(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """On a loaded machine the event loop can be held past the ack wait (`ack_wait_s = 2`
+    here): JetStream delivers the messages again, and a copy can arrive just as its turn ends,
+    after the worker stopped counting it as running. It is acknowledged, not run again: run
+    again, a message without a platform id was kept twice, in 9 of the 12 sessions of
+    test_an_answer_comes_back_as_the_agent_gave_it in a clean clone at load 7-9. Here 12 turns
+    each hold the loop 0.3 s, as a core four times slower than alone would."""
+    runs: Counter[str] = Counter()
+
+    async def held(inbound: Inbound, port: Outbound) -> None:
+        runs[inbound.text] += 1
+        time.sleep(0.3)  # noqa: ASYNC251 - the point: the loop held, as under load
+        await port.begin()
+        await port.add_text(f"echo {inbound.text}")
+        await port.finish()
+
+    cluster = settings(nats_server)
+    async with serving(Scripted(held), cluster, tmp_path / "w"), ingress(cluster) as core:
+        replies = await asyncio.gather(*(ask(core, dm(str(u), f"hi {u}")) for u in range(12)))
+        await asyncio.sleep(2 * cluster.ack_wait_s)  # what was delivered again has come
+    assert [out.reply.text for out in replies] == [f"echo hi {u}" for u in range(12)]
+    assert runs == Counter({f"hi {u}": 1 for u in range(12)})
 
 
 async def test_a_streamed_answer_shows_at_the_ingress_while_it_is_written(
