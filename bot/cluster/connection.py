@@ -194,6 +194,10 @@ async def connect(
         reconnect_time_wait=1,
         max_reconnect_attempts=-1,  # forever, the first connection too: outages are waited out
         allow_reconnect=True,
+        # Nothing is held in the client while NATS is away: a publish then fails at once and
+        # its caller tries again once connected, signed afresh (signing.py). A held one would
+        # reach NATS as old as the outage is long, and be refused as a replay.
+        pending_size=0,
         error_cb=error,
         disconnected_cb=disconnected,
         reconnected_cb=_on_reconnected,

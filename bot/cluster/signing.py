@@ -18,8 +18,9 @@ So the MAC also covers `Lg-Time`, when it was signed, and `Lg-Nonce`, a random i
   refused, and one stored that long before (a clock off by more). The time compared is the one
   JetStream stamped when it stored the message, not the time it is read: a message waiting
   in the stream while no worker runs is not too old, and a redelivery keeps its stamp, while a
-  copy published again gets a new one. A publisher signs again at each try (publish.py), so
-  waiting out an outage does not age a message.
+  copy published again gets a new one. A publisher signs again at each try (publish.py, and
+  the client holds no publish while NATS is away: connection.py), so waiting out an outage
+  does not age a message.
 - A message whose id was taken before, as another stored message, is refused: a copy
   published again within the age. A JetStream redelivery is the same stored message (its
   stream and sequence), so it is not a replay and is handled as before (the worker skips what

@@ -244,3 +244,18 @@ def test_the_ids_taken_are_forgotten_after_twice_the_age_limit() -> None:
     time.sleep(0.25)
     assert seen.first("b", ("in", 8)) is None
     assert len(seen) == 1
+
+
+async def test_a_message_held_through_an_outage_longer_than_the_age_limit_is_answered(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """The ingress holds a message while NATS is away, longer than the age limit: each try is
+    signed afresh, so when NATS takes it, it is not too old; nothing is lost."""
+    cluster = settings(nats_server, max_message_age_s=1.0)
+    async with serving(Echo(), cluster, tmp_path / "w"), ingress(cluster) as core:
+        await nats_server.stop()
+        turn = asyncio.create_task(ask(core, telegram("through the outage", 1)))
+        await asyncio.sleep(2.5)
+        await nats_server.start()
+        out = await turn
+    assert out.reply.text == "echo through the outage"
