@@ -83,11 +83,12 @@ class Section:
     Subclasses are `@dataclass(repr=False)`: a generated repr would show the secrets."""
 
     def redacted(self) -> dict[str, Any]:
-        """Every key, secrets replaced by '***' (None stays None: "unset" is no secret)."""
+        """Every key, secrets replaced by '***' (None or [] stays: "unset" is no secret)."""
         shown: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            shown[f.name] = SECRET_SHOWN if key_spec(f).secret and value is not None else value
+            unset = value is None or value == []
+            shown[f.name] = SECRET_SHOWN if key_spec(f).secret and not unset else value
         return shown
 
     def secrets(self) -> list[str]:
