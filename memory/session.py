@@ -542,7 +542,7 @@ class SessionStore:
             return None
         message = session.span(index, index + 1)[0]
         shown = index >= session.last_consolidated and not message.get(HIDDEN)
-        return _text_of(message.get("content")), shown
+        return text_of(message.get("content")), shown
 
     def keys(self) -> list[str]:
         """Session keys with a file in this workspace, sorted."""
@@ -832,7 +832,7 @@ def _natural(value: object) -> bool:
 # ---- an answer's text by the platform id it was sent as ------------------------------------
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
     """A message's text (the text parts of one with parts)."""
     if isinstance(content, str):
         return content
@@ -904,6 +904,6 @@ def _answer_before(data: mmap.mmap | bytes, limit: int, message_id: str) -> str 
         if record.get("role") == "user":
             break
         if record.get("role") == "assistant" and not record.get("tool_calls"):
-            answer = _text_of(record.get("content"))
+            answer = text_of(record.get("content"))
         position = data.find(b"\n", position) + 1
     return answer

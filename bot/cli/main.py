@@ -186,7 +186,7 @@ async def cmd_recall(args: argparse.Namespace) -> int:
     workspace = _reader(args).get(args.person)
     query = RecallQuery(" ".join(args.words), page=args.page, regex=args.regex)
     try:
-        answer = await recall(workspace.history_path, query)
+        answer = await recall(workspace.history_path, workspace.sessions_dir, query, update=False)
     except SearchError as exc:
         raise UserError(f"can't search for that: {exc}", EXIT_USAGE) from None
     print(answer)

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.commands.context import CommandContext
-from memory.search.engine import SearchError, SearchResult, search_history
+from memory.search import transcripts
+from memory.search.engine import HistoryHit, SearchError, SearchResult
 
 RECALL_PAGE_SIZE = 5
 RECALL_ENTRY_CHARS = 700
@@ -84,22 +85,28 @@ def _page_number(text: str | None) -> int:
     return int(text)
 
 
-async def recall(history_path: Path, query: RecallQuery) -> str:
-    """The answer to a /recall; raises SearchError for a query that cannot be run (its message
-    is for the user), so the CLI can exit non-zero."""
+async def recall(
+    history_path: Path, sessions_dir: Path, query: RecallQuery, *, update: bool = True
+) -> str:
+    """The answer to a /recall: HISTORY.md, then the person's own consolidated messages
+    (memory/search/transcripts.py; ``update=False`` only reads, for the operator's command).
+    Raises SearchError for a query that cannot be run (its message is for the user), so the
+    CLI can exit non-zero."""
     if not query.text:
         return RECALL_HELP
-    if not await asyncio.to_thread(_has_history, history_path):
-        return NO_HISTORY
     offset = (query.page - 1) * RECALL_PAGE_SIZE
     result = await asyncio.to_thread(
-        search_history,
+        transcripts.search,
         history_path,
+        sessions_dir,
         query.text,
         limit=RECALL_PAGE_SIZE,
         offset=offset,
         regex=query.regex,
+        update=update,
     )
+    if result.total == 0 and not await asyncio.to_thread(_has_history, history_path):
+        return NO_HISTORY
     return format_recall(query.text, result, query.page, query.regex)
 
 
@@ -115,7 +122,7 @@ def _has_history(path: Path) -> bool:
 async def cmd_recall(ctx: CommandContext, args: str) -> str:
     try:
         query = parse_recall_args(args)
-        return await recall(ctx.workspace.history_path, query)
+        return await recall(ctx.workspace.history_path, ctx.workspace.sessions_dir, query)
     except RecallArgsError as exc:
         return f"{exc} {RECALL_HELP}"
     except SearchError as exc:
@@ -132,11 +139,19 @@ def format_recall(query: str, result: SearchResult, page: int, regex: bool) -> s
     last = first + len(result.hits) - 1
     lines = [f"History entries matching “{query}” ({first}–{last} of {result.total}):"]
     for hit in result.hits:
-        lines.append(_mark(hit.text, hit.spans) + _why(hit.why))
+        lines.append(_said(hit) + _mark(hit.text, hit.spans) + _why(hit.why))
     if last < result.total:
         flag = " --regex" if regex else ""
         lines.append(f"More: /recall --page {page + 1}{flag} {query}")
     return "\n\n".join(lines)
+
+
+def _said(hit: HistoryHit) -> str:
+    """Over a message of the transcripts: that these are the person's own words, not a
+    summary (the search found what no history entry kept)."""
+    if not hit.conversation:
+        return ""
+    return f"From the conversation of {hit.timestamp[:10]}, in your own words:\n"
 
 
 _WHY = {

@@ -1,4 +1,6 @@
-"""`search_history`: the model searches the person's log of past conversations (HISTORY.md).
+"""`search_history`: the model searches the person's log of past conversations (HISTORY.md),
+then their own words in the consolidated transcripts (memory/search/transcripts.py), each such
+hit marked as a message of theirs, so the model does not take a summary for what they said.
 
 Not offered in a group turn whose answer is public: what it finds would be read by everyone.
 """
@@ -9,7 +11,8 @@ import asyncio
 
 from bot.tools.tool import MEMORY, Arguments, Offer, Tool, ToolTurn, string_schema
 from memory import clock
-from memory.search.engine import HistoryHit, SearchError, search_history
+from memory.search import transcripts
+from memory.search.engine import HistoryHit, SearchError
 
 MAX_SEARCH_RESULTS = 5
 MAX_RESULT_CHARS = 4000
@@ -55,8 +58,9 @@ async def run(turn: ToolTurn, args: Arguments) -> str:
         return "Error: `query` must be a string."
     try:
         result = await asyncio.to_thread(
-            search_history,
+            transcripts.search,
             turn.workspace.history_path,
+            turn.workspace.sessions_dir,
             query,
             limit=MAX_SEARCH_RESULTS,
             regex=bool(args.get("regex")),
@@ -90,7 +94,14 @@ def shown_hits(hits: list[HistoryHit], budget: int) -> list[str]:
     for n, i in enumerate(todo):  # shortest first: what a short entry leaves, the rest share
         shares[i] = min(len(hits[i].text), left // (len(todo) - n))
         left -= shares[i]
-    return [_excerpt(hit, share) for hit, share in zip(hits, shares, strict=True)]
+    return [_said(hit) + _excerpt(hit, share) for hit, share in zip(hits, shares, strict=True)]
+
+
+def _said(hit: HistoryHit) -> str:
+    """Before a message of the transcripts: the person's own words of that day, no summary."""
+    if not hit.conversation:
+        return ""
+    return f"(From the conversation of {hit.timestamp[:10]}: the person's own message.) "
 
 
 def _excerpt(hit: HistoryHit, share: int) -> str:

@@ -8,7 +8,8 @@ What matches, case-insensitively and with any whitespace between its words:
   captions and names, its tool calls' arguments or its tool result; never its role, time or
   ids, see `said`), consolidated or not, is removed whole. Unconsolidated ones too: a message
   left in the prompt would be seen by the model and learnt again by the next consolidation. The
-  `last_consolidated` cursor is moved back by the consolidated messages removed;
+  `last_consolidated` cursor is moved back by the consolidated messages removed, and the
+  searchable copy of the consolidated ones (memory/search/transcripts.py) is deleted;
 - stored media (`media/`): each file whose name (words may be joined by "-", "_" or ".") or
   text holds it is deleted, and so is each picture, voice message or file that only removed
   messages refer to (a picture whose caption holds the phrase goes with its message).
@@ -36,7 +37,7 @@ from typing import Any
 from memory.atomic import atomic_write_text, remove_stale_temp_files
 from memory.media import MEDIA_DIR, is_ref, referenced_files
 from memory.safefs import LinkRefusedError, read_bytes
-from memory.search import history_index
+from memory.search import history_index, transcripts
 from memory.session import CONVERSATION_RECORDS, METADATA_TYPE, REPLY_TO, as_written, read_lines
 from memory.store import ENTRY_STAMP
 from memory.workspace import Workspace
@@ -152,6 +153,8 @@ def _run(workspace: Workspace, words: str, *, apply: bool) -> Findings:
         if removed_messages:
             found.sessions += 1
             found.messages += removed_messages
+    if apply:  # the searchable copy of the consolidated messages (rebuilt at the next search)
+        transcripts.drop(workspace.root)
     orphaned = refs.removed - refs.kept
     found.media = _forget_media(workspace.root / MEDIA_DIR, pattern, apply, orphaned)
     matching = workspace.reminders.matching(pattern)

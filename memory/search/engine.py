@@ -114,7 +114,8 @@ class HistoryHit:
     """One whole HISTORY.md entry; ``spans`` are (start, end) offsets of the matches in ``text``.
 
     ``why`` says what made it match, in order: ("word", "hiking"), ("form", "hiked"),
-    ("part", "postgres"), ("phrase", …), ("pattern", …), ("date", "last week").
+    ("part", "postgres"), ("phrase", …), ("pattern", …), ("date", "last week"). A hit of the
+    consolidated transcripts (``conversation``) is one message, as the person said it.
     """
 
     timestamp: str
@@ -122,6 +123,7 @@ class HistoryHit:
     score: float
     spans: list[tuple[int, int]] = field(default_factory=list)
     why: list[tuple[str, str]] = field(default_factory=list)
+    conversation: bool = False  # one of the person's own messages (memory/search/transcripts.py)
 
 
 @dataclass
