@@ -30,8 +30,10 @@ from memory.consolidation.checks import (
     check_memory_update,
     echo_fragments,
     held_because,
+    keeps_said,
     kept_fact_lines,
     over_budget,
+    said_names,
 )
 from memory.consolidation.plain import (
     PLAIN_ASK,
@@ -40,6 +42,7 @@ from memory.consolidation.plain import (
     merged,
     parse_plain,
     plain_request,
+    users_lines,
 )
 from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMContextOverflow, LLMError
 from memory.media import is_ref, ref_text
@@ -329,7 +332,9 @@ class MemoryWriter:
         if parsed is None:
             return None
         entry, memory = parsed
-        problem = check_history_entry(entry, self._echoes)
+        problem = check_history_entry(entry, self._echoes) or keeps_said(
+            entry, said_names(users_lines(chunk))
+        )
         if problem is None:
             problem, memory = check_memory_update(current, memory, self._echoes)
         if problem is not None:

@@ -21,6 +21,10 @@ What happens to a `memory_update`, in this order (the thresholds are the constan
    (keeping the sections; the condensed text must pass 1 against the update); if it is still
    over, it is written anyway and the person is told.
 
+A history entry is refused too (rule 1, the same way) when the person said names, places or
+numbers (`said_names`) and the entry keeps none of them (`keeps_said`): "The user chatted." over a
+chunk saying "my sister Ingrid moved to Rotterdam in 2019" would leave nothing to find.
+
 The model's own edits in a turn (bot/tools/edit_memory.py) meet rule 1 through the same
 function, and may never take MEMORY.md over its budget (`over_budget`): they are refused.
 
@@ -40,6 +44,9 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from memory.search.numbers import MAX_NUMBER, cardinal
+from memory.search.stems import stem
+from memory.search.terms import STOPWORDS
 from memory.store import SECTIONS, new_section_problem
 
 _HEADING = re.compile(r"^##[ \t]+(.+?)[ \t#]*$", re.M)
@@ -120,6 +127,56 @@ def check_history_entry(entry: str, fragments: Iterable[str]) -> str | None:
     if not _WORD.search(_STAMP.sub("", entry)):
         return "the history entry is empty"
     return _echo(entry, fragments)
+
+
+# What a summary must keep one of (said_names): in what the person said, a number of two digits
+# or more (a year, an age, a price, a time), or a word written with a capital that does not start
+# a sentence ("moved to Rotterdam", "my sister Ingrid"), unless it is a filler word ("I", "OK")
+# or a day of the week (a summary says "last weekend" for "on Sunday"). A title's full stop
+# ("Mrs. Okafor") ends no sentence. Decided on bench/rare_words.py's tuning half.
+_SAID_SENTENCE = re.compile(
+    r"(?<=[.!?…])(?<!Mr\.)(?<!Mrs\.)(?<!Ms\.)(?<!Dr\.)(?<!St\.)[\s\"”')]+|\n+"
+)
+_SAID_WORD = re.compile(r"[^\W_]+")
+_DAYS = "monday tuesday wednesday thursday friday saturday sunday"
+_NOT_NAMES = STOPWORDS | {*_DAYS.split(), "ok", "okay", "yes", "yeah", "hi", "hello", "hey"}
+MIN_NUMBER_DIGITS = 2
+MAX_NAMES_SHOWN = 4  # in the reason logged
+
+
+def said_names(texts: Iterable[str]) -> list[str]:
+    """The names, places and numbers of what the person said, in order (see _SAID_SENTENCE)."""
+    found: dict[str, None] = {}
+    for text in texts:
+        for sentence in _SAID_SENTENCE.split(text):
+            for n, word in enumerate(_SAID_WORD.findall(sentence)):
+                if word.isdigit():
+                    if len(word) >= MIN_NUMBER_DIGITS:
+                        found.setdefault(word)
+                elif n and word[0].isupper() and word.lower() not in _NOT_NAMES and len(word) > 1:
+                    found.setdefault(word)
+    return list(found)
+
+
+def keeps_said(entry: str, names: list[str]) -> str | None:
+    """Why a history entry that keeps none of `names` (said_names) must not be written, or None.
+
+    A name counts as kept in another form of its word ("Rotterdam's", "Danes" for "Danish" not),
+    a number also in words ("fifty-five")."""
+    if not names:
+        return None
+    low = entry.lower()
+    words = set(_SAID_WORD.findall(low))
+    stems = {stem(w) for w in words}
+    for name in names:
+        word = name.lower()
+        if word in words or (not word.isdigit() and stem(word) in stems):
+            return None
+        in_words = word.isdigit() and int(word) <= MAX_NUMBER
+        if in_words and re.search(rf"\b{cardinal(int(word))}\b", low):
+            return None
+    shown = ", ".join(names[:MAX_NAMES_SHOWN]) + (", …" if len(names) > MAX_NAMES_SHOWN else "")
+    return f"the history entry keeps none of the names, places or numbers said ({shown})"
 
 
 def _visible(text: str) -> str:

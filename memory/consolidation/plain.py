@@ -22,8 +22,9 @@ What such a model was seen to do with the form, and what the code does about it:
   bot's own.
 
 The checks are the tool answer's (memory.consolidation.checks): copied instructions, copied
-conversation lines (with a role), echoes; a summary with no sentence about the conversation
-refuses the whole answer (a failed attempt, as for the tool); a fact that fails one, or is a
+conversation lines (with a role), echoes, a summary keeping none of the names, places and
+numbers the person said; a summary with no sentence about the conversation refuses the whole
+answer (a failed attempt, as for the tool); a fact that fails one, or is a
 question, is dropped alone.
 """
 
@@ -35,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from memory.consolidation.checks import check_history_entry, fact_lines
+from memory.consolidation.checks import check_history_entry, fact_lines, keeps_said, said_names
 from memory.store import MEMORY_TEMPLATE, SECTIONS, MemoryEditError, added_to_section
 
 PLAIN_SYSTEM = "You summarise conversations."
@@ -97,13 +98,14 @@ def _spoken(message: dict[str, Any]) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-def _users_lines(chunk: list[dict[str, Any]]) -> list[str]:
+def users_lines(chunk: list[dict[str, Any]]) -> list[str]:
+    """What the person said in `chunk`, one line per message (the time prefix off)."""
     return [text for m in chunk if m.get("role") == "user" and (text := _spoken(m))]
 
 
 def plain_request(chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The request: what the user said, one item each, then the form."""
-    said = "\n".join(f"- {text}" for text in _users_lines(chunk)) or "- (nothing)"
+    said = "\n".join(f"- {text}" for text in users_lines(chunk)) or "- (nothing)"
     return [
         {"role": "system", "content": PLAIN_SYSTEM},
         {"role": "user", "content": f"The user said:\n{said}\n\n{PLAIN_ASK}"},
@@ -206,7 +208,7 @@ def checked(
     """(why the answer must not be written, or None; the answer as it may be written: the
     summary's sentences about the conversation, the facts grounded in what the user said)."""
     fragments = list(fragments)
-    said = set(_own_words(" ".join(_users_lines(chunk))))
+    said = set(_own_words(" ".join(users_lines(chunk))))
     heard = set(_own_words(" ".join(_spoken(m) for m in chunk)))
     spoken = {_norm(_spoken(m)) for m in chunk if _spoken(m)}
     problem = check_history_entry(answer.summary, fragments)
@@ -219,6 +221,9 @@ def checked(
     ]
     if problem is None and not sentences:
         problem = "the summary is not about the conversation"
+    summary = ". ".join(sentence.rstrip(".") for sentence in sentences) + "."
+    if problem is None:  # what is written must keep a name, place or number said, if any
+        problem = keeps_said(summary, said_names(users_lines(chunk)))
     kept: list[str] = []
     for fact in _candidates(answer, said):
         fact = _third_person(fact.strip().strip('"').strip())
@@ -233,7 +238,6 @@ def checked(
         ):
             continue
         kept.append(fact)
-    summary = ". ".join(sentence.rstrip(".") for sentence in sentences) + "."
     return problem, PlainAnswer(summary, tuple(kept[:MAX_FACTS]))
 
 

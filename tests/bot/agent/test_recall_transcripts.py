@@ -115,9 +115,7 @@ async def test_forget_removes_it_from_the_results_and_from_every_file(
     assert holding == []  # no derived copy, no index of it left behind
 
 
-async def test_a_withdrawn_message_is_not_found(
-    fake_llm: FakeOpenAI, workspaces_dir: Path
-) -> None:
+async def test_a_withdrawn_message_is_not_found(fake_llm: FakeOpenAI, workspaces_dir: Path) -> None:
     agent = make_agent(fake_llm, workspaces_dir)
     fake_llm.queue(completion("Hello!"), completion("Noted."))
     await ask(agent, dm("42", "hello, I am Ada from Lisbon"))

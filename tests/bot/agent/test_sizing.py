@@ -6,6 +6,7 @@ real process against a fake server that enforces its window as llama-cpp-python 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,9 @@ def chatty(request: dict[str, Any]) -> dict[str, Any]:
     """A small local model: a few words each turn, a save_memory that keeps the sections."""
     if is_consolidation(request):
         memory = "## User Information\n- Is called Ada\n\n## Preferences\n\n## Project Context\n"
-        entry = "[2026-12-01 10:00] Ada talked about her garden."
+        said = re.findall(r"tomato number (\d+)", json.dumps(request["messages"]))
+        # (keeping a number said: an entry keeping none is refused, checks.keeps_said)
+        entry = f"[2026-12-01 10:00] Ada talked about her garden, tomatoes {', '.join(said)}."
         return save_memory_call(entry, memory + "\n## Important Notes\n")
     return completion("That sounds lovely, tell me more about the garden. " * 3)
 

@@ -121,9 +121,7 @@ async def test_several_rounds_until_under_the_target(llm, fake_llm, workspace) -
     session = workspace.sessions.get("telegram:dm:42")
     add_turns(workspace, session, 12)
     # (A budget the growing memory stays within: condensing it is not this test's subject.)
-    consolidator, estimator = consolidator_for(
-        llm, workspace, session, memory_budget_tokens=10_000
-    )
+    consolidator, estimator = consolidator_for(llm, workspace, session, memory_budget_tokens=10_000)
     # The new memory is bigger than a turn, so after round one the prompt is still above target.
     big_memory = ALPHA_MEMORY + "- gamma fact\n" * 60
     fake_llm.default = lambda req: save_memory_call("[2024-05-01 10:00] Summary.", big_memory)
@@ -145,7 +143,9 @@ async def test_at_most_five_rounds(llm, fake_llm, workspace) -> None:
     def growing_memory(req: dict[str, Any]) -> dict[str, Any]:
         grown.append(1)
         memory = ALPHA_MEMORY + "- delta\n" * (60 * len(grown))
-        return save_memory_call("[2024-05-01 10:00] More.", memory)
+        # (the numbers said, "turn 12:": an entry keeping none is refused, checks.keeps_said)
+        turns = ", ".join(re.findall(r"turn (\d+):", req["messages"][1]["content"]))
+        return save_memory_call(f"[2024-05-01 10:00] More: turns {turns}.", memory)
 
     fake_llm.default = growing_memory
     assert await consolidator.maybe_consolidate(workspace, session, prompt_of(workspace)) == 5
@@ -184,7 +184,8 @@ async def test_tool_exchanges_stay_whole_and_show_tool_names(llm, fake_llm, work
     append(session, {"role": "assistant", "content": "You booked a trip to Lisbon."})
     add_turns(workspace, session, 3)
     consolidator, _ = consolidator_for(llm, workspace, session)
-    fake_llm.queue(GOOD)
+    # (an entry keeping nothing said, "Lisbon", is refused: checks.keeps_said)
+    fake_llm.queue(save_memory_call("[2024-05-01 10:00] Asked about Lisbon.", ALPHA_MEMORY))
 
     await consolidator.maybe_consolidate(workspace, session, prompt_of(workspace))
 
@@ -391,7 +392,8 @@ async def test_two_sessions_of_one_user_keep_both_facts(llm, fake_llm, workspace
         )
         facts = [f"- {f}" for f in ("cat is called Tom", "dog is called Rex") if f in chunk]
         memory = "\n".join([current.strip(), *facts])
-        return Delay(0.2, save_memory_call("[2024-05-01 10:00] Pets.", memory))
+        entry = "[2024-05-01 10:00] Pets: the cat Tom, the dog Rex."  # the names said, kept
+        return Delay(0.2, save_memory_call(entry, memory))
 
     fake_llm.default = careful_model
     prompt = prompt_of(workspace)

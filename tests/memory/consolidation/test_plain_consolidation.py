@@ -195,7 +195,8 @@ async def test_after_two_refusals_the_plain_text_way_is_asked_first(
     good = MemoryConsolidator(llm, estimator, 1)
     other = Workspaces(workspace.root.parent).get("telegram-43")
     other.memory.write(MISO)
-    fake_llm.default = lambda request: save_memory_call("[2026-12-01 10:00] Tea.", MISO)
+    entry = "[2026-12-01 10:00] Marisol likes green tea."  # a name said kept: checks.keeps_said
+    fake_llm.default = lambda request: save_memory_call(entry, MISO)
     for _ in range(3):
         session = talk(other, MARISOL, key="telegram:dm:43")
         good.window = over(other, session, estimator)
@@ -265,3 +266,71 @@ async def test_a_tool_answer_adding_garbage_is_refused_and_asked_in_plain_text(
     assert "The user has a tortoise named Pebble" in memory
     for garbage in ("&#39;", "def ", "new_text", "## ,"):
         assert garbage not in memory
+
+
+# Issue 33, item 4: one-line entries small models wrote that keep none of the names said.
+KEEPS_NOTHING = "[2026-12-01 10:00] The user chatted with the assistant about their life."
+ROTTERDAM = [
+    ("user", "My sister Ingrid moved to Rotterdam in 2019."),
+    ("assistant", "How nice! Do you visit her often?"),
+    ("user", "Every spring, we cycle along the Maas together."),
+    ("assistant", "That sounds lovely."),
+]
+ROTTERDAM_PLAIN = (
+    "The user's sister Ingrid moved to Rotterdam in 2019.\n- The user's sister Ingrid lives in "
+    "Rotterdam"
+)
+
+
+def keeps_nothing(request: dict[str, Any]) -> dict[str, Any]:
+    """A save_memory call whose MEMORY.md is fine but whose history entry keeps no name said."""
+    return save_memory_call(KEEPS_NOTHING, MISO)
+
+
+async def test_an_entry_keeping_none_of_the_names_said_is_asked_again_in_plain_text(
+    llm: LLMClient, fake_llm: FakeOpenAI, workspace: Workspace
+) -> None:
+    session = talk(workspace, ROTTERDAM)
+    fake_llm.default = model(keeps_nothing, ROTTERDAM_PLAIN)
+    estimator = TokenEstimator()
+    consolidator = MemoryConsolidator(llm, estimator, over(workspace, session, estimator))
+
+    await consolidator.archive_all(workspace, session)
+
+    kinds = ["plain" if is_plain_consolidation(r) else "tool" for r in fake_llm.requests]
+    assert kinds == ["tool", "plain"]
+    entry = history(workspace)
+    assert "chatted with the assistant" not in entry
+    assert "Rotterdam" in entry and "Ingrid" in entry and not RAW.search(entry)
+    assert session.last_consolidated == session.total
+
+
+async def test_a_plain_summary_keeping_none_of_them_is_refused_too_and_in_the_end_archived_raw(
+    llm: LLMClient, fake_llm: FakeOpenAI, workspace: Workspace
+) -> None:
+    session = talk(workspace, ROTTERDAM)
+    fake_llm.default = model(keeps_nothing, "The user talked about their sister and cycling.")
+    estimator = TokenEstimator()
+    consolidator = MemoryConsolidator(llm, estimator, over(workspace, session, estimator))
+
+    await consolidator.archive_all(workspace, session)  # three attempts, then raw
+
+    entry = history(workspace)
+    assert "talked about their sister" not in entry and "chatted" not in entry
+    assert len(RAW.findall(entry)) == 1 and "Rotterdam in 2019" in entry  # nothing lost
+    assert workspace.memory.read() == MISO
+
+
+async def test_without_names_or_numbers_said_a_short_entry_is_written(
+    llm: LLMClient, fake_llm: FakeOpenAI, workspace: Workspace
+) -> None:
+    """Only a chunk that has such words asks for one: "hello" and "how are you" have none."""
+    session = talk(workspace, [("user", "hello there, how are you?"), ("assistant", "Fine!")])
+    fake_llm.default = model(keeps_nothing, FIRST_PERSON)
+    estimator = TokenEstimator()
+    consolidator = MemoryConsolidator(llm, estimator, over(workspace, session, estimator))
+
+    await consolidator.archive_all(workspace, session)
+
+    assert [is_plain_consolidation(r) for r in fake_llm.requests] == [False]
+    assert "chatted with the assistant" in history(workspace)
