@@ -44,9 +44,8 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from memory.search.numbers import MAX_NUMBER, cardinal
-from memory.search.stems import stem
-from memory.search.terms import STOPWORDS
+from memory.search.engine import STOPWORDS
+from memory.search.mentions import mentions
 from memory.store import SECTIONS, new_section_problem
 
 _HEADING = re.compile(r"^##[ \t]+(.+?)[ \t#]*$", re.M)
@@ -161,20 +160,10 @@ def said_names(texts: Iterable[str]) -> list[str]:
 def keeps_said(entry: str, names: list[str]) -> str | None:
     """Why a history entry that keeps none of `names` (said_names) must not be written, or None.
 
-    A name counts as kept in another form of its word ("Rotterdam's", "Danes" for "Danish" not),
-    a number also in words ("fifty-five")."""
-    if not names:
+    Kept as /recall would find it (memory/search/mentions.py): another form of the word
+    ("Rotterdam's"), a number in words ("fifty-five")."""
+    if not names or mentions(entry, names):
         return None
-    low = entry.lower()
-    words = set(_SAID_WORD.findall(low))
-    stems = {stem(w) for w in words}
-    for name in names:
-        word = name.lower()
-        if word in words or (not word.isdigit() and stem(word) in stems):
-            return None
-        in_words = word.isdigit() and int(word) <= MAX_NUMBER
-        if in_words and re.search(rf"\b{cardinal(int(word))}\b", low):
-            return None
     shown = ", ".join(names[:MAX_NAMES_SHOWN]) + (", …" if len(names) > MAX_NAMES_SHOWN else "")
     return f"the history entry keeps none of the names, places or numbers said ({shown})"
 
