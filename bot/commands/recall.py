@@ -111,6 +111,9 @@ async def recall(
 
 
 def _has_history(path: Path) -> bool:
+    """Whether HISTORY.md, or the consolidated messages' derived text, holds anything."""
+    if transcripts.existing(path.parent) is not None:
+        return True
     try:
         with path.open("rb") as file:
             head = file.read(4096)

@@ -131,3 +131,23 @@ async def test_a_withdrawn_message_is_not_found(fake_llm: FakeOpenAI, workspaces
     assert "From the conversation of" in kept.text
     state = json.loads((user_home(workspaces_dir, "42") / ".transcripts.state.index").read_text())
     assert list(state["read"])  # one transcript, read up to its cursor
+
+
+async def test_later_consolidations_are_added_once(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """The derived text grows by what each consolidation files: nothing twice, nothing missed."""
+    agent = make_agent(fake_llm, workspaces_dir)
+    await _filed(fake_llm, agent)
+    first = await ask(agent, dm("42", "/recall Rotterdam"))
+    fake_llm.queue(completion("Sounds fun."))
+    await ask(agent, dm("42", "We will visit Rotterdam again with Jonas in 2027."))
+    fake_llm.queue(save_memory_call("[2026-01-02 10:00] Plans with Jonas.", MEMORY))
+    await ask(agent, dm("42", "/new"))
+    await agent.background.wait_all()
+    second = await ask(agent, dm("42", "/recall Rotterdam"))
+    await agent.aclose()
+
+    assert "(1–1 of 1)" in first.text
+    assert "(1–2 of 2)" in second.text and "again with Jonas" in second.text
+    assert second.text.count("teaches piano") == 1
