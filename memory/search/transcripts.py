@@ -13,12 +13,13 @@ index (memory/search/history_index.py), built in the background as for HISTORY.m
 person's own messages: no answers, tool results or quoted replies. Withdrawn ones (/undo) are
 left out, as the conversation leaves them out.
 
-Kept current by appending: transcripts only grow, so per transcript a state file
+Kept current by appending (and made by appending: a crash mid-way leaves no state, so it is
+made again): transcripts only grow, so per transcript a state file
 (`.transcripts.state.index`) remembers which file it was (device, inode), how far it was read
 (the first unconsolidated message) and how many messages lay before; each search reads only
 what was consolidated since. A transcript rewritten (/forget: a new inode), shortened or gone, or
 a derived text that is not the one the state describes (a crash between the two writes), makes
-it rebuilt whole, atomically. Both files are derived (names ending in .index: /export leaves them
+it rebuilt whole. Both files are derived (names ending in .index: /export leaves them
 out) and safe to delete; /forget deletes them (`drop`), so a forgotten phrase is in no file.
 Transcripts are read with memory.session.read_lines, the one reader of them. Blocking: call off
 the event loop (the work is polite to it: memory/threads.py).
@@ -32,6 +33,7 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -49,6 +51,7 @@ log = logging.getLogger(__name__)
 
 DERIVED = ".transcripts.index"
 STATE = ".transcripts.state.index"
+READ_BYTES = 4 * 2**20  # of a transcript read at a time
 _FOLD = re.compile(r"\s*[\r\n]+\s*")
 _locks: dict[str, threading.Lock] = {}
 _locks_lock = threading.Lock()
@@ -113,30 +116,29 @@ def _refresh(root: Path, sessions_dir: Path) -> Path | None:
         or files[name].st_size < read.done
         for name, read in state.read.items()
     )
-    if whole:
+    if whole:  # made again from nothing, by appending: a crash leaves no state, so again
         state = _State()
-    added: list[bytes] = []
-    for name, st in sorted(files.items()):
-        read = state.read.get(name) or _Read(st.st_dev, st.st_ino)
-        if read.done >= st.st_size:
-            state.read[name] = read
-            continue
-        added += _consolidated(sessions_dir / name, read)
-        state.read[name] = read
-    if whole:
-        atomic_write_text(target, b"".join(added))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(root / STATE)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(target)
         history_index.drop(target)  # of the text replaced
-    elif added:
-        fd = open_fd(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        try:
-            append_all(fd, b"".join(added))
-        finally:
-            os.close(fd)
-    if whole or added:
-        st = target.stat()
-        state.size, state.ino = st.st_size, st.st_ino
+    fd = open_fd(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    added = 0
+    try:
+        for name, st in sorted(files.items()):
+            read = state.read.setdefault(name, _Read(st.st_dev, st.st_ino))
+            if read.done < st.st_size:
+                for piece in _consolidated(sessions_dir / name, read):
+                    append_all(fd, piece)
+                    added += len(piece)
+        size, ino = os.fstat(fd).st_size, os.fstat(fd).st_ino
+    finally:
+        os.close(fd)
+    if whole or added or state.read.keys() != files.keys():
+        state.size, state.ino = size, ino
         _save_state(root / STATE, state)
-    return target if state.size else None
+    return target if size else None
 
 
 def existing(root: Path) -> Path | None:
@@ -172,55 +174,63 @@ def _current(target: Path, state: _State) -> bool:
     return bool(state.ino) and (st.st_size, st.st_ino) == (state.size, state.ino)
 
 
-def _consolidated(path: Path, read: _Read) -> list[bytes]:
-    """Entries of the user messages consolidated since ``read`` (which moves on), in order.
+def _consolidated(path: Path, read: _Read) -> Iterator[bytes]:
+    """Entries of the user messages consolidated since ``read`` (which then moves on), a block
+    of the transcript at a time (RAM: a block, and the messages not consolidated yet).
 
-    Reads from ``read.done`` to the last whole line: the messages there, the metadata records
-    (the last says where the cursor is) and the withdrawn records (/undo) that hide them."""
-    with open_binary(path) as f:
-        f.seek(read.done)
-        data = f.read()
-    data = data[: data.rfind(b"\n") + 1]  # a line being written is read next time
+    Reads from ``read.done`` to the last whole line: the messages, the metadata records (the
+    last says where the cursor is) and the withdrawn records (/undo) that hide messages. A
+    message before a cursor seen is written at once: only one after it can still be withdrawn
+    (/undo refuses a filed exchange), so those wait in ``pending``."""
     cursor: int | None = None
-    said: list[tuple[int, int, str, Any, str]] = []  # (position, number, stamp, turn, text)
-    first_open: int | None = None  # position of the first message not consolidated
     number = read.messages
-    positions: list[tuple[int, int]] = []  # (number, position) of every message read
-    for at, _, record, _ in read_lines(data, read.done):
-        if record is None:
-            continue
-        kind = record.get("_type")
-        if kind == METADATA_TYPE:
-            value = record.get("last_consolidated")
-            if isinstance(value, int) and not isinstance(value, bool):
-                cursor = value
-        elif kind == WITHDRAWN:
-            turn = record.get(TURN)
-            starts = [i for i, s in enumerate(said) if s[3] == turn and isinstance(turn, str)]
-            if starts:  # the turn's message and all after it, up to this record
-                del said[starts[-1] :]
-        elif kind is None:
-            positions.append((number, at))
-            if record.get("role") == "user":
-                text = _FOLD.sub(" ", text_of(record.get("content"))).strip()
-                if text:
-                    said.append((at, number, _stamp(record), record.get(TURN), text))
-            number += 1
+    pending: list[tuple[int, int, str, Any, str]] = []  # (position, number, stamp, turn, text)
+    first_open: int | None = None  # position of the message at the cursor
+    opened: list[tuple[int, int]] = []  # (number, position) of the messages from the cursor on
+    done = read.done
+    with open_binary(path) as f:
+        f.seek(done)
+        carry = b""
+        while block := f.read(READ_BYTES):
+            data = carry + block
+            cut = data.rfind(b"\n") + 1  # a line being written is read next time
+            data, carry = data[:cut], data[cut:]
+            for at, _, record, _ in read_lines(data, done):
+                if record is None:
+                    continue
+                kind = record.get("_type")
+                if kind == METADATA_TYPE:
+                    value = record.get("last_consolidated")
+                    if isinstance(value, int) and not isinstance(value, bool):
+                        cursor = value
+                elif kind == WITHDRAWN:
+                    turn = record.get(TURN)
+                    hit = [
+                        i for i, p in enumerate(pending) if isinstance(turn, str) and p[3] == turn
+                    ]
+                    if hit:  # the turn's message and all after it, up to this record
+                        del pending[hit[-1] :]
+                elif kind is None:
+                    opened.append((number, at))
+                    if record.get("role") == "user":
+                        text = _FOLD.sub(" ", text_of(record.get("content"))).strip()
+                        if text:
+                            pending.append((at, number, _stamp(record), record.get(TURN), text))
+                    number += 1
+            done += len(data)
+            if cursor is not None and cursor > read.messages:
+                filed = [p for p in pending if p[1] < cursor]
+                pending = pending[len(filed) :]
+                opened = [o for o in opened if o[0] >= cursor]
+                if filed:
+                    yield b"".join(f"{p[2]} {p[4]}\n\n".encode("utf-8", "replace") for p in filed)
     if cursor is None or cursor <= read.messages:  # nothing more was consolidated
-        return []
-    for n, at in positions:
-        if n >= cursor:
-            first_open = at
-            break
+        return
+    first_open = opened[0][1] if opened else None
     if first_open is None:  # every message read is consolidated
-        read.done, read.messages = read.done + len(data), number
+        read.done, read.messages = done, number
     else:
         read.done, read.messages = first_open, cursor
-    return [
-        f"{stamp} {text}\n\n".encode("utf-8", "surrogatepass")
-        for _, n, stamp, _, text in said
-        if n < cursor
-    ]
 
 
 def _stamp(message: dict[str, Any]) -> str:
