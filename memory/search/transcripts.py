@@ -33,6 +33,7 @@ import logging
 import os
 import re
 import threading
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -53,8 +54,9 @@ DERIVED = ".transcripts.index"
 STATE = ".transcripts.state.index"
 READ_BYTES = 4 * 2**20  # of a transcript read at a time
 _FOLD = re.compile(r"\s*[\r\n]+\s*")
-_locks: dict[str, threading.Lock] = {}
-_locks_lock = threading.Lock()
+# One of a fixed few locks per workspace (by its path): two refreshes of one never interleave,
+# and RAM does not grow with the number of people who ever searched.
+_LOCKS = [threading.Lock() for _ in range(64)]
 
 
 def derived_path(root: Path) -> Path:
@@ -63,8 +65,7 @@ def derived_path(root: Path) -> Path:
 
 
 def _lock(root: Path) -> threading.Lock:
-    with _locks_lock:
-        return _locks.setdefault(str(root), threading.Lock())
+    return _LOCKS[zlib.crc32(str(root).encode("utf-8", "surrogateescape")) % len(_LOCKS)]
 
 
 @dataclass
