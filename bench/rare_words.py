@@ -14,7 +14,13 @@ chunk:
 - weak: one of the one-liners small models wrote in the real runs of issue 33 ("The user chatted
   with the assistant.", "Their dog is ill.").
 Seeded; sessions alternate between a tuning half (even) and a held-out half (odd). Each rule was
-decided on the tuning half; the held-out half only reports.
+decided on the tuning half; the held-out half only reports. A rule is kept when it refuses fewer
+good summaries without refusing fewer weak ones (by more than half a point): long words (8+
+letters, counted as kept but never asking for anything alone) were (one-topic summaries refused
+35.9 -> 10.3 %, weak 99.2 -> 99.2 %), 7+ letters was not (weak 96.9 %). Every number, or
+weekdays as names, refuse 0.5-1.7 points fewer one-topic summaries here, but this set has no
+chat where they are all a chunk says ("give me 5 ideas", "see you on Sunday"), where they would
+refuse a fair summary: left out by judgement.
 
 Run: python bench/rare_words.py
 """
@@ -68,11 +74,13 @@ def chunks(seed: int = SEED) -> Iterator[tuple[list[str], list[str], list[str]]]
 
 
 @contextmanager
-def variant(digits: int, weekdays: bool, colon: bool) -> Iterator[None]:
-    """The rule with other numbers counted, weekdays counted as names, or a colon taken as the
-    start of a sentence (its next word then no name)."""
+def variant(digits: int, weekdays: bool, colon: bool, long: int = 8) -> Iterator[None]:
+    """The rule with other numbers counted, weekdays counted as names, a colon taken as the
+    start of a sentence (its next word then no name), or long words of other lengths (99: none
+    count)."""
     kept = checks.MIN_NUMBER_DIGITS, checks._NOT_NAMES, checks._SAID_SENTENCE
-    checks.MIN_NUMBER_DIGITS = digits
+    kept_long = checks.MIN_LONG_WORD
+    checks.MIN_NUMBER_DIGITS, checks.MIN_LONG_WORD = digits, long
     if weekdays:
         checks._NOT_NAMES = checks._NOT_NAMES - set(checks._DAYS.split())
     if colon:
@@ -81,6 +89,7 @@ def variant(digits: int, weekdays: bool, colon: bool) -> Iterator[None]:
         yield
     finally:
         checks.MIN_NUMBER_DIGITS, checks._NOT_NAMES, checks._SAID_SENTENCE = kept
+        checks.MIN_LONG_WORD = kept_long
 
 
 def score(half: int) -> dict[str, float]:
@@ -91,7 +100,7 @@ def score(half: int) -> dict[str, float]:
             continue
         n += 1
         names = checks.said_names(said)
-        if not names:
+        if not names.names:
             continue
         applies += 1
         full_refused += checks.keeps_said(" ".join(sentences), names) is not None
@@ -107,19 +116,22 @@ def score(half: int) -> dict[str, float]:
 
 
 VARIANTS = [
-    ("names + numbers of 2+ digits (chosen)", 2, False, False),
-    ("names only", 99, False, False),
-    ("names + every number", 1, False, False),
-    ("weekdays count as names", 2, True, False),
-    ("a colon starts a sentence", 2, False, True),
+    ("names, 2+ digit numbers, 8+ letter words", 2, False, False, 8),
+    ("no long words (the first rule)", 2, False, False, 99),
+    ("7+ letter words", 2, False, False, 7),
+    ("9+ letter words", 2, False, False, 9),
+    ("names and long words, no numbers", 99, False, False, 8),
+    ("every number", 1, False, False, 8),
+    ("weekdays count as names", 2, True, False, 8),
+    ("a colon starts a sentence", 2, False, True, 8),
 ]
 
 
 def main() -> None:
     print(f"{SESSIONS} sessions; refused = share of the chunks the check applies to\n")
     print(f"{'rule':40} {'half':5} {'applies':>8} {'full':>7} {'brief':>7} {'weak':>7}")
-    for label, digits, weekdays, colon in VARIANTS:
-        with variant(digits, weekdays, colon):
+    for label, digits, weekdays, colon, long in VARIANTS:
+        with variant(digits, weekdays, colon, long):
             for half, name in ((0, "tune"), (1, "held")):
                 s = score(half)
                 print(

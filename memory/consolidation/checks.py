@@ -22,8 +22,9 @@ What happens to a `memory_update`, in this order (the thresholds are the constan
    over, it is written anyway and the person is told.
 
 A history entry is refused too (rule 1, the same way) when the person said names, places or
-numbers (`said_names`) and the entry keeps none of them (`keeps_said`): "The user chatted." over a
-chunk saying "my sister Ingrid moved to Rotterdam in 2019" would leave nothing to find.
+numbers (`said_names`) and the entry keeps none of them, nor any rare word said
+(`keeps_said`): "The user chatted." over a chunk saying "my sister Ingrid moved to Rotterdam in
+2019" would leave nothing to find.
 
 The model's own edits in a turn (bot/tools/edit_memory.py) meet rule 1 through the same
 function, and may never take MEMORY.md over its budget (`over_budget`): they are refused.
@@ -128,11 +129,14 @@ def check_history_entry(entry: str, fragments: Iterable[str]) -> str | None:
     return _echo(entry, fragments)
 
 
-# What a summary must keep one of (said_names): in what the person said, a number of two digits
-# or more (a year, an age, a price, a time), or a word written with a capital that does not start
-# a sentence ("moved to Rotterdam", "my sister Ingrid"), unless it is a filler word ("I", "OK")
-# or a day of the week (a summary says "last weekend" for "on Sunday"). A title's full stop
-# ("Mrs. Okafor") ends no sentence. Decided on bench/rare_words.py's tuning half.
+# What a summary must keep one of (said_names), when the person said names: in what they said, a
+# number of two digits or more (a year, an age, a price, a time), or a word written with a
+# capital that does not start a sentence ("moved to Rotterdam", "my sister Ingrid"), unless it
+# is a filler word ("I", "OK") or a day of the week (a summary says "last weekend" for "on
+# Sunday"). Then a long word said (rare in English: "ceramics", "marathon"; not one of the common
+# long words below) counts as kept too, but alone it asks for nothing ("I am building a boat").
+# A title's full stop ("Mrs. Okafor") ends no sentence. Each rule decided on
+# bench/rare_words.py's tuning half.
 _SAID_SENTENCE = re.compile(
     r"(?<=[.!?…])(?<!Mr\.)(?<!Mrs\.)(?<!Ms\.)(?<!Dr\.)(?<!St\.)[\s\"”')]+|\n+"
 )
@@ -140,30 +144,61 @@ _SAID_WORD = re.compile(r"[^\W_]+")
 _DAYS = "monday tuesday wednesday thursday friday saturday sunday"
 _NOT_NAMES = STOPWORDS | {*_DAYS.split(), "ok", "okay", "yes", "yeah", "hi", "hello", "hey"}
 MIN_NUMBER_DIGITS = 2
+MIN_LONG_WORD = 8  # letters
+_COMMON_LONG = frozenset(
+    str.split(
+        """
+    absolutely actually although anything anywhere assistant beautiful birthday business
+    children somebody definitely different difficult discussed discussion everybody everyone
+    everything everywhere excellent exciting experience favorite favourite finished following
+    friendly generally happened honestly important impossible information interested
+    interesting mentioned minutes morning nothing obviously personal position possible
+    probably question questions recently regarding remember seriously shopping situation
+    something sometimes somewhere starting talking thinking thoughts together tomorrow
+    tonight understand usually weekend whatever wondering wonderful yesterday conversation
+    conversations activities interests afternoon evening thousand hundred
+    """
+    )
+)
 MAX_NAMES_SHOWN = 4  # in the reason logged
 
 
-def said_names(texts: Iterable[str]) -> list[str]:
-    """The names, places and numbers of what the person said, in order (see _SAID_SENTENCE)."""
-    found: dict[str, None] = {}
+@dataclass(frozen=True)
+class Said:
+    """What a history entry must keep one of (said_names): ``names`` (names, places, numbers),
+    if any; ``rare`` (long rare words) count as kept too."""
+
+    names: list[str]
+    rare: list[str]
+
+
+def said_names(texts: Iterable[str]) -> Said:
+    """The names, places, numbers and rare words of what the person said, in order."""
+    names: dict[str, None] = {}
+    rare: dict[str, None] = {}
     for text in texts:
         for sentence in _SAID_SENTENCE.split(text):
             for n, word in enumerate(_SAID_WORD.findall(sentence)):
+                low = word.lower()
                 if word.isdigit():
                     if len(word) >= MIN_NUMBER_DIGITS:
-                        found.setdefault(word)
-                elif n and word[0].isupper() and word.lower() not in _NOT_NAMES and len(word) > 1:
-                    found.setdefault(word)
-    return list(found)
+                        names.setdefault(word)
+                elif n and word[0].isupper() and low not in _NOT_NAMES and len(word) > 1:
+                    names.setdefault(word)
+                elif len(word) >= MIN_LONG_WORD and word.isalpha() and low not in _COMMON_LONG:
+                    rare.setdefault(low)
+    return Said(list(names), list(rare))
 
 
-def keeps_said(entry: str, names: list[str]) -> str | None:
-    """Why a history entry that keeps none of `names` (said_names) must not be written, or None.
+def keeps_said(entry: str, said: Said) -> str | None:
+    """Why a history entry that keeps none of what `said` names must not be written, or None
+    (always None when the person said no name, place or number).
 
     Kept as /recall would find it (memory/search/mentions.py): another form of the word
     ("Rotterdam's"), a number in words ("fifty-five")."""
-    if not names or mentions(entry, names):
+    if not said.names or mentions(entry, [*said.names, *said.rare]):
         return None
+    names = said.names
     shown = ", ".join(names[:MAX_NAMES_SHOWN]) + (", …" if len(names) > MAX_NAMES_SHOWN else "")
     return f"the history entry keeps none of the names, places or numbers said ({shown})"
 
