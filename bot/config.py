@@ -203,6 +203,9 @@ class LimitsConfig(Section):
     # Reminders waiting in one group, whoever set them (0: no limit): each is posted there.
     reminders_per_group: int = setting(50, rule=NON_NEGATIVE_INT)
     reminder_min_repeat_s: int = setting(3600, rule=POSITIVE_INT)
+    # /remind and /reminders one person may give in any 60 seconds (0: no limit): each writes
+    # their reminders file, so a flood of them has a budget of its own, on by default.
+    reminder_commands_per_minute: int = setting(20, rule=NON_NEGATIVE_INT)
 
 
 def is_host_port(value: str) -> bool:

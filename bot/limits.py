@@ -5,8 +5,10 @@ Checked when a message arrives and, for tokens, again when its turn starts (it m
 for earlier turns of the session) and before each tool round of it (`mid_turn`): a turn that
 spends the last tokens stops there, so a token limit is passed by at most one round's worth.
 A command counts towards the messages of the minute; a heavy one (a whole workspace read,
-rewritten or zipped) also towards a small budget of its own. A refused message is not saved (the
-answer says so, and when to send it again), so a flood costs neither model calls nor disk.
+rewritten or zipped) also towards a small budget of its own, and so does a reminder command
+(/remind, /reminders: each writes the person's reminders file) towards its minute's. A refused
+message is not saved (the answer says so, and when to send it again), so a flood costs neither
+model calls nor disk.
 Admins are exempt from all of it. Days are UTC days, like every time the bot stores or shows.
 """
 
@@ -31,8 +33,8 @@ HOUR_S = 3600.0
 class Refusal:
     """Why a message is not answered; `kind` names the limit (for logs and metrics)."""
 
-    # "messages_per_minute", "heavy_commands_per_hour", "tokens_per_day" or
-    # "global_tokens_per_day"
+    # "messages_per_minute", "heavy_commands_per_hour", "reminder_commands_per_minute",
+    # "tokens_per_day" or "global_tokens_per_day"
     kind: str
     text: str
 
@@ -68,6 +70,7 @@ class Limits:
         # forever: once a minute, those idle for the table's window go.
         self._recent: dict[str, deque[float]] = {}
         self._heavy: dict[str, deque[float]] = {}
+        self._reminding: dict[str, deque[float]] = {}  # reminder commands, the last minute
         self._swept = monotonic()
 
     def is_admin(self, user_key: str) -> bool:
@@ -82,15 +85,22 @@ class Limits:
             self._count(user_key, heavy=False)
         return refusal
 
-    def check_command(self, user_key: str, *, heavy: bool) -> Refusal | None:
+    def check_command(
+        self, user_key: str, *, heavy: bool, reminders: bool = False
+    ) -> Refusal | None:
         """Refuse this command, or count it and let it through. Commands spend no tokens (the
         filing of /new waits for them itself), so only the messages of the minute and, for a
-        heavy one, the heavy commands of the hour apply."""
+        heavy one, the heavy commands of the hour apply; for a reminder command, the reminder
+        commands of the minute."""
         if self.is_admin(user_key):
             return None
-        refusal = self._per_minute(user_key) or (self._per_hour(user_key) if heavy else None)
+        refusal = (
+            self._per_minute(user_key)
+            or (self._per_hour(user_key) if heavy else None)
+            or (self._reminders_per_minute(user_key) if reminders else None)
+        )
         if refusal is None:
-            self._count(user_key, heavy=heavy)
+            self._count(user_key, heavy=heavy, reminders=reminders)
         return refusal
 
     def mid_turn(self, user_key: str) -> Refusal | None:
@@ -114,12 +124,14 @@ class Limits:
             )
         return None
 
-    def _count(self, user_key: str, *, heavy: bool) -> None:
+    def _count(self, user_key: str, *, heavy: bool, reminders: bool = False) -> None:
         now = self._monotonic()
         if self.config.messages_per_minute:
             self._recent.setdefault(user_key, deque()).append(now)
         if heavy and self.config.heavy_commands_per_hour:
             self._heavy.setdefault(user_key, deque()).append(now)
+        if reminders and self.config.reminder_commands_per_minute:
+            self._reminding.setdefault(user_key, deque()).append(now)
         if now - self._swept >= MINUTE_S:
             self._sweep(now)
 
@@ -174,6 +186,19 @@ class Limits:
             f"(after {at:%H:%M} UTC).",
         )
 
+    def _reminders_per_minute(self, user_key: str) -> Refusal | None:
+        limit = self.config.reminder_commands_per_minute
+        wait = _wait(self._reminding, user_key, limit, MINUTE_S, self._monotonic())
+        if wait is None:
+            return None
+        at = clock.now() + timedelta(seconds=wait)
+        return Refusal(
+            "reminder_commands_per_minute",
+            f"You're changing reminders faster than I take them (at most {limit} /remind and "
+            f"/reminders a minute). I didn't do this one: please send it again in {wait} s "
+            f"(after {at:%H:%M:%S} UTC).",
+        )
+
     def forget_user(self, user_key: str) -> None:
         """After /wipe (or when they leave RAM): their messages of the last minute and heavy
         commands of the last hour are no longer counted. What they spent today is counted from
@@ -181,6 +206,7 @@ class Limits:
         global_tokens_per_day) still counts it."""
         self._recent.pop(user_key, None)
         self._heavy.pop(user_key, None)
+        self._reminding.pop(user_key, None)
 
     def _sweep(self, now: float) -> None:
         """Forget everyone whose last message is a minute old (heavy command: an hour): the
@@ -189,6 +215,9 @@ class Limits:
             key: times for key, times in self._recent.items() if times[-1] > now - MINUTE_S
         }
         self._heavy = {key: times for key, times in self._heavy.items() if times[-1] > now - HOUR_S}
+        self._reminding = {
+            key: times for key, times in self._reminding.items() if times[-1] > now - MINUTE_S
+        }
         self._swept = now
 
     def _per_day(self, user_key: str) -> Refusal | None:

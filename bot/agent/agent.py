@@ -31,6 +31,7 @@ from bot.commands.registry import (
     ParsedCommand,
     is_command,
     is_heavy,
+    is_reminder_command,
     parse_command,
     refuse_command,
     run_command,
@@ -228,8 +229,9 @@ class Agent:
             if await self._refused_unsafe(inbound, command, out):
                 return
             if command is not None:
-                heavy = is_heavy(command)
-                refusal = refused(inbound, self.limits.check_command(user, heavy=heavy))
+                heavy, reminding = is_heavy(command), is_reminder_command(command)
+                checked = self.limits.check_command(user, heavy=heavy, reminders=reminding)
+                refusal = refused(inbound, checked)
                 if refusal is not None:
                     await refuse_command(command, refusal.text, out)
                     return

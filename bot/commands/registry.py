@@ -60,6 +60,8 @@ class Command:
     # Whether the command, with these arguments, works through the person's files whole (a
     # small budget of its own in [limits]: heavy_commands_per_hour).
     heavy: Callable[[str], bool] = lambda args: False
+    # It writes the person's reminders (its own budget: [limits] reminder_commands_per_minute).
+    reminders: bool = False
     # Whether, with these arguments, in a group, the adapter asks the platform whether the
     # sender administers the chat (Inbound.chat_admin): the command changes the chat's
     # settings, or reaches what others set there (/reminders group).
@@ -138,6 +140,7 @@ COMMANDS: tuple[Command, ...] = (
         "remind",
         "Remind you of something: /remind <when> <what>",
         cmd_remind,
+        reminders=True,
         argument=Argument("what", "When, then what: e.g. tomorrow at 9 call the dentist"),
         details=(
             "when: in 10 minutes, at 18:30, tomorrow at 9, friday 18:30, 2026-12-24 18:00, "
@@ -149,6 +152,7 @@ COMMANDS: tuple[Command, ...] = (
         "Your reminders; /reminders cancel N (or all)",
         cmd_reminders,
         private=True,
+        reminders=True,
         argument=Argument(
             "action",
             "cancel N, or cancel all; a group's admins: group, group cancel N",
@@ -211,6 +215,12 @@ def is_heavy(parsed: ParsedCommand) -> bool:
     """Whether this command works through the person's files whole ([limits])."""
     command = _BY_NAME.get(parsed.name)
     return command is not None and command.heavy(parsed.args)
+
+
+def is_reminder_command(parsed: ParsedCommand) -> bool:
+    """Whether this command is one of /remind and /reminders ([limits])."""
+    command = _BY_NAME.get(parsed.name)
+    return command is not None and command.reminders
 
 
 def _first(args: str) -> str:

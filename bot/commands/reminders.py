@@ -32,7 +32,7 @@ async def cmd_reminders(ctx: CommandContext, args: str) -> str:
         return NOT_HERE
     action, _, rest = args.strip().partition(" ")
     if not action:
-        return desk.listing()
+        return await desk.listing()
     if action.lower() == "group":
         return await _group(ctx, rest.strip())
     if action.lower() in ("cancel", "delete", "remove"):

@@ -5,8 +5,10 @@
 reminders file at a time; the agent's exclusive() takes it too, so /forget and /wipe never race
 a send), the due-time index (index.py) and the scheduler to wake. `PersonReminders` is one
 person's desk, bound to the message they wrote: it can only ever reach their own reminders, and
-a reminder set through it goes back to the chat it was asked in. What is pending is read from
-their file each time (memory/reminders/records.py): nothing of it is kept in RAM.
+a reminder set through it goes back to the chat it was asked in. What is pending comes from
+the person's ReminderFile (memory/reminders/records.py), which holds it in RAM, bounded; its file
+is read or written only in a thread: a command never parses it on the event loop, and a big file
+is read once.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
@@ -33,6 +36,7 @@ from bot.reminders.zones import TIMEZONE, label, person_zone, show, zone_named
 from memory import clock
 from memory.preferences import Preferences
 from memory.reminders.records import CANCELLED, SET, ReminderFile, StoredReminder
+from memory.threads import in_thread
 from memory.workspace import Workspace, Workspaces
 
 if TYPE_CHECKING:
@@ -234,8 +238,11 @@ class PersonReminders:
         self._workspace.preferences.set(TIMEZONE, zone.key)
         return zone
 
-    def pending(self) -> list[Pending]:
-        return pending_of(self._workspace.reminders.load())
+    async def pending(self) -> list[Pending]:
+        """Under the person's lock: a reading that waits does so on the loop, not in one of
+        the threads everyone's file work shares."""
+        async with self._book.lock(self.user_key):
+            return pending_of(await in_thread(self._workspace.reminders.load))
 
     async def set_from_text(self, text: str) -> str:
         """/remind <when> <what>: the answer (what was set, or why nothing was)."""
@@ -318,7 +325,7 @@ class PersonReminders:
         waiting = await self._book.in_group(chat)
         if len(waiting) < limit:
             return None
-        if _set_by(self._workspace.reminders.load(), message_id, what) is not None:
+        if _set_by(await in_thread(self._workspace.reminders.load), message_id, what) is not None:
             return None  # this very message, delivered again: answered as before
         return (
             f"This group has {len(waiting)} reminders waiting, the most I keep for one group. "
@@ -337,8 +344,9 @@ class PersonReminders:
         shortened: bool,
     ) -> str:
         inbound = self._inbound
+        file = self._workspace.reminders
         async with self._book.lock(self.user_key):
-            stored = self._workspace.reminders.load()
+            stored = await in_thread(file.load)
             again = _set_by(stored, inbound.message_id, what)
             if again is not None:  # the same message delivered again after a crash
                 first, repeat = clock.parse(again.record.get("due")) or first, _rule_of(again)
@@ -352,8 +360,8 @@ class PersonReminders:
                     "Nothing was set."
                 )
             self._book.announce(self.user_key, first)
-            self._workspace.reminders.append(record)
-            self._book.settle(self.user_key, pending_of(self._workspace.reminders.load()))
+            await in_thread(partial(file.append, record))
+            self._book.settle(self.user_key, pending_of(await in_thread(file.load)))
         return self._set_text(first, repeat, what, default_time, now, zone, shortened)
 
     def _set_text(
@@ -379,8 +387,9 @@ class PersonReminders:
         again (after a crash) cancels nothing more; the model's tool, which may cancel twice
         in one turn, says False (a turn already answered is never run again)."""
         message = self._inbound.message_id if once else None
+        file = self._workspace.reminders
         async with self._book.lock(self.user_key):
-            stored = self._workspace.reminders.load()
+            stored = await in_thread(file.load)
             done = [
                 r for r in stored if r.cancelled and message is not None and message in r.messages
             ]
@@ -407,19 +416,21 @@ class PersonReminders:
                     )
                 chosen = [pending[number - 1]]
             now = clock.iso()
+            cancels: list[dict[str, Any]] = []
             for reminder in chosen:
                 cancel: dict[str, Any] = {"type": CANCELLED, "id": reminder.id, "at": now}
                 if message is not None:
                     cancel["message"] = message
-                self._workspace.reminders.append(cancel)
-            self._book.settle(self.user_key, pending_of(self._workspace.reminders.load()))
+                cancels.append(cancel)
+            await in_thread(partial(file.extend, cancels))
+            self._book.settle(self.user_key, pending_of(await in_thread(file.load)))
         if len(chosen) == 1:
             return f"Cancelled: {chosen[0].what}"
         return f"Cancelled all {len(chosen)} of your reminders."
 
-    def listing(self) -> str:
+    async def listing(self) -> str:
         """/reminders: the pending ones, numbered, with their next time."""
-        pending = self.pending()
+        pending = await self.pending()
         zone, chosen = self.zone()
         now = clock.now()
         if not pending:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from functools import partial
 from typing import Any
 
 from bot.formatting import literal
@@ -21,6 +22,7 @@ from bot.reminders.repeat import INTERVAL
 from bot.reminders.zones import label, show
 from memory import clock
 from memory.reminders.records import CANCELLED
+from memory.threads import in_thread
 
 USAGE = "/reminders group cancel N removes one; /reminders group cancel all removes them all."
 
@@ -94,15 +96,17 @@ class GroupReminders:
             if not book.workspaces.exists(user):  # wiped meanwhile
                 return []
             file = book.file_of(user)
-            pending = [r for r in pending_of(file.load()) if r.id in ids]
+            pending = [r for r in pending_of(await in_thread(file.load)) if r.id in ids]
             now = clock.iso()
+            records: list[dict[str, Any]] = []
             for reminder in pending:
                 record: dict[str, Any] = {"type": CANCELLED, "id": reminder.id, "at": now}
                 if message is not None:
                     record["message"] = message
-                file.append(record)
+                records.append(record)
             if pending:
-                book.settle(user, pending_of(file.load()))
+                await in_thread(partial(file.extend, records))
+                book.settle(user, pending_of(await in_thread(file.load)))
         return [(reminder.name, reminder.what) for reminder in pending]
 
     async def _cancelled_by(self, message: str | None) -> list[tuple[str | None, str]]:

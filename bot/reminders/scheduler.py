@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
@@ -37,6 +38,7 @@ from bot.reminders.desk import Pending, ReminderBook, earliest, pending_of
 from bot.reminders.zones import label, show
 from memory import clock
 from memory.reminders.records import DELIVERED, ReminderFile
+from memory.threads import in_thread
 
 if TYPE_CHECKING:
     from bot.platform import Resender
@@ -223,7 +225,7 @@ class Scheduler:
         now = clock.now()
         zone = book.zone_of(user_key)
         sent = []
-        for reminder in pending_of(reminders.load()):
+        for reminder in pending_of(await in_thread(reminders.load)):
             sender = self.senders.get(reminder.platform)
             retry = self._retry.get((user_key, reminder.id))
             if reminder.due > now or sender is None or (retry and retry[1] > now):
@@ -237,13 +239,12 @@ class Scheduler:
             try:
                 await sender.send_to(reminder.place or {}, Reply(text))
             except Exception as exc:  # not taken: tried again later, never recorded as sent
-                self._failed(user_key, reminder, due, exc, reminders)
+                await self._failed(user_key, reminder, due, exc, reminders)
                 continue
             self._retry.pop((user_key, reminder.id), None)
-            reminders.append(
-                {"type": DELIVERED, "id": reminder.id, "due": clock.iso(due),
-                 "at": clock.iso(), "late": late}
-            )  # fmt: skip
+            record = {"type": DELIVERED, "id": reminder.id, "due": clock.iso(due),
+                      "at": clock.iso(), "late": late}  # fmt: skip
+            await in_thread(partial(reminders.append, record))
             self.sent += 1
             sent.append((reminder, text))
             if not reminder.private:
@@ -251,7 +252,7 @@ class Scheduler:
                 # for the group's rate): the person's lock is let go between them, so an
                 # admin's cancel or their own command is not held up by a flood of them.
                 break
-        pending = pending_of(reminders.load())
+        pending = pending_of(await in_thread(reminders.load))  # (held in RAM: no reading)
         book.index.set(user_key, earliest(pending))
         self._reschedule(user_key, pending)
         return sent
@@ -268,7 +269,7 @@ class Scheduler:
         else:
             self._due.pop(user_key, None)
 
-    def _failed(
+    async def _failed(
         self, user_key: str, reminder: Pending, due: datetime, exc: Exception, file: ReminderFile
     ) -> None:
         now = clock.now()
@@ -277,10 +278,14 @@ class Scheduler:
                 "reminders: gave up sending a reminder of %s due %s (%s)",
                 user_key, clock.iso(due), exc,
             )  # fmt: skip
-            file.append(
-                {"type": DELIVERED, "id": reminder.id, "due": clock.iso(due),
-                 "at": clock.iso(now), "failed": str(exc)[:200] or type(exc).__name__}
-            )  # fmt: skip
+            record = {
+                "type": DELIVERED,
+                "id": reminder.id,
+                "due": clock.iso(due),
+                "at": clock.iso(now),
+                "failed": str(exc)[:200] or type(exc).__name__,
+            }
+            await in_thread(partial(file.append, record))
             self._retry.pop((user_key, reminder.id), None)
             return
         attempts = self._retry.get((user_key, reminder.id), (0, now))[0] + 1

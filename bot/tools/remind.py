@@ -70,7 +70,7 @@ async def run(turn: ToolTurn, args: Arguments) -> str:
     if turn.public:
         return "Error: in a group chat reminders can only be set (action 'set')."
     if action == "list":
-        return desk.listing()
+        return await desk.listing()
     if action == "cancel":
         return await desk.cancel(str(args.get("number", "")), once=False)
     return "Error: `action` must be set, list or cancel."
