@@ -65,6 +65,9 @@ async def remind_and_wait(agent: Agent, workspaces: Path, asked: Inbound) -> str
 
 
 def _noted(workspaces: Path, text: str) -> bool:
+    """(False while the session has no file yet: the note may come a moment after the send.)"""
+    if not list((user_home(workspaces, "42") / "sessions").glob("*.jsonl")):
+        return False
     return any(r.get("content") == text for r in session_records(workspaces, "42"))
 
 
