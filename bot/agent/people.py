@@ -15,7 +15,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 from functools import partial
 
@@ -39,7 +39,7 @@ from memory.control.link import (
 )
 from memory.control.notices import NoticeFile
 from memory.control.wipe import delete, hide, sweep_wiped
-from memory.links import LinkTable, with_link, without_link
+from memory.links import LinkError, LinkTable, with_link, without_link
 from memory.workspace import Workspaces
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,8 @@ class People:
         self._moves = moves
         self.teller = Teller(workspaces, links.resolve, senders, moves)
         self._arriving: dict[str, asyncio.Task[None]] = {}  # arrive_soon's, by person
+        self._change_lock = asyncio.Lock()  # one change of who is whom at a time (_changing)
+        self._unsettled: dict[str, asyncio.Event] = {}  # accounts of the change being made
         if writer:
             sweep_wiped(workspaces.base_dir)  # what a crash mid-/wipe left behind
         if writer and moves is None:  # (a worker's: once the cluster's table is read)
@@ -87,6 +89,8 @@ class People:
         /privacy, confirmations all follow it; the session key stays the platform chat's), their
         arrived files taken first, and what their other accounts did said under the answer."""
         own = inbound.user_key
+        while (changing := self._unsettled.get(own)) is not None:
+            await changing.wait()  # a /link or /unlink of this account is being made
         inbound = replace(inbound, user_key=self.links.resolve(own))
         if self._moves is not None and self._moves.arriving(inbound.user_key):
             await self._take_arrivals(inbound.user_key)
@@ -120,38 +124,62 @@ class People:
     async def join(self, member: str, into: str) -> Merged:
         """Join `member` (linked to nobody) to the person of `into`: its files are merged into
         that workspace with no turn of either running, then every holder of state in RAM
-        forgets both, to read the merged files again."""
-        home = self.links.resolve(into)
-        if self._moves is not None:
-            change = partial(with_link, member=member, into=home)
-            return await self._ship(self._moves, member, home, "join", change)
-        first, second = sorted((member, home))
-        exclusive = self._residents.exclusive
-        async with exclusive(first), exclusive(second):
-            moving = self._reminders_moving((member, home))
-            merged = await asyncio.to_thread(merge, self._workspaces, self.links, member, home)
-            self._residents.forget(member)
-            self._residents.forget(home, sessions=False)
-            self._reminders_moved(moving)
+        forgets both, to read the merged files again. LinkError (nothing changed) when the
+        table no longer allows it: checked again under the locks, since another change (the
+        other side's /link confirm at the same moment) may have been made while this waited."""
+        async with self._changing(member, into):
+            home = self.links.resolve(into)
+            _may_join(self.links, member, home)
+            if self._moves is not None:
+                change = partial(with_link, member=member, into=home)
+                return await self._ship(self._moves, member, home, "join", change)
+            async with self._residents.exclusive(member, home):
+                _may_join(self.links, member, self.links.resolve(into))
+                moving = self._reminders_moving((member, home))
+                merged = await asyncio.to_thread(merge, self._workspaces, self.links, member, home)
+                self._residents.forget(member)
+                self._residents.forget(home, sessions=False)
+                self._reminders_moved(moving)
         log.info("linked %s to the workspace of %s", member, home)
         return merged
 
     async def leave(self, member: str) -> list[str]:
         """Take `member` out of its person (it starts empty); the keys left sharing it."""
-        home = self.links.resolve(member)
-        others = [key for key in self.links.members(member) if key != member]
-        if self._moves is not None and member == home and others:
-            heir = others[0]  # the workspace goes to the heir's worker
-            change = partial(without_link, member=member, heir=heir)
-            await self._ship(self._moves, member, heir, "split", change)
-            return others
-        async with self._residents.exclusive(home):
-            moving = self._reminders_moving(self.links.members(member))
-            await asyncio.to_thread(split, self._workspaces, self.links, member)
-            self._residents.forget(home)
-            self._reminders_moved(moving)
+        async with self._changing(member):
+            home = self.links.resolve(member)
+            others = [key for key in self.links.members(member) if key != member]
+            if not others:
+                return []  # unlinked meanwhile (by another account's /unlink)
+            if self._moves is not None and member == home:
+                heir = others[0]  # the workspace goes to the heir's worker
+                change = partial(without_link, member=member, heir=heir)
+                await self._ship(self._moves, member, heir, "split", change)
+                return others
+            async with self._residents.exclusive(home):
+                moving = self._reminders_moving(self.links.members(member))
+                await asyncio.to_thread(split, self._workspaces, self.links, member)
+                self._residents.forget(home)
+                self._reminders_moved(moving)
         log.info("unlinked %s from the workspace of %s", member, home)
         return others
+
+    @contextlib.asynccontextmanager
+    async def _changing(self, *keys: str) -> AsyncIterator[None]:
+        """One change of who is whom at a time (every change reads the table, then writes it);
+        meanwhile messages of the accounts it concerns wait in `receive` to be resolved, so none
+        is taken for a person that is about to change."""
+        async with self._change_lock:
+            accounts = {key for own in keys for key in self.links.members(own)}
+            settled = asyncio.Event()
+            for key in accounts:
+                self._unsettled[key] = settled
+            try:
+                yield
+            finally:
+                for key in accounts:
+                    if self._unsettled.get(key) is settled:
+                        del self._unsettled[key]
+                settled.set()
 
     # Cluster mode: the worker of a key's partition stops writing it, packs its workspace and
     # changes the table in one write (from then on the ingresses send the key's messages to the
@@ -259,6 +287,12 @@ class People:
         if hidden is not None:
             await asyncio.to_thread(delete, hidden)
         return hidden is not None
+
+
+def _may_join(links: LinkTable, member: str, home: str) -> None:
+    """LinkError unless `member` is a key of its own and `home` another person's."""
+    if member == home or links.is_linked(member):
+        raise LinkError(f"{member} is linked already ({', '.join(links.members(member))})")
 
 
 def _names_link(text: str) -> bool:

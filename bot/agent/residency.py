@@ -172,27 +172,30 @@ class Residents:
         forget_everywhere((*self._holders, self.sessions) if sessions else self._holders, user_key)
 
     @contextlib.asynccontextmanager
-    async def exclusive(self, user_key: str, *, cancel: bool = False) -> AsyncIterator[None]:
-        """No turn, consolidation, MEMORY.md write or reminder send of this user runs inside the
-        block.
+    async def exclusive(self, *user_keys: str, cancel: bool = False) -> AsyncIterator[None]:
+        """No turn, consolidation, MEMORY.md write or reminder send of these users runs inside
+        the block.
 
-        Takes every session lock of the user (known since start-up or with a file), after their
+        Takes every session lock of the users (known since start-up or with a file), after their
         background consolidation has finished (cancel=True: been cancelled), then the
-        workspace's memory lock, then their reminders' lock; locks are always taken in that
-        order (as a turn takes them; the scheduler holds only the last while it sends), so this
-        cannot deadlock with one. On the way out, what was derived from the user's files
-        (frozen system prompts, message-id indexes) is dropped, to be rebuilt from the disk."""
+        workspaces' memory locks, then their reminders' locks; locks are always taken in that
+        order (as a turn takes them; the scheduler holds only the last while it sends), each
+        kind sorted, and each lock once even when two users name the same session (a merge
+        just moved it), so this cannot deadlock with a turn, another exclusive(), or itself.
+        On the way out, what was derived from the users' files (frozen system prompts,
+        message-id indexes) is dropped, to be rebuilt from the disk."""
+        keys = sorted(set(user_keys))
         held: list[asyncio.Lock] = []
         locked: set[str] = set()
         try:
             while True:
-                pending = self._background.of(user_key)
+                pending = [task for key in keys for task in self._background.of(key)]
                 if pending:
                     for task in pending if cancel else ():
                         task.cancel()
                     await asyncio.gather(*pending, return_exceptions=True)
                     continue
-                todo = sorted(self._sessions_of(user_key) - locked)
+                todo = sorted(set().union(*(self._sessions_of(key) for key in keys)) - locked)
                 if not todo:
                     break
                 for key in todo:
@@ -200,11 +203,15 @@ class Residents:
                     await lock.acquire()
                     held.append(lock)
                     locked.add(key)
-            memory_lock = self._workspaces.get(user_key).memory_lock
-            async with memory_lock, self._reminders.lock(user_key):
+            async with contextlib.AsyncExitStack() as stack:
+                for key in keys:
+                    await stack.enter_async_context(self._workspaces.get(key).memory_lock)
+                for key in keys:
+                    await stack.enter_async_context(self._reminders.lock(key))
                 yield
         finally:
-            self._prompts.forget_sessions(user_key, locked)
+            for key in keys:
+                self._prompts.forget_sessions(key, locked)
             for lock in held:
                 lock.release()
 

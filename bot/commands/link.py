@@ -15,6 +15,7 @@ from bot.commands.context import CommandContext
 from bot.commands.linking import CODE_TTL_S, LinkPort
 from bot.outbound import Button, Reply
 from memory.control.wipe import contents
+from memory.links import LinkError
 
 _MINUTES = f"{CONFIRM_TTL_S / 60:.0f} minutes"
 PRIVATE_ONLY = (
@@ -24,6 +25,12 @@ PRIVATE_ONLY = (
 INVALID = (
     "That code is not valid: mistyped, expired (codes last {minutes} minutes) or used already. "
     "Nothing was linked. Send /link on the other platform for a new code."
+)
+
+
+_LINKED_ALREADY = (
+    "This account is linked already ({members} share one memory): /unlink first if you "
+    "want another link. Nothing was linked."
 )
 
 
@@ -103,10 +110,15 @@ async def _confirm(ctx: CommandContext, port: LinkPort, token: str) -> str:
             return f"That confirmation has expired (after {_MINUTES}); nothing was linked."
         if answer.problem == "other":
             return "That button belongs to an older question; nothing was linked."
+        if len(port.members()) > 1:  # the other side's link, made meanwhile, ended the question
+            return _LINKED_ALREADY.format(members=keys_text(port.members()))
         return "There is nothing waiting for your confirmation. Start with /link."
     if len(port.members()) > 1:
-        return "This account shares its memory already: /unlink first. Nothing was linked."
-    merged = await port.join(answer.question.payload)
+        return _LINKED_ALREADY.format(members=keys_text(port.members()))
+    try:  # checked again under the locks: the other side may have confirmed meanwhile
+        merged = await port.join(answer.question.payload)
+    except LinkError:
+        return _LINKED_ALREADY.format(members=keys_text(port.members()))
     members = port.members()
     for key in members:
         if key != port.own_key:
