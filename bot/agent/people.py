@@ -31,6 +31,7 @@ from bot.reminders.desk import ReminderBook
 from memory.control.link import (
     Merged,
     absorb,
+    drop_snapshots,
     finish_pending,
     finish_shipping,
     merge,
@@ -112,7 +113,7 @@ class People:
             resolve=self.links.resolve,
             codes=self.codes,
             join=lambda into: self.join(own, into),
-            leave=lambda: self.leave(own),
+            leave=self.leave,
             tell=self.teller.tell,
         )
 
@@ -144,7 +145,8 @@ class People:
         return merged
 
     async def leave(self, member: str) -> list[str]:
-        """Take `member` out of its person (it starts empty); the keys left sharing it."""
+        """Take `member` out of its person (it gets back what it had before the link); the keys
+        left sharing it ([] when it was unlinked meanwhile)."""
         async with self._changing(member):
             home = self.links.resolve(member)
             others = [key for key in self.links.members(member) if key != member]
@@ -159,6 +161,7 @@ class People:
                 moving = self._reminders_moving(self.links.members(member))
                 await asyncio.to_thread(split, self._workspaces, self.links, member)
                 self._residents.forget(home)
+                self._residents.forget(member)
                 self._reminders_moved(moving)
         log.info("unlinked %s from the workspace of %s", member, home)
         return others
@@ -281,7 +284,9 @@ class People:
             self._residents.forget(user_key)
             # A shared workspace: every linked key is free (off the loop: in cluster mode the
             # change is a round trip to NATS, which waits for the loop).
-            await asyncio.to_thread(self.links.drop_person, user_key)
+            dropped = await asyncio.to_thread(self.links.drop_person, user_key)
+            # What each had before its link is theirs, wiped too.
+            await asyncio.to_thread(drop_snapshots, self._workspaces, [user_key, *dropped])
             self._chats.forget_owner(user_key)  # their private chats' personas
             await self._chats.saved()  # (off the disk too: the chats' log rewritten without them)
         if hidden is not None:

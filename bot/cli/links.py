@@ -32,7 +32,9 @@ def add_commands(sub: Any, parent: argparse.ArgumentParser) -> None:
     link.add_argument("into", metavar="KEY", help="the key whose memory it joins")
     link.set_defaults(func=cmd_link)
     unlink = sub.add_parser("unlink", parents=[parent], help="separate a key from a shared memory")
-    unlink.add_argument("member", metavar="KEY", help="e.g. discord-7; it starts empty")
+    unlink.add_argument(
+        "member", metavar="KEY", help="e.g. discord-7; it gets back what it had before the link"
+    )
     unlink.set_defaults(func=cmd_unlink)
     links = sub.add_parser("links", parents=[parent], help="list the keys that share a memory")
     links.set_defaults(func=cmd_links)
@@ -107,7 +109,10 @@ async def cmd_unlink(args: argparse.Namespace) -> int:
             raise common.UserError(f"{args.member} is not linked to another key")
         others = [key for key in table.members(args.member) if key != args.member]
         split(workspaces, table, args.member)
-    print(f"unlinked {args.member}: it starts empty; the memory stays with {', '.join(others)}")
+    print(
+        f"unlinked {args.member}: it has what it had before the link again; the memory stays "
+        f"with {', '.join(others)}"
+    )
     return 0
 
 

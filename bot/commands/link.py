@@ -125,7 +125,10 @@ async def _confirm(ctx: CommandContext, port: LinkPort, token: str) -> str:
             await port.tell(
                 key,
                 f"(Your memory is now shared with {port.own_key}: {keys_text(members)} read and "
-                "write one memory. /unlink on any of them separates it again.)",
+                f"write one memory. Not you? /unlink {port.own_key} here removes it: it leaves "
+                "with only what it had before the link, and the memory stays here. /unlink "
+                "alone takes this account out instead, with what it had before the link, and "
+                "leaves the shared memory to the others.)",
             )
     moved = (
         f" Merged in: {merged.facts} facts, {merged.entries} history entries, {merged.files} "
@@ -136,11 +139,14 @@ async def _confirm(ctx: CommandContext, port: LinkPort, token: str) -> str:
     return (
         f"Linked: {keys_text(members)} now share one memory.{moved} The other side is told "
         "(at once, or with its next answer). /status lists the linked accounts; /unlink "
-        "separates this one."
+        "takes this one out again, with what it had before the link."
     )
 
 
 async def cmd_unlink(ctx: CommandContext, args: str) -> str | Reply:
+    """`/unlink`: this account leaves; `/unlink ACCOUNT`: that account of the person is
+    removed (an unwanted link). Either way the one that leaves takes back only what it had
+    before the link, and the shared memory stays with the others; asked first."""
     port = ctx.links
     if port is None:
         return "Linking is not available here."
@@ -153,35 +159,86 @@ async def cmd_unlink(ctx: CommandContext, args: str) -> str | Reply:
     if len(members) < 2:
         ctx.confirmations.cancel(port.own_key, "unlink")
         return "This account is not linked to another; there is nothing to unlink."
-    others = [key for key in members if key != port.own_key]
     if first.lower() == "confirm":
         answer = ctx.confirmations.take(port.own_key, "unlink", rest.strip())
         if answer.question is None:
             if answer.problem == "expired":
                 return f"That confirmation has expired (after {_MINUTES}); nothing changed."
+            if answer.problem == "other":
+                return "That button belongs to an older question; nothing changed."
             return "There is nothing waiting for your confirmation. Start with /unlink."
-        left = await port.leave()
-        for key in left:
-            await port.tell(
-                key,
-                f"({port.own_key} no longer shares your memory; it stays with "
-                f"{keys_text(left)}.)",
-            )
+        return await _leave(port, answer.question.payload or port.own_key)
+    if first and (rest.strip() or first not in members):
         return (
-            f"Unlinked: {port.own_key} is on its own again and starts with an empty memory. "
-            f"Everything remembered so far stays with {keys_text(others)}."
+            f"{first[:80]} is not an account of yours: the linked accounts are "
+            f"{keys_text(members)}. Send /unlink to take this one out, or /unlink ACCOUNT to "
+            "remove another. Nothing changed."
         )
-    if first:
-        return "Try /unlink, then /unlink confirm."
+    if first and first != port.own_key:
+        return _ask_remove(ctx, port, first, members)
+    return _ask_leave(ctx, port, members)
+
+
+def _ask_leave(ctx: CommandContext, port: LinkPort, members: list[str]) -> Reply:
+    others = [key for key in members if key != port.own_key]
     question = ctx.confirmations.ask(port.own_key, "unlink")
     text = (
-        f"This separates this account ({port.own_key}) from the memory it shares with "
-        f"{keys_text(others)}. The memory stays with them; here I start empty, as with a "
-        f"stranger.\n\nPress “Unlink” or type /unlink confirm within {_MINUTES}; "
-        "/unlink cancel keeps them linked."
+        f"This takes this account ({port.own_key}) out of the memory it shares with "
+        f"{keys_text(others)}. Here you get back what you had before the link; the shared "
+        "memory (everything said and remembered since, and what this account brought then) "
+        "stays with them.\n\n"
+        f"Is one of them not yours? Then keep the memory and remove it instead: /unlink "
+        f"{others[0]}.\n\n"
+        f"Press “Unlink” or type /unlink confirm within {_MINUTES}; /unlink cancel keeps them "
+        "linked."
     )
     buttons = (
         Button("Unlink", f"/unlink confirm {question.token}"),
         Button("Keep linked", "/unlink cancel"),
     )
     return Reply(text, buttons=buttons)
+
+
+def _ask_remove(ctx: CommandContext, port: LinkPort, key: str, members: list[str]) -> Reply:
+    staying = [member for member in members if member != key]
+    question = ctx.confirmations.ask(port.own_key, "unlink", key)
+    text = (
+        f"This removes {key} from your memory: it gets back only what it had before the "
+        f"link, and the shared memory stays here (with {keys_text(staying)}). {key} is told.\n\n"
+        f"Press “Remove” or type /unlink confirm within {_MINUTES}; /unlink cancel keeps it "
+        "linked."
+    )
+    buttons = (
+        Button("Remove", f"/unlink confirm {question.token}"),
+        Button("Keep linked", "/unlink cancel"),
+    )
+    return Reply(text, buttons=buttons)
+
+
+async def _leave(port: LinkPort, key: str) -> str:
+    """`key` out of the person (this account, or another one of it)."""
+    if key not in port.members():
+        return f"{key} is not linked to this account any more; nothing changed."
+    left = await port.leave(key)
+    if not left:
+        return f"{key} is not linked to this account any more; nothing changed."
+    for other in left:
+        if other != port.own_key:
+            await port.tell(
+                other,
+                f"({key} no longer shares your memory; it stays with {keys_text(left)}.)",
+            )
+    if key == port.own_key:
+        return (
+            f"Unlinked: {key} is on its own again, with what it had before the link. The "
+            f"shared memory stays with {keys_text(left)}."
+        )
+    await port.tell(
+        key,
+        f"({port.own_key} removed this account from the memory it shared: here you have "
+        "again what you had before the link.)",
+    )
+    return (
+        f"Removed: {key} no longer shares your memory; it got back only what it had before "
+        f"the link. The memory stays with {keys_text(left)}."
+    )

@@ -112,5 +112,5 @@ class LinkPort:
     resolve: Callable[[str], str]
     codes: Codes
     join: Callable[[str], Awaitable[Merged]]  # own key → the person of this key
-    leave: Callable[[], Awaitable[list[str]]]  # own key out; the keys it leaves behind
+    leave: Callable[[str], Awaitable[list[str]]]  # a key of the person out; the keys left
     tell: Callable[[str, str], Awaitable[None]]  # a notice for a key (bot/agent/telling.py)

@@ -10,8 +10,9 @@ anything twice, so a journal file beside the
 workspaces (`.link-journal.json`, written first, removed last) is all a crash needs: the next
 writer to open the folder (`finish_pending`) runs the step it names again to its end.
 
-Splitting takes a key out of its person: a member simply leaves the table (it starts empty);
-the key whose folder holds the workspace hands the folder to the next member (one rename).
+Splitting takes a key out of its person: a member leaves the table, and the key whose folder
+holds the workspace hands the folder to the next member (one rename); either gets back what it
+had before the link (memory.control.link_snapshots), never the others' memory.
 
 In cluster mode the two workspaces may be on two workers: the one that stops writing a key packs
 its folder (`pack`, a tar), and the worker of the person's partition merges it in (`absorb`,
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memory.atomic import atomic_write_text, fsync_dir
+from memory.control import link_snapshots
 from memory.control.forget import history_entries
 from memory.control.notices import NOTICES_FILE
 from memory.control.wipe import delete, hide
@@ -61,9 +63,15 @@ class Merged:
 
 def merge(workspaces: Workspaces, table: LinkTable, member: str, into: str) -> Merged:
     """Join `member` to the person of `into`: its files into that workspace, then the table.
-    The caller holds both people's files still (no turn of either runs)."""
+    What each side had before its first link is kept first (memory.control.link_snapshots),
+    for the day it leaves again. The caller holds both people's files still (no turn of
+    either runs)."""
     home = table.resolve(into)
     _write_journal(workspaces.base_dir, {"action": "merge", "member": member, "into": home})
+    if table.resolve(member) != home:  # (run again after the table changed: kept already)
+        link_snapshots.keep(workspaces, member)
+        if not table.is_linked(home):
+            link_snapshots.keep(workspaces, home)
     merged = Merged()
     if workspaces.exists(member):
         source = workspaces.get(member)
@@ -79,19 +87,39 @@ def merge(workspaces: Workspaces, table: LinkTable, member: str, into: str) -> M
 
 
 def split(workspaces: Workspaces, table: LinkTable, member: str) -> None:
-    """Take `member` out of its person: it starts empty, the memory stays with the others."""
+    """Take `member` out of its person: it gets back what it had before the link (empty when
+    no copy was kept), and the shared memory stays with the others."""
     home = table.resolve(member)
     others = [key for key in table.members(member) if key != home]
-    if member != home:
-        table.unlink(member)
-        return
-    if not others:
-        return
-    heir = others[0]
-    _write_journal(workspaces.base_dir, {"action": "split", "member": member, "heir": heir})
-    _hand_over(workspaces, member, heir)
-    table.unlink(member, heir)
+    if member == home and not others:
+        return  # linked to nobody
+    heir = others[0] if member == home else ""
+    _write_journal(
+        workspaces.base_dir, {"action": "split", "member": member, "heir": heir, "home": home}
+    )
+    _split(workspaces, table, member, heir, home)
     _remove_journal(workspaces.base_dir)
+
+
+def drop_snapshots(workspaces: Workspaces, keys: list[str]) -> None:
+    """/wipe: what these keys had before their links goes with the rest of their memory."""
+    for key in keys:
+        link_snapshots.drop(workspaces, key)
+
+
+def _split(workspaces: Workspaces, table: LinkTable, member: str, heir: str, home: str) -> None:
+    """The steps of `split`, each of which can run again."""
+    if heir:
+        _hand_over(workspaces, member, heir)
+        if table.resolve(heir) != heir:
+            table.unlink(member, heir)
+    elif table.resolve(member) != member:
+        table.unlink(member)
+    link_snapshots.restore(workspaces, member)
+    workspaces.forget_user(member)
+    rest = heir or home
+    if rest and table.members(rest) == [rest]:
+        link_snapshots.drop(workspaces, rest)  # alone again: it keeps the whole memory
 
 
 def finish_pending(workspaces: Workspaces, table: LinkTable) -> str | None:
@@ -103,10 +131,7 @@ def finish_pending(workspaces: Workspaces, table: LinkTable) -> str | None:
     if action == "merge" and isinstance(member, str) and isinstance(journal.get("into"), str):
         merge(workspaces, table, member, journal["into"])
     elif action == "split" and isinstance(member, str) and isinstance(journal.get("heir"), str):
-        heir = journal["heir"]
-        _hand_over(workspaces, member, heir)
-        if table.resolve(heir) != heir:
-            table.unlink(member, heir)
+        _split(workspaces, table, member, journal["heir"], str(journal.get("home", "")))
         _remove_journal(workspaces.base_dir)
     elif action == "absorb" and isinstance(journal.get("into"), str):
         _absorb_from(workspaces, workspaces.base_dir / str(journal.get("source")), journal["into"])

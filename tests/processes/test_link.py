@@ -113,11 +113,13 @@ async def test_a_fact_said_on_telegram_is_remembered_on_discord_until_unlinked(
         assert "2025-03-01" in recall
         status = await bea.telegram("/status", "Linked accounts")
         assert "telegram-42, discord-77" in status
-        assert sorted(p.name for p in workspaces.iterdir() if p.is_dir()) == ["telegram-42"]
+        folders = [p.name for p in workspaces.iterdir() if p.is_dir()]
+        assert sorted(f for f in folders if not f.startswith(".")) == ["telegram-42"]
         assert links_of(workspaces) == {"discord-77": "telegram-42"}
 
         ask = await bea.discord("/unlink", "/unlink confirm")
-        assert "memory stays with them" in ask and "start empty" in ask
+        assert "memory (everything said and remembered since" in ask and "stays with them" in ask
+        assert "get back what you had before the link" in ask
         done = await bea.discord("/unlink confirm", "Unlinked")
         assert "stays with telegram-42" in done
         alone = await bea.discord("/memory", "I don't remember anything about you yet")
@@ -297,9 +299,11 @@ def test_the_operator_links_lists_and_unlinks_the_key_that_holds_the_workspace(
     assert code == 0, err
     assert "memory stays with cli-ana, discord-77" in out
     assert links_of(workspaces) == {"discord-77": "cli-ana"}
-    assert not (workspaces / "telegram-42").exists()
     kept = Workspaces(workspaces, writer=False).get("cli-ana").memory.read()
     assert "Telegram fact 1" in kept and "Discord fact 1" in kept
+    # It takes back what it had before the link, and only that (issue 32, item 4).
+    back = Workspaces(workspaces, writer=False).get("telegram-42").memory.read()
+    assert "Telegram fact 1" in back and "Discord" not in back
 
 
 def test_the_operator_views_of_a_linked_key_read_its_persons_workspace(
@@ -466,3 +470,97 @@ async def test_a_stop_during_a_merge_still_ends_the_process_with_the_merge_whole
     merged = Workspaces(workspaces, writer=False).get("telegram-42")
     assert len(merged.sessions.keys()) == many + 1
     assert all(f"Discord fact {n}" in merged.memory.read() for n in range(5))
+
+
+# ---- an unwanted link (issue 32, item 4) -----------------------------------------------------
+
+
+async def test_an_unwanted_account_is_removed_and_leaves_with_only_what_it_brought(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """M tricked V into sharing a code and joined V's memory: V removes M from V's account;
+    M takes back only its own facts, V keeps everything."""
+    fill(Workspaces(workspaces_dir), "telegram-42", "Victim", 3, sessions=1)
+    fill(Workspaces(workspaces_dir), "discord-77", "Mallory", 2, sessions=1)
+    agent = Agent(_config(fake_llm, workspaces_dir))
+    try:
+        [code] = set(CODE.findall(await ask(agent, "telegram-42", "/link")))
+        await ask(agent, "discord-77", f"/link {code}")
+        assert "Linked:" in await ask(agent, "discord-77", "/link confirm")
+        told = await ask(agent, "telegram-42", "/status")
+        assert "/unlink discord-77 here removes it" in told  # the notice says what each does
+        assert "only what it had before the link" in told
+
+        wrong = await ask(agent, "telegram-42", "/unlink discord-99")
+        assert "not an account of yours" in wrong and "Nothing changed" in wrong
+        question = await ask(agent, "telegram-42", "/unlink discord-77")
+        assert "removes discord-77" in question and "stays here" in question
+        done = await ask(agent, "telegram-42", "/unlink confirm")
+        assert "Removed: discord-77" in done
+
+        victim = await ask(agent, "telegram-42", "/memory")
+        assert all(f"Victim fact {n}" in victim for n in range(3))
+        mallory = await ask(agent, "discord-77", "/memory")
+        assert "Mallory fact 1" in mallory and "Victim" not in mallory
+        assert "removed this account" in mallory  # told, under its next answer
+        recall = await ask(agent, "discord-77", "/recall event")
+        assert "Mallory" in recall and "Victim" not in recall
+    finally:
+        await agent.aclose()
+    assert LinkTable(workspaces_dir).all() == {}
+    assert not (workspaces_dir / ".link-snapshots").exists() or not os.listdir(
+        workspaces_dir / ".link-snapshots"
+    )
+
+
+async def test_leaving_a_link_takes_back_only_what_the_account_had_before(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """V leaves the memory M joined (the workspace's own key leaves): V gets back its facts
+    and history as they were before the link, not an empty memory, and none of M's."""
+    fill(Workspaces(workspaces_dir), "telegram-42", "Victim", 3, sessions=1)
+    fill(Workspaces(workspaces_dir), "discord-77", "Mallory", 2, sessions=1)
+    agent = Agent(_config(fake_llm, workspaces_dir))
+    try:
+        [code] = set(CODE.findall(await ask(agent, "telegram-42", "/link")))
+        await ask(agent, "discord-77", f"/link {code}")
+        await ask(agent, "discord-77", "/link confirm")
+        question = await ask(agent, "telegram-42", "/unlink")
+        assert "get back what you had before the link" in question
+        assert "/unlink discord-77" in question  # the other choice, said
+        done = await ask(agent, "telegram-42", "/unlink confirm")
+        assert "Unlinked: telegram-42" in done and "what it had before the link" in done
+        victim = await ask(agent, "telegram-42", "/memory")
+        assert all(f"Victim fact {n}" in victim for n in range(3)) and "Mallory" not in victim
+        recall = await ask(agent, "telegram-42", "/recall event")
+        assert "Victim **event** 2" in recall and "Mallory" not in recall
+        shared = await ask(agent, "discord-77", "/memory")
+        assert "Mallory fact 1" in shared and "Victim fact 1" in shared  # the others keep it
+    finally:
+        await agent.aclose()
+    assert LinkTable(workspaces_dir).all() == {}
+
+
+async def test_a_wipe_takes_what_each_account_had_before_the_link_too(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    fill(Workspaces(workspaces_dir), "telegram-42", "Victim", 1, sessions=1)
+    agent = Agent(_config(fake_llm, workspaces_dir))
+    try:
+        [code] = set(CODE.findall(await ask(agent, "telegram-42", "/link")))
+        await ask(agent, "discord-77", f"/link {code}")
+        await ask(agent, "discord-77", "/link confirm")
+        assert len(os.listdir(workspaces_dir / ".link-snapshots")) == 2
+        await ask(agent, "discord-77", "/wipe")
+        assert "erased" in (await ask(agent, "discord-77", "/wipe confirm")).lower()
+    finally:
+        await agent.aclose()
+    assert os.listdir(workspaces_dir / ".link-snapshots") == []
+
+
+def _config(fake_llm: FakeOpenAI, workspaces_dir: Path) -> Config:
+    fake_llm.default = lambda request: completion("Noted.")
+    return Config(
+        llm=LLMConfig(base_url=fake_llm.base_url, api_key="sk-test", model="fake-model"),
+        memory=MemoryConfig(workspaces_dir=workspaces_dir),
+    )
