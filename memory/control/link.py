@@ -40,6 +40,7 @@ from memory.keys import decode_key
 from memory.links import LinkTable
 from memory.media import MEDIA_DIR
 from memory.preferences import MEMORY_IN_GROUPS, TIMEZONE
+from memory.reminders.records import DELIVERED, ReminderFile
 from memory.safefs import make_private_dir, read_bytes
 from memory.search import history_index
 from memory.store import VERSIONS_DIR, merged_memory
@@ -118,6 +119,8 @@ def _split(workspaces: Workspaces, table: LinkTable, member: str, heir: str, hom
     link_snapshots.restore(workspaces, member)
     workspaces.forget_user(member)
     rest = heir or home
+    if rest:
+        _move_reminders(workspaces, member, rest, table.members(rest))
     if rest and table.members(rest) == [rest]:
         link_snapshots.drop(workspaces, rest)  # alone again: it keeps the whole memory
 
@@ -323,6 +326,35 @@ def _hand_over(workspaces: Workspaces, member: str, heir: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(new / KEY_FILE)  # a shortened folder name's key is written again by get()
     workspaces.get(heir)
+
+
+def _move_reminders(workspaces: Workspaces, member: str, rest: str, staying: list[str]) -> None:
+    """The reminders `member` set while linked follow it out: those asked on its platform (the
+    `set` record says where), unless another account that stays is on that platform too (then
+    whose they are is not known, and they stay). Appended to its file first, then taken out of
+    the others' (one atomic rewrite); again after a crash, what it holds already is skipped."""
+    platform = _platform(member)
+    if any(_platform(key) == platform for key in staying):
+        return
+    source = ReminderFile(workspaces.root_of(rest))
+    ours = [r for r in source.load() if r.record.get("platform") == platform]
+    if not ours:
+        return
+    make_private_dir(workspaces.root_of(member))
+    target = ReminderFile(workspaces.root_of(member))
+    held = {r.id for r in target.load()}
+    for reminder in ours:
+        if reminder.id in held or not reminder.pending:
+            continue  # moved already; or done, and its text goes from the others' file
+        target.append(reminder.record)
+        if reminder.delivered:  # a repeating one's next time counts from the last sent
+            target.append({"type": DELIVERED, "id": reminder.id, "due": reminder.delivered[-1]})
+    source.remove({r.id for r in ours})
+
+
+def _platform(key: str) -> str:
+    """`telegram` of `telegram-42` (keys are `<platform>-<user id>`: bot/keys.py)."""
+    return key.partition("-")[0]
 
 
 # ---- the journal ---------------------------------------------------------------------------

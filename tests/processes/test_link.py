@@ -558,6 +558,64 @@ async def test_a_wipe_takes_what_each_account_had_before_the_link_too(
     assert os.listdir(workspaces_dir / ".link-snapshots") == []
 
 
+# ---- reminders follow the account that set them (issue 32, item 10) --------------------------
+
+
+async def test_after_unlink_each_account_keeps_the_reminders_it_set_while_linked(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = Agent(_config(fake_llm, workspaces_dir))
+    try:
+        [code] = set(CODE.findall(await ask(agent, "telegram-42", "/link")))
+        await ask(agent, "discord-77", f"/link {code}")
+        await ask(agent, "discord-77", "/link confirm")
+        for key, what in (("discord-77", "water the plants"), ("telegram-42", "call mum")):
+            assert "OK, I'll remind you" in await remind(agent, key, f"/remind in 2 hours {what}")
+        both = await remind(agent, "telegram-42", "/reminders")
+        assert "water the plants" in both and "call mum" in both  # one person while linked
+
+        # The workspace's own key leaves: its reminder goes with it, the other's stays.
+        await ask(agent, "telegram-42", "/unlink")
+        assert "Unlinked" in await ask(agent, "telegram-42", "/unlink confirm")
+        mine = await remind(agent, "telegram-42", "/reminders")
+        assert "call mum" in mine and "water the plants" not in mine
+        theirs = await remind(agent, "discord-77", "/reminders")
+        assert "water the plants" in theirs and "call mum" not in theirs
+        cancelled = await remind(agent, "discord-77", "/reminders cancel 1")
+        assert "water the plants" in cancelled
+    finally:
+        await agent.aclose()
+
+
+async def test_a_removed_account_takes_its_reminders_along(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = Agent(_config(fake_llm, workspaces_dir))
+    try:
+        [code] = set(CODE.findall(await ask(agent, "telegram-42", "/link")))
+        await ask(agent, "discord-77", f"/link {code}")
+        await ask(agent, "discord-77", "/link confirm")
+        await remind(agent, "discord-77", "/remind in 2 hours my secret errand")
+        await ask(agent, "telegram-42", "/unlink discord-77")
+        assert "Removed" in await ask(agent, "telegram-42", "/unlink confirm")
+        kept = await remind(agent, "telegram-42", "/reminders")
+        assert "secret errand" not in kept
+        assert "secret errand" in await remind(agent, "discord-77", "/reminders")
+    finally:
+        await agent.aclose()
+
+
+async def remind(agent: Agent, user_key: str, text: str) -> str:
+    """A private message from a chat the bot can send to later (as reminders need)."""
+    from bot.inbound import Inbound
+
+    out = BufferedOutbound()
+    platform, _, user = user_key.partition("-")
+    inbound = Inbound(platform, f"{platform}:dm:{user}", user_key, text, place={"chat": user})
+    await agent.handle(inbound, out)
+    return out.reply.text
+
+
 def _config(fake_llm: FakeOpenAI, workspaces_dir: Path) -> Config:
     fake_llm.default = lambda request: completion("Noted.")
     return Config(
