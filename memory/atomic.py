@@ -7,6 +7,7 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 from memory.safefs import LinkRefusedError, open_dir, open_fd
@@ -48,8 +49,13 @@ def atomic_write_text(path: Path, text: str | bytes) -> None:
     Every step is relative to the folder opened once without following links, so neither the
     folder nor the file can be a link leading out of the workspace (LinkRefusedError).
     """
+    atomic_write_chunks(path, (text if isinstance(text, bytes) else text.encode("utf-8"),))
+
+
+def atomic_write_chunks(path: Path, chunks: Iterable[bytes]) -> None:
+    """`atomic_write_text` for a text made a piece at a time (a merge of two large files), so it
+    is never whole in RAM; `chunks` may still read the old `path` (it is replaced after)."""
     path = Path(path)
-    data = text if isinstance(text, bytes) else text.encode("utf-8")
     folder = open_dir(path.parent)
     try:
         mode = _mode_of(path.name, folder)
@@ -57,7 +63,8 @@ def atomic_write_text(path: Path, text: str | bytes) -> None:
         try:
             try:
                 os.fchmod(fd, mode)
-                _write_all(fd, data)
+                for data in chunks:
+                    _write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)

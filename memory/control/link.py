@@ -32,8 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memory.atomic import atomic_write_text, fsync_dir
-from memory.control import link_snapshots
-from memory.control.forget import history_entries
+from memory.control import history_merge, link_snapshots
 from memory.control.notices import NOTICES_FILE
 from memory.control.wipe import delete, hide
 from memory.keys import decode_key
@@ -250,25 +249,15 @@ def _merge_memory(source: Workspace, target: Workspace) -> int:
 
 
 def _merge_history(source: Workspace, target: Workspace) -> int:
-    theirs = _text(source.history_path)
-    if not theirs.strip():
+    """By time, never whole in RAM (memory.control.history_merge)."""
+    if not source.history_path.exists():
         return 0
-    ours = [entry.strip("\n") for entry in history_entries(_text(target.history_path))]
-    present = {entry.strip() for entry in ours}
-    new = [e.strip("\n") for e in history_entries(theirs) if e.strip() not in present]
-    if new:
-        # By time: every entry starts with its "[YYYY-MM-DD HH:MM]" stamp (UTC), which sorts
-        # as text; sorted() is stable, so entries of one minute keep their own order.
-        entries = sorted([*ours, *dict.fromkeys(new)], key=_stamp)
-        atomic_write_text(target.history_path, "\n\n".join(entries) + "\n")
+    added = history_merge.merge_into(source.history_path, target.history_path)
+    if added:
         history_index.drop(target.history_path)  # rebuilt from the merged text when searched
     os.unlink(source.history_path)
     history_index.drop(source.history_path)
-    return len(new)
-
-
-def _stamp(entry: str) -> str:
-    return entry[:18] if entry.startswith("[") else ""
+    return added
 
 
 def _move_folder(source: Path, target: Path) -> int:
