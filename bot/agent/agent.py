@@ -237,7 +237,7 @@ class Agent:
                     return
                 await run_command(command, lambda: self.commanding.context(inbound, own), out)
                 return
-            await self.turns.handle(inbound, out)
+            await self.turns.handle(inbound, out, lambda: self.people.links.resolve(own))
 
     async def _refused_unsafe(
         self, inbound: Inbound, command: ParsedCommand | None, out: Outbound

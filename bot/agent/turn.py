@@ -45,7 +45,7 @@ from bot.reminders.desk import PersonReminders, ReminderBook
 from bot.tools import text_calls
 from bot.tools.tool import ToolTurn
 from bot.tools.toolbox import Toolbox
-from bot.usage import ChargedLLM
+from bot.usage import ChargedLLM, charged_to
 from memory import clock
 from memory.consolidation.asking import MemoryEvent
 from memory.llm import (
@@ -185,17 +185,23 @@ class Turns:
 
     # ---- a message that is not a command ---------------------------------------------------
 
-    async def handle(self, inbound: Inbound, out: Outbound) -> None:
-        """Answer through `out` (streamed when [agent] stream says so)."""
+    async def handle(
+        self, inbound: Inbound, out: Outbound, person: Callable[[], str] | None = None
+    ) -> None:
+        """Answer through `out` (streamed when [agent] stream says so). `person`: the key of
+        the person the message's account belongs to, looked up again under the session's lock
+        (a /link or /unlink made while the message waited changes it)."""
         await out.begin(private=False)
         stream = AnswerStream(out) if self.config.agent.stream else None
-        reply = await self._answer(inbound, stream or out)
+        reply = await self._answer(inbound, stream or out, person)
         text = stream.rest_of(reply.text) if stream else reply.text
         if text:
             await out.add_text(text)
         await out.finish()
 
-    async def _answer(self, inbound: Inbound, out: Outbound) -> Reply:
+    async def _answer(
+        self, inbound: Inbound, out: Outbound, person: Callable[[], str] | None = None
+    ) -> Reply:
         """Refused by a limit, or answered by a turn."""
         if not inbound.text.strip() and not inbound.attachments:
             return Reply("(That message was empty.)")
@@ -203,62 +209,75 @@ class Turns:
         if refusal is not None:
             return Reply(refusal.text)
         try:
-            return await self._turn(inbound, out)
+            return await self._turn(inbound, out, person)
         except LinkRefusedError as exc:  # a link planted after the workspace was opened
             log.error("refused a link in the workspace of %s: %s", inbound.user_key, exc)
             return Reply(UNSAFE_WORKSPACE_REPLY)
 
-    async def _turn(self, inbound: Inbound, out: Outbound) -> Reply:
+    async def _turn(
+        self, inbound: Inbound, out: Outbound, person: Callable[[], str] | None = None
+    ) -> Reply:
         self.sessions.note(inbound.user_key, inbound.session_key)
         async with self.sessions.lock(inbound.session_key):
-            # Looked up under the lock: a /wipe that held it has replaced the workspace.
-            workspace = self.workspaces.get(inbound.user_key)
-            session = await workspace.sessions.load(inbound.session_key)
-            await self.estimator.warm(session)  # a backlog: counted in a thread, once
-            self._prepare_search(workspace)
-            earlier = None if inbound.message_id is None else session.index_of(inbound.message_id)
-            if earlier is not None:
-                return await self._redelivered(workspace, session, inbound, earlier, out)
-            refusal = refused(inbound, self.limits.check_tokens(inbound.user_key))
-            if refusal is not None:  # spent by the turns this message waited for
-                return Reply(refusal.text)
-            await self.policy.file_waiting(workspace, session, out)
-            now = clock.now()
-            prepared = await self._prepare(inbound)
-            if isinstance(prepared, Reply):
-                return prepared
-            if not prepared.for_model and not prepared.parts:
-                return Reply("\n\n".join(prepared.notes))  # nothing kept, nothing to answer
-            user_message = self.prompts.builder().user_message(prepared.text, now, prepared.parts)
-            user_message[TURN] = secrets.token_hex(4)  # what /undo and /retry name it by
-            if inbound.reply_to is not None:
-                replied = await reply_record(
-                    inbound.reply_to,
-                    workspace.sessions,
-                    session,
-                    self.config.agent.reply_context_chars,
-                )
-                if replied is not None:
-                    user_message[REPLY_TO] = replied
-            too_long = self._too_long(user_message, workspace, Place.of(inbound))
-            if too_long:
-                return Reply(too_long)  # nothing kept: its files neither
-            not_kept = await self._keep_media(workspace, inbound, prepared)
-            if not_kept is not None:
-                return not_kept
-            if inbound.message_id is not None:
-                user_message["message_id"] = inbound.message_id
-            try:
-                workspace.sessions.append(session, user_message)
-            except LinkRefusedError:
-                raise  # not the disk: a planted link (see _answer)
-            except OSError as exc:
-                log.error("could not save a message of %s: %s", inbound.session_key, exc)
-                return Reply(NOT_SAVED.format(reason=disk_reason(exc)))
-            if not prepared.for_model:
-                return self._notes_only(workspace, session, prepared.notes)
-            reply = _with_notes(await self._respond(workspace, session, inbound, out), prepared)
-            return self._with_memory_notice(reply, inbound)
+            if person is not None and (now_of := person()) != inbound.user_key:
+                # Its account was linked or unlinked while this waited: the conversation is
+                # that person's now (a link change holds the session's lock while it moves it).
+                inbound = replace(inbound, user_key=now_of)
+                self.sessions.note(inbound.user_key, inbound.session_key)
+                with charged_to(now_of):
+                    return await self._locked_turn(inbound, out)
+            return await self._locked_turn(inbound, out)
+
+    async def _locked_turn(self, inbound: Inbound, out: Outbound) -> Reply:
+        """The turn, under the session's lock."""
+        # Looked up under the lock: a /wipe that held it has replaced the workspace.
+        workspace = self.workspaces.get(inbound.user_key)
+        session = await workspace.sessions.load(inbound.session_key)
+        await self.estimator.warm(session)  # a backlog: counted in a thread, once
+        self._prepare_search(workspace)
+        earlier = None if inbound.message_id is None else session.index_of(inbound.message_id)
+        if earlier is not None:
+            return await self._redelivered(workspace, session, inbound, earlier, out)
+        refusal = refused(inbound, self.limits.check_tokens(inbound.user_key))
+        if refusal is not None:  # spent by the turns this message waited for
+            return Reply(refusal.text)
+        await self.policy.file_waiting(workspace, session, out)
+        now = clock.now()
+        prepared = await self._prepare(inbound)
+        if isinstance(prepared, Reply):
+            return prepared
+        if not prepared.for_model and not prepared.parts:
+            return Reply("\n\n".join(prepared.notes))  # nothing kept, nothing to answer
+        user_message = self.prompts.builder().user_message(prepared.text, now, prepared.parts)
+        user_message[TURN] = secrets.token_hex(4)  # what /undo and /retry name it by
+        if inbound.reply_to is not None:
+            replied = await reply_record(
+                inbound.reply_to,
+                workspace.sessions,
+                session,
+                self.config.agent.reply_context_chars,
+            )
+            if replied is not None:
+                user_message[REPLY_TO] = replied
+        too_long = self._too_long(user_message, workspace, Place.of(inbound))
+        if too_long:
+            return Reply(too_long)  # nothing kept: its files neither
+        not_kept = await self._keep_media(workspace, inbound, prepared)
+        if not_kept is not None:
+            return not_kept
+        if inbound.message_id is not None:
+            user_message["message_id"] = inbound.message_id
+        try:
+            workspace.sessions.append(session, user_message)
+        except LinkRefusedError:
+            raise  # not the disk: a planted link (see _answer)
+        except OSError as exc:
+            log.error("could not save a message of %s: %s", inbound.session_key, exc)
+            return Reply(NOT_SAVED.format(reason=disk_reason(exc)))
+        if not prepared.for_model:
+            return self._notes_only(workspace, session, prepared.notes)
+        reply = _with_notes(await self._respond(workspace, session, inbound, out), prepared)
+        return self._with_memory_notice(reply, inbound)
 
     # ---- the conversation taken back: /undo, /retry (bot/agent/conversation.py) ----------
 

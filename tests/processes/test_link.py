@@ -20,6 +20,7 @@ import pytest
 from bot.agent.agent import Agent
 from bot.commands.linking import CODE_TTL_S, LinkCodes
 from bot.config import Config, LLMConfig, MemoryConfig
+from bot.inbound import Inbound
 from bot.outbound import BufferedOutbound
 from memory.links import LINKS_FILE, LinkTable
 from memory.workspace import Workspaces
@@ -470,6 +471,46 @@ async def test_a_stop_during_a_merge_still_ends_the_process_with_the_merge_whole
     merged = Workspaces(workspaces, writer=False).get("telegram-42")
     assert len(merged.sessions.keys()) == many + 1
     assert all(f"Discord fact {n}" in merged.memory.read() for n in range(5))
+
+
+async def test_a_message_already_on_its_way_when_its_account_is_joined_goes_to_the_joined_memory(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """A message resolved to its account before a /link confirm of that account, still waiting
+    for its platform (a slow typing indicator) when the merge takes its conversation: it is
+    answered from, and kept in, the joined memory, not in a new empty folder of the account."""
+    fill(Workspaces(workspaces_dir), "telegram-42", "Telegram", 2, sessions=1)
+    fill(Workspaces(workspaces_dir), "discord-77", "Discord", 2, sessions=1)
+    agent = Agent(_config(fake_llm, workspaces_dir))
+    try:
+        [code] = set(CODE.findall(await ask(agent, "telegram-42", "/link")))
+        await ask(agent, "discord-77", f"/link {code}")
+        slow = _SlowPlatform()
+        inbound = Inbound("discord", "discord:dm:77", "discord-77", "still on its way")
+        on_its_way = asyncio.create_task(agent.handle(inbound, slow))
+        await asyncio.wait_for(slow.begun_event.wait(), STEP_TIMEOUT)
+        assert "Linked:" in await ask(agent, "discord-77", "/link confirm")
+        slow.go.set()
+        await asyncio.wait_for(on_its_way, STEP_TIMEOUT)
+        assert slow.reply.text.startswith("Noted.")
+    finally:
+        await agent.aclose()
+    assert not (workspaces_dir / "discord-77").exists()
+    kept = Workspaces(workspaces_dir, writer=False).get("telegram-42").sessions_dir
+    assert "still on its way" in (kept / "discord%3Adm%3A77.jsonl").read_text()
+
+
+class _SlowPlatform(BufferedOutbound):
+    """An answer whose platform is slow to begin (a typing indicator that takes a while)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.begun_event, self.go = asyncio.Event(), asyncio.Event()
+
+    async def begin(self, *, private: bool = False) -> None:
+        self.begun_event.set()
+        await self.go.wait()
+        await super().begin(private=private)
 
 
 # ---- an unwanted link (issue 32, item 4) -----------------------------------------------------
