@@ -159,7 +159,10 @@ class People:
                 return others
             async with self._residents.exclusive(home):
                 moving = self._reminders_moving(self.links.members(member))
-                await asyncio.to_thread(split, self._workspaces, self.links, member)
+                stays = self._moves is not None  # cluster: its folder may be another worker's
+                await asyncio.to_thread(
+                    partial(split, reminders=not stays), self._workspaces, self.links, member
+                )
                 self._residents.forget(home)
                 self._residents.forget(member)
                 self._reminders_moved(moving)

@@ -86,18 +86,18 @@ def merge(workspaces: Workspaces, table: LinkTable, member: str, into: str) -> M
     return merged
 
 
-def split(workspaces: Workspaces, table: LinkTable, member: str) -> None:
+def split(workspaces: Workspaces, table: LinkTable, member: str, *, reminders: bool = True) -> None:
     """Take `member` out of its person: it gets back what it had before the link (empty when
-    no copy was kept), and the shared memory stays with the others."""
+    no copy was kept), and the shared memory stays with the others. `reminders`: the ones it
+    set go with it (not in cluster mode, where its folder may be another worker's)."""
     home = table.resolve(member)
     others = [key for key in table.members(member) if key != home]
     if member == home and not others:
         return  # linked to nobody
     heir = others[0] if member == home else ""
-    _write_journal(
-        workspaces.base_dir, {"action": "split", "member": member, "heir": heir, "home": home}
-    )
-    _split(workspaces, table, member, heir, home)
+    step = {"action": "split", "member": member, "heir": heir, "home": home}
+    _write_journal(workspaces.base_dir, step | ({} if reminders else {"reminders": "stay"}))
+    _split(workspaces, table, member, heir, home, reminders=reminders)
     _remove_journal(workspaces.base_dir)
 
 
@@ -107,7 +107,15 @@ def drop_snapshots(workspaces: Workspaces, keys: list[str]) -> None:
         link_snapshots.drop(workspaces, key)
 
 
-def _split(workspaces: Workspaces, table: LinkTable, member: str, heir: str, home: str) -> None:
+def _split(
+    workspaces: Workspaces,
+    table: LinkTable,
+    member: str,
+    heir: str,
+    home: str,
+    *,
+    reminders: bool = True,
+) -> None:
     """The steps of `split`, each of which can run again."""
     if heir:
         _hand_over(workspaces, member, heir)
@@ -118,7 +126,7 @@ def _split(workspaces: Workspaces, table: LinkTable, member: str, heir: str, hom
     link_snapshots.restore(workspaces, member)
     workspaces.forget_user(member)
     rest = heir or home
-    if rest:
+    if rest and reminders:
         _move_reminders(workspaces, member, rest, table.members(rest))
     if rest and table.members(rest) == [rest]:
         link_snapshots.drop(workspaces, rest)  # alone again: it keeps the whole memory
@@ -133,7 +141,8 @@ def finish_pending(workspaces: Workspaces, table: LinkTable) -> str | None:
     if action == "merge" and isinstance(member, str) and isinstance(journal.get("into"), str):
         merge(workspaces, table, member, journal["into"])
     elif action == "split" and isinstance(member, str) and isinstance(journal.get("heir"), str):
-        _split(workspaces, table, member, journal["heir"], str(journal.get("home", "")))
+        home, stay = str(journal.get("home", "")), journal.get("reminders") == "stay"
+        _split(workspaces, table, member, journal["heir"], home, reminders=not stay)
         _remove_journal(workspaces.base_dir)
     elif action == "absorb" and isinstance(journal.get("into"), str):
         _absorb_from(workspaces, workspaces.base_dir / str(journal.get("source")), journal["into"])
