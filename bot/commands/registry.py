@@ -5,7 +5,6 @@ workspace and session, the inbound, the few figures and actions it needs), never
 commands stay testable on their own and bot.agent.agent is the only module that knows both.
 """
 
-
 import difflib
 import re
 from collections.abc import Callable
@@ -131,10 +130,14 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "unlink",
-        "Separate this platform's account from a shared memory (asks first)",
+        "Take this account out of a shared memory, or remove another (asks first)",
         cmd_unlink,
         private=True,
-        argument=Argument("action", "confirm or cancel", required=False),
+        argument=Argument(
+            "action",
+            "An account of yours to remove (e.g. discord-77), or confirm / cancel",
+            required=False,
+        ),
     ),
     Command(
         "remind",
