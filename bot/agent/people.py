@@ -282,7 +282,7 @@ class People:
         """/wipe: the user's folder (every session of theirs, groups included) and everything
         kept about them in memory; pending consolidation is cancelled, running turns finish
         first. The next message of theirs starts as a stranger's would."""
-        async with self._residents.exclusive(user_key, cancel=True):
+        async with self._changing(user_key), self._residents.exclusive(user_key, cancel=True):
             hidden = hide(self._workspaces.root_of(user_key))  # from here on they have nothing
             self._residents.forget(user_key)
             # A shared workspace: every linked key is free (off the loop: in cluster mode the
