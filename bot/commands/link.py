@@ -93,7 +93,8 @@ async def _ask(ctx: CommandContext, port: LinkPort, code: str) -> str | Reply:
     question = ctx.confirmations.ask(port.own_key, "link", home)
     text = (
         f"This joins this account ({port.own_key}) to the memory of {home}: from then on both "
-        f"read and write one memory. {here}\n\n"
+        f"read and write one memory. {here} /unlink takes this account out again later, "
+        "with what it has here now.\n\n"
         f"Press “Link” or type /link confirm within {_MINUTES}; /link cancel keeps them apart."
     )
     buttons = (
