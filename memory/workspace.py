@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 KEY_FILE = ".key"
 SESSIONS_DIR = "sessions"
+PRE_LINK_DIR = ".pre-link"  # while linked: what each account had before (control/link_snapshots)
 # Every name of a workspace that the bot opens; none of them may be a link.
 FILES = (MEMORY_FILE, HISTORY_FILE, KEY_FILE, PREFERENCES_FILE, USAGE_FILE, REMINDERS_FILE)
 FOLDERS = (SESSIONS_DIR, VERSIONS_DIR, MEDIA_DIR)

@@ -31,7 +31,6 @@ from bot.reminders.desk import ReminderBook
 from memory.control.link import (
     Merged,
     absorb,
-    drop_snapshots,
     finish_pending,
     finish_shipping,
     merge,
@@ -287,9 +286,7 @@ class People:
             self._residents.forget(user_key)
             # A shared workspace: every linked key is free (off the loop: in cluster mode the
             # change is a round trip to NATS, which waits for the loop).
-            dropped = await asyncio.to_thread(self.links.drop_person, user_key)
-            # What each had before its link is theirs, wiped too.
-            await asyncio.to_thread(drop_snapshots, self._workspaces, [user_key, *dropped])
+            await asyncio.to_thread(self.links.drop_person, user_key)
             self._chats.forget_owner(user_key)  # their private chats' personas
             await self._chats.saved()  # (off the disk too: the chats' log rewritten without them)
         if hidden is not None:

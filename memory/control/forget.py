@@ -10,6 +10,8 @@ What matches, case-insensitively and with any whitespace between its words:
   left in the prompt would be seen by the model and learnt again by the next consolidation. The
   `last_consolidated` cursor is moved back by the consolidated messages removed, and the
   searchable copy of the consolidated ones (memory/search/transcripts.py) is deleted;
+- what linked accounts had before their link (`.pre-link/`, memory.control.link_snapshots):
+  the same, in each copy's MEMORY.md and HISTORY.md, so /unlink never gives it back;
 - stored media (`media/`): each file whose name (words may be joined by "-", "_" or ".") or
   text holds it is deleted, and so is each picture, voice message or file that only removed
   messages refer to (a picture whose caption holds the phrase goes with its message).
@@ -39,8 +41,8 @@ from memory.media import MEDIA_DIR, is_ref, referenced_files
 from memory.safefs import LinkRefusedError, read_bytes
 from memory.search import history_index, transcripts
 from memory.session import CONVERSATION_RECORDS, METADATA_TYPE, REPLY_TO, as_written, read_lines
-from memory.store import ENTRY_STAMP
-from memory.workspace import Workspace
+from memory.store import ENTRY_STAMP, HISTORY_FILE, MEMORY_FILE
+from memory.workspace import PRE_LINK_DIR, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,7 @@ class Findings:
     sessions: int = 0  # transcripts holding the phrase
     media: list[str] = field(default_factory=list)
     reminders: list[str] = field(default_factory=list)  # what each reminder removed said
+    pre_link: int = 0  # lines and entries of what linked accounts had before (link_snapshots)
 
     @property
     def total(self) -> int:
@@ -77,6 +80,7 @@ class Findings:
             + self.messages
             + len(self.media)
             + len(self.reminders)
+            + self.pre_link
         )
 
     def counts(self) -> list[str]:
@@ -99,6 +103,11 @@ class Findings:
             parts.append(_plural(len(self.media), "media file"))
         if self.reminders:
             parts.append(_plural(len(self.reminders), "reminder"))
+        if self.pre_link:
+            parts.append(
+                f"{_plural(self.pre_link, 'line')} of the memory kept of before a /link "
+                "(for /unlink)"
+            )
         return parts
 
 
@@ -147,6 +156,11 @@ def _run(workspace: Workspace, words: str, *, apply: bool) -> Findings:
             found.versions += 1
             found.version_lines += len(removed)
     found.history_entries = _forget_entries(workspace.history_path, pattern, apply)
+    for kept in _pre_link_copies(workspace.root):  # what /unlink would give back
+        if apply:
+            remove_stale_temp_files(kept)
+        found.pre_link += len(_forget_lines(kept / MEMORY_FILE, pattern, apply))
+        found.pre_link += len(_forget_entries(kept / HISTORY_FILE, pattern, apply))
     refs = _Refs()
     for key in list(workspace.sessions.keys()):  # a SessionStore, not a dict
         removed_messages = _forget_messages(workspace, key, pattern, apply, refs)
@@ -162,6 +176,14 @@ def _run(workspace: Workspace, words: str, *, apply: bool) -> Findings:
     if matching and apply:
         workspace.reminders.remove({reminder.id for reminder in matching})
     return found
+
+
+def _pre_link_copies(root: Path) -> list[Path]:
+    """The copies of what linked accounts had before their link (memory.control.link_snapshots)."""
+    try:
+        return sorted(p for p in (root / PRE_LINK_DIR).iterdir() if not p.name.startswith("."))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 # ---- MEMORY.md and its versions: lines ------------------------------------------------------
@@ -219,7 +241,6 @@ class _Refs:
 
     removed: set[str] = field(default_factory=set)
     kept: set[str] = field(default_factory=set)
-
 
 
 # What a media reference holds that the person gave it (the rest names the stored file).

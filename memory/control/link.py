@@ -69,9 +69,9 @@ def merge(workspaces: Workspaces, table: LinkTable, member: str, into: str) -> M
     home = table.resolve(into)
     _write_journal(workspaces.base_dir, {"action": "merge", "member": member, "into": home})
     if table.resolve(member) != home:  # (run again after the table changed: kept already)
-        link_snapshots.keep(workspaces, member)
+        link_snapshots.keep(workspaces, member, home)
         if not table.is_linked(home):
-            link_snapshots.keep(workspaces, home)
+            link_snapshots.keep(workspaces, home, home)
     merged = Merged()
     if workspaces.exists(member):
         source = workspaces.get(member)
@@ -101,12 +101,6 @@ def split(workspaces: Workspaces, table: LinkTable, member: str, *, reminders: b
     _remove_journal(workspaces.base_dir)
 
 
-def drop_snapshots(workspaces: Workspaces, keys: list[str]) -> None:
-    """/wipe: what these keys had before their links goes with the rest of their memory."""
-    for key in keys:
-        link_snapshots.drop(workspaces, key)
-
-
 def _split(
     workspaces: Workspaces,
     table: LinkTable,
@@ -123,13 +117,14 @@ def _split(
             table.unlink(member, heir)
     elif table.resolve(member) != member:
         table.unlink(member)
-    link_snapshots.restore(workspaces, member)
-    workspaces.forget_user(member)
     rest = heir or home
+    if rest:
+        link_snapshots.restore(workspaces, member, rest)
+    workspaces.forget_user(member)
     if rest and reminders:
         _move_reminders(workspaces, member, rest, table.members(rest))
     if rest and table.members(rest) == [rest]:
-        link_snapshots.drop(workspaces, rest)  # alone again: it keeps the whole memory
+        link_snapshots.drop_all(workspaces, rest)  # alone again: it keeps the whole memory
 
 
 def finish_pending(workspaces: Workspaces, table: LinkTable) -> str | None:

@@ -549,9 +549,7 @@ async def test_an_unwanted_account_is_removed_and_leaves_with_only_what_it_broug
     finally:
         await agent.aclose()
     assert LinkTable(workspaces_dir).all() == {}
-    assert not (workspaces_dir / ".link-snapshots").exists() or not os.listdir(
-        workspaces_dir / ".link-snapshots"
-    )
+    assert not (workspaces_dir / "telegram-42" / ".pre-link").exists()  # alone: none kept
 
 
 async def test_leaving_a_link_takes_back_only_what_the_account_had_before(
@@ -582,21 +580,37 @@ async def test_leaving_a_link_takes_back_only_what_the_account_had_before(
     assert LinkTable(workspaces_dir).all() == {}
 
 
-async def test_a_wipe_takes_what_each_account_had_before_the_link_too(
+async def test_what_is_forgotten_while_linked_is_not_given_back_by_unlink(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
-    fill(Workspaces(workspaces_dir), "telegram-42", "Victim", 1, sessions=1)
+    """The copy of what an account had before the link is the person's memory too: /forget
+    removes the phrase from it, so leaving the link does not bring it back; /wipe takes it."""
+    fill(Workspaces(workspaces_dir), "telegram-42", "Victim", 3, sessions=1)
     agent = Agent(_config(fake_llm, workspaces_dir))
     try:
         [code] = set(CODE.findall(await ask(agent, "telegram-42", "/link")))
         await ask(agent, "discord-77", f"/link {code}")
         await ask(agent, "discord-77", "/link confirm")
-        assert len(os.listdir(workspaces_dir / ".link-snapshots")) == 2
+        asked = await ask(agent, "discord-77", "/forget Victim fact 1")
+        assert "kept of before a /link" in asked
+        assert "Forgotten" in await ask(agent, "discord-77", "/forget confirm")
+        await ask(agent, "telegram-42", "/unlink")
+        await ask(agent, "telegram-42", "/unlink confirm")
+        back = await ask(agent, "telegram-42", "/memory")
+        assert "Victim fact 2" in back and "Victim fact 1" not in back
+
+        [code] = set(CODE.findall(await ask(agent, "telegram-42", "/link")))
+        await ask(agent, "discord-77", f"/link {code}")
+        await ask(agent, "discord-77", "/link confirm")
         await ask(agent, "discord-77", "/wipe")
         assert "erased" in (await ask(agent, "discord-77", "/wipe confirm")).lower()
     finally:
         await agent.aclose()
-    assert os.listdir(workspaces_dir / ".link-snapshots") == []
+    assert _holding(workspaces_dir, "Victim fact") == []  # nowhere, the copy included
+
+
+def _holding(folder: Path, text: str) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
 
 
 # ---- reminders follow the account that set them (issue 32, item 10) --------------------------

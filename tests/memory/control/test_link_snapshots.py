@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 
 from memory.control.link import JOURNAL_FILE, finish_pending, merge, split
-from memory.control.link_snapshots import SNAPSHOTS_DIR
 from memory.links import LinkTable
-from memory.workspace import Workspaces
+from memory.workspace import PRE_LINK_DIR, Workspaces
 
 
 def two(base: Path) -> tuple[Workspaces, LinkTable]:
@@ -38,12 +37,12 @@ def test_a_crash_mid_split_is_finished_with_what_the_account_had(tmp_path: Path)
     assert "Mallory event" in back.history_path.read_text()
     assert "Mallory fact" in again.get("telegram-42").memory.read()  # the others keep it
     assert not (tmp_path / JOURNAL_FILE).exists()
-    assert list((tmp_path / SNAPSHOTS_DIR).iterdir()) == []  # both alone: no copy kept
+    assert not (tmp_path / "telegram-42" / PRE_LINK_DIR).exists()  # both alone: none kept
 
 
 def test_a_copy_half_made_by_a_crash_is_made_again_whole(tmp_path: Path) -> None:
     workspaces, table = two(tmp_path)
-    half = tmp_path / SNAPSHOTS_DIR / ".discord-77.tmp"
+    half = tmp_path / "telegram-42" / PRE_LINK_DIR / ".discord-77.tmp"
     half.mkdir(parents=True)
     (half / "MEMORY.md").write_text("## User Information\n\n- half of it\n")
     merge(workspaces, table, "discord-77", "telegram-42")
