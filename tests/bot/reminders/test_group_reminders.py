@@ -203,7 +203,10 @@ async def test_many_due_at_once_in_a_group_arrive_at_the_groups_pace(
         await tg.wait_until(lambda: len(said(tg, GROUP, "⏰ Reminder")) == 20, 30)
     sent = [s.at for s in tg.sent_to(GROUP) if "⏰ Reminder" in s.text]
     gaps = [later - earlier for earlier, later in itertools.pairwise(sent)]
-    assert min(gaps) >= pace * 0.9, gaps  # never a burst: each at least the pace after the last
+    # Never a burst (before: all 20 within 0.03 s). The pacer spaces the sends it starts; the
+    # fake sees arrivals, which a loaded machine's scheduling can bring closer by a few tens of
+    # ms (0.219 s seen for a 0.25 s pace), so each gap is held to half the pace, the whole to it.
+    assert min(gaps) >= pace * 0.5, gaps
     assert sent[-1] - sent[0] >= 19 * pace * 0.9
 
 
