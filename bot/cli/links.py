@@ -1,4 +1,4 @@
-"""The operator's side of /link: `lightgrep link KEY KEY`, `unlink KEY` and `links`.
+"""The operator's side of /link: `lightgrep link KEY INTO_KEY`, `unlink KEY` and `links`.
 
 The same file work as the chat commands (memory.links, memory.control.link). Link and unlink
 write, so they take the workspaces folder lock like `lightgrep wipe` (a running bot holds it:
@@ -29,7 +29,7 @@ def add_commands(sub: Any, parent: argparse.ArgumentParser) -> None:
         "link", parents=[parent], help="join a user key to another's memory (merging it)"
     )
     link.add_argument("member", metavar="KEY", help="the key that joins, e.g. discord-7")
-    link.add_argument("into", metavar="KEY", help="the key whose memory it joins")
+    link.add_argument("into", metavar="INTO_KEY", help="the key whose memory it joins")
     link.set_defaults(func=cmd_link)
     unlink = sub.add_parser("unlink", parents=[parent], help="separate a key from a shared memory")
     unlink.add_argument(

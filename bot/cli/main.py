@@ -52,16 +52,23 @@ log = logging.getLogger("lightgrep")
 
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+BRIEF_FORMAT = "%(levelname)s: %(message)s"  # a one-shot command's warnings, among its output
+SERVING = ("run", "ingress", "worker")  # the commands whose INFO lines say what a service does
 CHAT_LOG = "chat.log"
 CHAT_LOG_BYTES = 1_000_000  # then rotated, keeping CHAT_LOG_KEPT older files
 CHAT_LOG_KEPT = 2
 
 
-def setup_logging(verbose: bool, quiet: bool, log_file: Path | None = None) -> Path | None:
+def setup_logging(
+    verbose: bool, quiet: bool, log_file: Path | None = None, *, brief: bool = False
+) -> Path | None:
     """Ours at INFO (WARNING when `quiet`), libraries at WARNING; --verbose: everything at DEBUG.
 
     On stderr, or appended to `log_file` (a chat: log lines must not land in the conversation);
-    returns the file actually used, None for stderr (also when the file cannot be opened)."""
+    returns the file actually used, None for stderr (also when the file cannot be opened).
+    `brief` (a command that prints its own results, such as doctor, unless --verbose): only
+    warnings and errors, without a timestamp, so they read as part of its output."""
+    brief = brief and not verbose
     handler: logging.Handler = logging.StreamHandler(sys.stderr)
     used = None
     if log_file is not None:
@@ -70,14 +77,15 @@ def setup_logging(verbose: bool, quiet: bool, log_file: Path | None = None) -> P
             used = log_file
         except OSError:
             quiet = True  # no file to keep them in: only the warnings, on stderr
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    quiet = quiet or brief
+    handler.setFormatter(logging.Formatter(BRIEF_FORMAT if brief else LOG_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.WARNING)
     if not verbose:
         for name in ("bot", "adapters", "memory"):
             logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.INFO)
-        log.setLevel(logging.INFO)
+        log.setLevel(logging.WARNING if brief else logging.INFO)
     return used
 
 
@@ -269,13 +277,26 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("--page", type=_page, default=1, metavar="N", help="page of results")
     recall.set_defaults(func=cmd_recall)
 
-    doctor = sub.add_parser("doctor", parents=[common], help="check config, endpoint, tokenizer")
+    doctor = sub.add_parser(
+        "doctor", parents=[common], help="check the config, the endpoint, the window, the tokenizer"
+    )
     doctor.set_defaults(func=cmd_doctor)
 
     init.add_command(sub, common)
     control.add_commands(sub, common)  # forget, export, wipe
     links.add_commands(sub, common)  # link, unlink, links
+    _describe(sub)
     return parser
+
+
+def _describe(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Each command's `--help` opens with what it does: its line in `lightgrep --help`, as a
+    sentence, unless the command wrote a description of its own. Done here, once for all, so
+    a command added later gets one too."""
+    for choice in sub._choices_actions:
+        command = sub.choices[choice.dest]
+        if not command.description and choice.help:
+            command.description = choice.help[0].upper() + choice.help[1:] + "."
 
 
 def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
@@ -326,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     chatting = args.command == "chat"
     wanted = _chat_log_file() if chatting and not args.verbose else None
-    args.log_file = setup_logging(args.verbose, quiet=chatting, log_file=wanted)
+    brief = not chatting and args.command not in SERVING
+    args.log_file = setup_logging(args.verbose, quiet=chatting, log_file=wanted, brief=brief)
     command: Callable[[argparse.Namespace], int | Coroutine[Any, Any, int]] = args.func
     try:
         started = command(args)
