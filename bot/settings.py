@@ -44,6 +44,7 @@ class KeySpec:
     required: bool = False
     hint: str = ""
     single: bool = False  # a list key that may also be given as one string (a list of one)
+    question: str = ""  # how `lightgrep init` asks for a required key (default: its name)
 
 
 def setting(
@@ -57,15 +58,17 @@ def setting(
     required: bool = False,
     hint: str = "",
     single: bool = False,
+    question: str = "",
 ) -> Any:
     """A dataclass field carrying its KeySpec.
 
     `env` is a vendor variable (e.g. OPENAI_API_KEY) used only when the file leaves the key unset;
     `required` keys must be set (lists: non-empty) when the section is enabled, and `hint` ends
     that error message with how to fix it. `single`: a list key that also takes one string
-    (`signing_key = "…"` as well as a list of keys).
+    (`signing_key = "…"` as well as a list of keys). `question`: how `lightgrep init` asks a
+    person for a required key, in words that need no knowledge of the config.
     """
-    spec = KeySpec(rule, url, secret, env, required, hint, single)
+    spec = KeySpec(rule, url, secret, env, required, hint, single, question)
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata={"spec": spec})
     return dataclasses.field(default=default, metadata={"spec": spec})

@@ -25,6 +25,8 @@ class DiscordConfig(Section):
         default_factory=list,
         required=True,
         hint='so nobody could talk to the bot: list user ids, or "*" for everyone',
+        question="Who may talk to the bot on Discord? Their user ids (Developer Mode, then "
+        "right-click a name: Copy User ID), comma-separated, or * for everyone",
     )
     api_base: str | None = setting(
         None, url=HTTP

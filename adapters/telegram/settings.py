@@ -33,6 +33,8 @@ class TelegramConfig(Section):
         required=True,
         hint='so nobody could talk to the bot: list numeric user ids or @usernames, or "*" for '
         "everyone",
+        question="Who may talk to the bot on Telegram? Their numeric user ids or @usernames, "
+        "comma-separated, or * for everyone",
     )
     api_base: str | None = setting(None, url=HTTP)  # a self-hosted Bot API server
     mode: str = setting("polling", rule=Rule('"polling" or "webhook"', lambda v: v in MODES))

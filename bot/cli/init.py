@@ -26,6 +26,7 @@ import getpass
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 from importlib import resources
 from pathlib import Path
@@ -78,7 +79,9 @@ def add_command(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 class Questions:
-    """Asking the person at the terminal (or reading answers piped in); with --yes, nothing."""
+    """Asking the person at the terminal (or reading answers piped in); with --yes, nothing.
+
+    A wrong answer is said and asked again (`until`), so nothing typed before it is lost."""
 
     def __init__(self, ask: bool) -> None:
         self.ask = ask
@@ -87,25 +90,46 @@ class Questions:
         if not self.ask:
             return default
         shown = f" [{default}]" if default else ""
-        try:
-            answer = input(f"{question}{shown}: ").strip()
-        except EOFError:
-            answer = ""
-        return answer or default
+        return self._read(f"{question}{shown}", secret=False) or default
 
     def secret(self, question: str) -> str:
         """Typed without being shown (piped in: read as a line)."""
         if not self.ask:
             return ""
-        try:
-            if sys.stdin.isatty():
-                return getpass.getpass(f"{question} (hidden): ").strip()
-            return input(f"{question}: ").strip()
-        except EOFError:
-            return ""
+        return self._read(question, secret=True) or ""
 
     def yes(self, question: str) -> bool:
         return self.text(f"{question} [y/N]").lower() in ("y", "yes")
+
+    def until(
+        self,
+        question: str,
+        fine: Callable[[str], bool],
+        wrong: str,
+        unanswered: str,
+        *,
+        secret: bool = False,
+    ) -> str:
+        """The first answer that is `fine`; after any other, `wrong` is said and the question
+        comes again. No answer left (the input ended), or --yes: UserError(`unanswered`), 2."""
+        while self.ask:
+            answer = self._read(question, secret=secret)
+            if answer is None:
+                break
+            if fine(answer):
+                return answer
+            print(wrong, flush=True)
+        raise UserError(unanswered, EXIT_USAGE)
+
+    @staticmethod
+    def _read(question: str, *, secret: bool) -> str | None:
+        """One answer, stripped; None once there are no more (end of the input)."""
+        try:
+            if secret and sys.stdin.isatty():
+                return getpass.getpass(f"{question} (hidden): ").strip()
+            return input(f"{question}: ").strip()
+        except EOFError:
+            return None
 
 
 async def _get(url: str, key: str | None, wait_s: float = LIST_TIMEOUT_S) -> tuple[int, Any]:
@@ -339,8 +363,7 @@ async def _the_model(
         if probed:
             print(f"Found one at {base_url}.")
         else:
-            question = "None found. Base URL of an OpenAI-compatible server (empty: the OpenAI API)"
-            base_url = ask.text(question) or None
+            base_url = await _typed_server(ask)
     base_url = base_url.rstrip("/") if base_url else None
     where = base_url or OPENAI_API
     # OPENAI_API_KEY goes only where the person pointed (--base-url, the URL typed, the OpenAI
@@ -378,6 +401,20 @@ async def _the_model(
     if base_url and found is None:
         print(f"Note: {NOT_TOLD}.")
     return base_url, model, probed and "OPENAI_API_KEY" not in secrets
+
+
+async def _typed_server(ask: Questions) -> str | None:
+    """The base URL typed (None, nothing typed: the OpenAI API), asked again while nothing
+    OpenAI-like answers there: a typing slip is said, not the end of init."""
+    question = "None found. Base URL of an OpenAI-compatible server (empty: the OpenAI API)"
+    while typed := ask.text(question).rstrip("/"):
+        status, _ = await _get(f"{typed}/models", None)
+        if status in (200, 401, 403):  # a server of models (the key is asked next if need be)
+            return typed
+        what = f"answers HTTP {status}" if status else "answers nothing"
+        print(f"{typed}/models {what}: is the server running, and is it its /v1 URL?", flush=True)
+        question = "Base URL of an OpenAI-compatible server (empty: the OpenAI API)"
+    return None
 
 
 def _choose_model(ask: Questions, models: list[str], base_url: str | None) -> str:
@@ -425,23 +462,37 @@ def _platforms(
             about = f" ({spec.hint})" if spec.hint else ""
             if spec.secret:
                 variable = spec.env or f"LIGHTGREP_{name.upper()}_{field.name.upper()}"
-                value = known.get(variable) or ask.secret(f"{name} {field.name}{about}")
-                if known.get(variable):
+                value = known.get(variable)
+                if value:
                     print(f"{name} {field.name}: {variable} from the environment.")
-                if not value:
-                    raise UserError(f"{name} needs its {field.name}: set {variable}")
-                if value != known.get(variable):
+                else:
+                    value = ask.until(
+                        spec.question or f"{name} {field.name}{about}",
+                        bool,
+                        f"{name} needs its {field.name}"
+                        + (f": {spec.hint}." if spec.hint else "."),
+                        f"{name} needs its {field.name}: set {variable}",
+                        secret=True,
+                    )
                     secrets[variable] = value
             elif name in allow and field.name == "allow_from":
                 settings[field.name] = allow[name]
             else:
-                typed = ask.text(f"{name} {field.name}, comma-separated{about}")
-                listed = [part.strip() for part in typed.split(",") if part.strip()]
-                if not listed:
-                    raise UserError(f"{name} needs {field.name}: --allow-from {name}=IDS", 2)
-                settings[field.name] = listed
+                typed = ask.until(
+                    spec.question or f"{name} {field.name}, comma-separated{about}",
+                    lambda typed: bool(_listed(typed)),
+                    f"That leaves {name} {field.name} empty"
+                    + (f", {spec.hint}." if spec.hint else "."),
+                    f"{name} needs {field.name}: --allow-from {name}=IDS",
+                )
+                settings[field.name] = _listed(typed)
         chosen[name] = settings
     return chosen
+
+
+def _listed(typed: str) -> list[str]:
+    """The items of a comma-separated answer, blanks left out."""
+    return [part.strip() for part in typed.split(",") if part.strip()]
 
 
 def _write(path: Path, text: str, env_text: str | None, secrets: dict[str, str]) -> None:

@@ -66,6 +66,104 @@ async def test_the_doctor_at_the_end_of_init_prints_no_log_lines(
     assert [RESULT.match(line) is not None for line in checks.splitlines()] == [True] * 5, checks
 
 
+# ---- init asks again on an empty answer, keeping what was typed ---------------------------------
+
+
+async def test_init_asks_again_for_who_may_talk_and_keeps_the_token(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """Before: an empty answer to "telegram allow_from, comma-separated (so nobody could talk
+    to the bot: …)" ended init with exit 2, "telegram needs allow_from: --allow-from
+    telegram=IDS", and the token typed was lost. Now the question says what it asks, an empty
+    answer (or a blank token) is said and asked again, and the config works."""
+    ours, theirs = open_terminal()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "init", "--no-doctor", "--base-url", fake_llm.base_url,
+        stdin=theirs, stdout=theirs, stderr=theirs,
+        cwd=tmp_path, env=child_env, preexec_fn=terminal_session,
+    )  # fmt: skip
+    os.close(theirs)
+    terminal = Terminal(ours)
+    question = (
+        "Who may talk to the bot on Telegram? Their numeric user ids or @usernames, "
+        "comma-separated, or * for everyone: "
+    )
+    try:
+        for _ in range(2):  # the platforms, in the order their plugins are installed
+            await terminal.expect("Serve ")
+            platform = (await terminal.expect("? [y/N]: ")).split("?")[0]
+            if platform != "telegram":
+                terminal.type("\r")
+                continue
+            terminal.type("y\r")
+            token = "telegram token (create a bot with @BotFather to get one) (hidden): "
+            await terminal.expect(token)
+            terminal.type("\r")  # nothing typed
+            said = await terminal.expect(token)
+            assert "telegram needs its token: create a bot with @BotFather to get one." in said
+            terminal.type(f"{TOKEN}\r")
+            await terminal.expect(question)
+            terminal.type(" , \r")  # nothing in it
+            said = await terminal.expect(question)
+            assert "That leaves telegram allow_from empty, so nobody could talk to the bot" in said
+            terminal.type("42, @alice\r")
+        await terminal.expect("Start it with: lightgrep run")
+        await asyncio.wait_for(proc.wait(), STEP_TIMEOUT)
+    finally:
+        terminal.close()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, terminal.seen
+    assert TOKEN not in terminal.raw.decode(errors="replace")
+    loaded = load_config(tmp_path / "config.toml", env={})
+    assert loaded.platforms["telegram"].token == TOKEN
+    assert loaded.platforms["telegram"].allow_from == ["42", "@alice"]
+
+
+async def test_init_with_no_answer_left_ends_in_one_line(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """Answers piped in that run out are not asked for again and again: one line, exit 2,
+    nothing written (the token came from the environment)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "init", "--no-doctor", "--base-url", fake_llm.base_url,
+        "--enable", "telegram",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
+        env={**child_env, "TELEGRAM_BOT_TOKEN": TOKEN},
+    )  # fmt: skip
+    # Serve discord? (asked before or after telegram, by the plugins' order) no; who may talk
+    # on telegram? nothing, and then no more answers.
+    out, err = await asyncio.wait_for(proc.communicate(b"\n\n"), STEP_TIMEOUT)
+    assert proc.returncode == 2, out.decode() + err.decode()
+    assert "That leaves telegram allow_from empty" in out.decode()
+    assert err.decode().splitlines() == [
+        "lightgrep: telegram needs allow_from: --allow-from telegram=IDS"
+    ]
+    assert not (tmp_path / "config.toml").exists() and not (tmp_path / "lightgrep.env").exists()
+
+
+async def test_init_asks_again_for_a_server_url_where_nothing_answers(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """Before: a URL typed with a slip (a wrong port, no /v1) ended init: "nothing answers at
+    …", exit 1. Now it is said and asked again."""
+    closed = closed_port_url()  # http://127.0.0.1:PORT/v1
+    port = closed.split(":")[2].removesuffix("/v1")  # nor is a server found there
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "init", "--no-doctor", "--ports", port,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=tmp_path, env=child_env,
+    )  # fmt: skip
+    typed = f"{closed}\n{fake_llm.base_url.removesuffix('/v1')}\n{fake_llm.base_url}\n\n\n"
+    out, err = await asyncio.wait_for(proc.communicate(typed.encode()), STEP_TIMEOUT)
+    assert proc.returncode == 0, out.decode() + err.decode()
+    assert f"{closed}/models answers nothing: is the server running" in out.decode()
+    assert "/models answers HTTP 404: is the server running, and is it its /v1 URL?" in out.decode()
+    assert load_config(tmp_path / "config.toml").llm.base_url == fake_llm.base_url
+
+
 # ---- --help ---------------------------------------------------------------------------------
 
 

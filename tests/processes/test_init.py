@@ -112,7 +112,7 @@ async def test_init_at_a_terminal_asks_and_never_shows_the_token(
                 "telegram token (create a bot with @BotFather to get one) (hidden): "
             )
             terminal.type(f"{TOKEN}\r")
-            await terminal.expect("telegram allow_from, comma-separated")
+            await terminal.expect("Who may talk to the bot on Telegram? Their numeric user ids")
             terminal.type("42\r")
         shown = await terminal.expect("context window")
         await asyncio.wait_for(proc.wait(), 30)
