@@ -410,6 +410,8 @@ def read_secrets_file(path: Path) -> dict[str, str]:
             text = file.read().decode("utf-8")
     except FileNotFoundError:
         return {}
+    except PermissionError:
+        raise ConfigError(_not_readable(path, "secrets file")) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the secrets file: {exc}") from None
     # Readable by others: everyone, or a group other than the bot's own. A root-owned 640 file
@@ -456,6 +458,31 @@ def _owned_by_us(path: Path, fd: int, what: str) -> int:
     return info.st_mode
 
 
+def _not_readable(path: Path, what: str) -> str:
+    """The one line for a file this user may not read, with the fix: the usual case is the
+    container's own user (uid 10001) and a file of mode 600 from the host. The fix passes
+    _owned_by_us too: on a read-only mount (the container's `:ro`) a config readable by all
+    will do; elsewhere the file must be this user's (or root's, as the systemd recipe has it)."""
+    me = os.geteuid()
+    try:
+        info = os.stat(path)
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return (
+            f"{path}: user id {me} cannot reach this {what}: a folder above it is closed to "
+            f"that user (let it through with chmod o+x, or run as the folder's owner)"
+        )
+    fix = f"chown {me} {path}"
+    if what == "secrets file":
+        fix += " (and keep it chmod 600)"
+    elif read_only:
+        fix = f"chmod 644 {path}, or {fix} (where it is mounted from)"
+    return (
+        f"{path}: this {what} is not readable by this user (user id {me}; the file is user id "
+        f"{info.st_uid}'s, mode {info.st_mode & 0o777:o}): {fix}"
+    )
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with open(Path(path).expanduser(), "rb") as file:
@@ -465,6 +492,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(
             f"{path}: no such config file (copy config.example.toml to start)"
         ) from None
+    except PermissionError:
+        raise ConfigError(_not_readable(path, "config file")) from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
     try:

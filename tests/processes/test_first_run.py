@@ -194,3 +194,78 @@ def test_link_names_both_of_its_keys(child_env: dict[str, str]) -> None:
     assert code == 0
     assert out.splitlines()[0].endswith(" KEY INTO_KEY")
     assert re.search(r"^  INTO_KEY +the key whose memory it joins$", out, re.MULTILINE), out
+
+
+# ---- a config this user cannot read ------------------------------------------------------------
+
+
+CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 1, 2  # linux/capability.h
+PR_CAPBSET_DROP = 24  # linux/prctl.h
+
+
+def as_anyone() -> None:
+    """In the child before exec: as root, give up reading and writing past file permissions,
+    so a file of another user's, mode 600, is closed to it as to the container's user."""
+    if os.geteuid() == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        for capability in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
+            if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def doctor_as_anyone(env: dict[str, str], config: Path) -> tuple[int, str, str]:
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "doctor", "--config", str(config)],
+        capture_output=True, env=env, timeout=STEP_TIMEOUT, preexec_fn=as_anyone,
+    )  # fmt: skip
+    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
+def test_a_config_this_user_cannot_read_is_answered_with_the_fix(
+    tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """The container's user (uid 10001) and a config of mode 600 from the host: before,
+    "cannot read the config file: Permission denied", no hint. Now the file, the user id and
+    the fix; the fix done, doctor reads it."""
+    config = write_config(tmp_path, closed_port_url())
+    config.chmod(0o600)
+    os.chown(config, 10001, 10001)  # someone else's (the tests run as root: tests/rigs/cli.py)
+    me = os.geteuid()
+
+    code, out, err = doctor_as_anyone(child_env, config)
+
+    assert code == 1, err
+    assert out.splitlines() == [
+        f"FAIL  config: {config}: this config file is not readable by this user (user id {me}; "
+        f"the file is user id 10001's, mode 600): chown {me} {config}"
+    ]
+    assert "Traceback" not in err
+    os.chown(config, me, me)  # as it says
+    code, out, err = doctor_as_anyone(child_env, config)
+    assert out.splitlines()[0].startswith("OK    config"), out + err
+
+
+def test_a_secrets_file_this_user_cannot_read_is_answered_with_the_fix(
+    tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    config = write_config(tmp_path, closed_port_url())
+    secrets = tmp_path / "lightgrep.env"
+    secrets.write_text("LIGHTGREP_LLM_MODEL=from-the-secrets-file\n")
+    secrets.chmod(0o600)
+    os.chown(secrets, 10001, 10001)
+    me = os.geteuid()
+
+    code, out, _ = doctor_as_anyone(child_env, config)
+
+    assert code == 1
+    assert out.splitlines() == [
+        f"FAIL  config: {secrets}: this secrets file is not readable by this user (user id "
+        f"{me}; the file is user id 10001's, mode 600): chown {me} {secrets} (and keep it "
+        "chmod 600)"
+    ]
+    os.chown(secrets, me, me)
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o600
+    code, out, err = doctor_as_anyone(child_env, config)
+    assert "model from-the-secrets-file" in out.splitlines()[0], out + err
