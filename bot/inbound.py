@@ -65,6 +65,8 @@ class Inbound:
     attachments: tuple[Attachment, ...] = ()
     # Lines this client adds under /help about its own keys (the terminal's /quit, Ctrl-C).
     help_notes: tuple[str, ...] = ()
+    # False from a client without group chats (the terminal): /help leaves out their commands.
+    has_groups: bool = True
     # Where an answer can be sent without this message's own connection (platform ids as text:
     # channel, message replied to, interaction token), so an answer whose `lightgrep ingress`
     # died on its way is still sent, by the next. None: the platform delivers the message again

@@ -311,6 +311,7 @@ class TerminalAdapter:
             text=text,
             is_private=True,
             help_notes=HELP_NOTES,
+            has_groups=False,
             place={"user": self.user},
         )
         chat = TerminalChat(self._write, self._printer, editor=self.editor, log=self.log_file)

@@ -19,6 +19,8 @@ from bot.commands.recall import cmd_recall
 from bot.commands.reminders import cmd_remind, cmd_reminders, cmd_timezone
 from bot.outbound import Outbound, Reply
 
+GROUPS = "groups"  # Command.works_in: in group chats only
+
 _COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_]{0,31})(?:@\S+)?(?:\s+(.*))?$", re.DOTALL)
 
 
@@ -56,6 +58,10 @@ class Command:
     private: bool = False
     argument: Argument | None = None
     details: str = ""  # shown under it by /help (menus get only the short description)
+    # Where it works: "groups" for a command of group chats only (/group); /help leaves those
+    # out, and `group_details`, where the platform has no group chats (the terminal).
+    works_in: str = "any"
+    group_details: str = ""  # what /help adds under it where there are group chats
     # Whether the command, with these arguments, works through the person's files whole (a
     # small budget of its own in [limits]: heavy_commands_per_hour).
     heavy: Callable[[str], bool] = lambda args: False
@@ -70,11 +76,16 @@ class Command:
 
 
 async def cmd_help(ctx: CommandContext, args: str) -> str:
+    """The commands that work on this platform (no group ones where there are no groups)."""
+    groups = ctx.inbound.has_groups
     lines = [f"I'm {ctx.bot_name}, and I remember our conversations.", ""]
     for command in COMMANDS:
+        if command.works_in == GROUPS and not groups:
+            continue
         lines.append(f"/{command.name} — {command.description}")
-        if command.details:
-            lines.append(f"    {command.details}")
+        for details in (command.details, command.group_details if groups else ""):
+            if details:
+                lines.append(f"    {details}")
     lines += ctx.inbound.help_notes
     lines += ["", "Anything else you write is a message to me."]
     return "\n".join(lines)
@@ -161,7 +172,9 @@ COMMANDS: tuple[Command, ...] = (
             "cancel N, or cancel all; a group's admins: group, group cancel N",
             required=False,
         ),
-        details="in a group, its admins: /reminders group (everyone's), /reminders group cancel N",
+        group_details=(
+            "in a group, its admins: /reminders group (everyone's), /reminders group cancel N"
+        ),
         chat_admin=lambda args: _first(args) == "group",
     ),
     Command(
@@ -192,6 +205,7 @@ COMMANDS: tuple[Command, ...] = (
         cmd_group,
         argument=Argument("setting", "trigger mention, always or keyword <words>", required=False),
         chat_admin=lambda args: True,
+        works_in=GROUPS,
     ),
     Command("help", "What I can do", cmd_help),
     Command("status", "Model, context used, last consolidation", cmd_status),

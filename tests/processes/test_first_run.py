@@ -269,3 +269,22 @@ def test_a_secrets_file_this_user_cannot_read_is_answered_with_the_fix(
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o600
     code, out, err = doctor_as_anyone(child_env, config)
     assert "model from-the-secrets-file" in out.splitlines()[0], out + err
+
+
+# ---- the terminal's /help ----------------------------------------------------------------------
+
+
+async def test_the_terminal_s_help_lists_what_works_there(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """Before: /help in `lightgrep chat` listed /group ("/group is for group chats" when
+    tried) and the group admins' /reminders group. The terminal has no group chats."""
+    config = write_config(tmp_path, fake_llm)
+
+    code, out, err = await run_chat(config, child_env, b"/help\n/quit\n")
+
+    assert code == 0, err
+    commands = re.findall(r"^(/[a-z]+) — ", out, re.MULTILINE)
+    assert "/group" not in commands and "/reminders group" not in out
+    assert {"/memory", "/remind", "/reminders", "/persona", "/link", "/quit"} <= set(commands)
+    assert fake_llm.chat_requests == []  # a command, answered without the model
