@@ -278,7 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     recall.set_defaults(func=cmd_recall)
 
     doctor = sub.add_parser(
-        "doctor", parents=[common], help="check the config, the endpoint, the window, the tokenizer"
+        "doctor",
+        parents=[common],
+        help="check the config, workspaces, endpoint, context window and token counter",
     )
     doctor.set_defaults(func=cmd_doctor)
 
