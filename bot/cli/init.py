@@ -376,8 +376,18 @@ async def _the_model(
         key = ask.secret("API key for it") or key
         if not key:
             raise UserError(f"{where} needs an API key: set OPENAI_API_KEY")
-        secrets["OPENAI_API_KEY"] = key
         status, body = await _get(f"{where}/models", key)
+        while status in (401, 403) and ask.ask:  # a key mistyped or pasted short: again
+            print(f"{where} refused that key (HTTP {status}).", flush=True)
+            key = ask.until(
+                "API key for it",
+                bool,
+                "It needs a key.",
+                f"{where} refused the API key (HTTP {status})",
+                secret=True,
+            )
+            status, body = await _get(f"{where}/models", key)
+        secrets["OPENAI_API_KEY"] = key
     if status == 0:
         raise UserError(f"nothing answers at {where}: is the server running?")
     if status != 200:

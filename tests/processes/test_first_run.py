@@ -164,6 +164,25 @@ async def test_init_asks_again_for_a_server_url_where_nothing_answers(
     assert load_config(tmp_path / "config.toml").llm.base_url == fake_llm.base_url
 
 
+async def test_init_asks_again_for_an_api_key_the_server_refuses(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """Before: a key pasted short ended init ("answered HTTP 401"). Now it is asked again; the
+    key that works is the one kept."""
+    fake_llm.models_key = "sk-the-right-one"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "init", "--no-doctor", "--base-url", fake_llm.base_url,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=tmp_path, env=child_env,
+    )  # fmt: skip
+    typed = b"sk-the-right\n\nsk-the-right-one\n\n\n"  # short; nothing; right; no platforms
+    out, err = await asyncio.wait_for(proc.communicate(typed), STEP_TIMEOUT)
+    assert proc.returncode == 0, out.decode() + err.decode()
+    assert f"{fake_llm.base_url} refused that key (HTTP 401)." in out.decode()
+    assert "It needs a key." in out.decode()
+    assert (tmp_path / "lightgrep.env").read_text() == "OPENAI_API_KEY=sk-the-right-one\n"
+
+
 # ---- --help ---------------------------------------------------------------------------------
 
 

@@ -190,6 +190,7 @@ class FakeOpenAI:
         # The Authorization header of each GET /v1/models and POST /v1/chat/completions.
         self.authorizations: list[str | None] = []
         self.model_ids = ["fake-model"]  # what GET /v1/models lists
+        self.models_key: str | None = None  # set: GET /v1/models refuses any other key (401)
         # > 0: GET /v1/models streams a list this many bytes long (a hostile or broken server),
         # counting in models_bytes_sent what the client took before it hung up.
         self.models_bytes = 0
@@ -223,6 +224,8 @@ class FakeOpenAI:
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         self.authorizations.append(request.headers.get("Authorization"))
+        if self.models_key and request.headers.get("Authorization") != f"Bearer {self.models_key}":
+            return web.json_response({"error": {"message": "Incorrect API key"}}, status=401)
         if self.models_bytes:
             return await self._huge_models(request)
         models: list[dict[str, Any]] = []
