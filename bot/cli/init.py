@@ -437,6 +437,9 @@ def _choose_model(ask: Questions, models: list[str], base_url: str | None) -> st
         for number, name in enumerate(shown, 1):
             print(f"  {number}) {name}")
         picked = ask.text("Model (number or name)", default)
+        while picked.isdigit() and not 0 < int(picked) <= len(shown) and picked not in models:
+            print(f"No number {picked} above: type one from 1 to {len(shown)}, or a name.")
+            picked = ask.text("Model (number or name)", default)
         if picked.isdigit() and 0 < int(picked) <= len(shown):
             return shown[int(picked) - 1]
         return picked

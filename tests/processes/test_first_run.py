@@ -183,6 +183,23 @@ async def test_init_asks_again_for_an_api_key_the_server_refuses(
     assert (tmp_path / "lightgrep.env").read_text() == "OPENAI_API_KEY=sk-the-right-one\n"
 
 
+async def test_init_asks_again_for_a_model_number_not_listed(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """Before: "9" of a list of two was written as the model's name (a config whose every
+    request fails)."""
+    fake_llm.model_ids = ["small", "large"]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "init", "--no-doctor", "--base-url", fake_llm.base_url,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=tmp_path, env=child_env,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(b"9\n2\n\n\n"), STEP_TIMEOUT)
+    assert proc.returncode == 0, out.decode() + err.decode()
+    assert "No number 9 above: type one from 1 to 2, or a name." in out.decode()
+    assert load_config(tmp_path / "config.toml").llm.model == "large"
+
+
 # ---- --help ---------------------------------------------------------------------------------
 
 
