@@ -249,12 +249,40 @@ def as_anyone() -> None:
                 raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
 
 
-def doctor_as_anyone(env: dict[str, str], config: Path) -> tuple[int, str, str]:
+CLONE_NEWNS = 0x00020000  # linux/sched.h
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18  # linux/mount.h
+
+
+def mounted_read_only(host: Path, inside: Path) -> None:
+    """In the child before exec: in a mount namespace of its own (nothing seen outside it),
+    `host` bound read-only at `inside`, as `docker run -v host:inside:ro` does."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    calls = [
+        lambda: libc.unshare(CLONE_NEWNS),
+        lambda: libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None),
+        lambda: libc.mount(bytes(host), bytes(inside), None, MS_BIND, None),
+        lambda: libc.mount(None, bytes(inside), None, MS_REMOUNT | MS_BIND | MS_RDONLY, None),
+    ]
+    for call in calls:
+        if call() != 0:
+            raise OSError(ctypes.get_errno(), "unshare or mount failed")
+
+
+def doctor_as_anyone(
+    env: dict[str, str], config: Path, read_only: tuple[Path, Path] | None = None
+) -> tuple[int, str, str]:
+    """`lightgrep doctor` as a user to whom file permissions apply; `read_only`: (host
+    folder, folder in the child) mounted read-only first."""
     import subprocess
+
+    def before_exec() -> None:
+        if read_only is not None:
+            mounted_read_only(*read_only)
+        as_anyone()
 
     proc = subprocess.run(
         [sys.executable, "-m", "bot.cli", "doctor", "--config", str(config)],
-        capture_output=True, env=env, timeout=STEP_TIMEOUT, preexec_fn=as_anyone,
+        capture_output=True, env=env, timeout=STEP_TIMEOUT, preexec_fn=before_exec,
     )  # fmt: skip
     return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
 
@@ -281,6 +309,38 @@ def test_a_config_this_user_cannot_read_is_answered_with_the_fix(
     os.chown(config, me, me)  # as it says
     code, out, err = doctor_as_anyone(child_env, config)
     assert out.splitlines()[0].startswith("OK    config"), out + err
+
+
+def test_a_config_mounted_read_only_as_in_the_container_is_answered_with_chmod(
+    tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    """`-v "$PWD/config.toml:/etc/lightgrep/config.toml:ro"` of a mode 600 file the container's
+    user does not own: on a read-only mount the owner does not matter (no one there can change
+    it), so chmod 644 on the host is a fix, and it is the first one said."""
+    host, inside = tmp_path / "host", tmp_path / "etc"
+    host.mkdir()
+    inside.mkdir()
+    data = tmp_path / "data"
+    (host / "config.toml").write_text(
+        f'[memory]\nworkspaces_dir = "{data}"\n[llm]\nbase_url = "{closed_port_url()}"\n'
+    )
+    (host / "config.toml").chmod(0o600)
+    os.chown(host / "config.toml", 1000, 1000)  # the host's user
+    config = inside / "config.toml"
+    me = os.geteuid()
+
+    code, out, err = doctor_as_anyone(child_env, config, read_only=(host, inside))
+
+    assert code == 1, err
+    assert out.splitlines()[0] == (
+        f"FAIL  config: {config}: this config file is not readable by this user (user id {me}; "
+        f"the file is user id 1000's, mode 600): chmod 644 {config}, or chown {me} {config} "
+        "(where it is mounted from)"
+    )
+    (host / "config.toml").chmod(0o644)  # as it says, on the host
+    code, out, err = doctor_as_anyone(child_env, config, read_only=(host, inside))
+    assert out.splitlines()[0].startswith("OK    config"), out + err
+    assert not (inside / "config.toml").exists()  # the mount was the child's alone
 
 
 def test_a_secrets_file_this_user_cannot_read_is_answered_with_the_fix(
