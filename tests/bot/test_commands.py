@@ -104,10 +104,12 @@ async def test_help_lists_the_recall_options_and_quit_only_in_the_terminal(
     on_telegram = (await ask(agent, dm("42", "/help"))).text
     assert "--regex PATTERN" in on_telegram and "--page N" in on_telegram
     assert "/quit" not in on_telegram
+    assert "/group — " in on_telegram and "/reminders group" in on_telegram  # groups exist there
     # The terminal adds notes of its own keys to the Inbound; the core only shows them.
-    terminal = replace(dm("42", "/help"), platform="cli", help_notes=HELP_NOTES)
+    terminal = replace(dm("42", "/help"), platform="cli", help_notes=HELP_NOTES, has_groups=False)
     in_terminal = (await ask(agent, terminal)).text
     assert "/quit" in in_terminal and "Esc then Enter" in in_terminal
+    assert "/group — " not in in_terminal and "/reminders group" not in in_terminal
     await agent.aclose()
 
 
