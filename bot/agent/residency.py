@@ -172,7 +172,9 @@ class Residents:
         forget_everywhere((*self._holders, self.sessions) if sessions else self._holders, user_key)
 
     @contextlib.asynccontextmanager
-    async def exclusive(self, *user_keys: str, cancel: bool = False) -> AsyncIterator[None]:
+    async def exclusive(
+        self, *user_keys: str, cancel: bool = False, reading: bool = False
+    ) -> AsyncIterator[None]:
         """No turn, consolidation, MEMORY.md write or reminder send of these users runs inside
         the block.
 
@@ -183,7 +185,8 @@ class Residents:
         kind sorted, and each lock once even when two users name the same session (a merge
         just moved it), so this cannot deadlock with a turn, another exclusive(), or itself.
         On the way out, what was derived from the users' files (frozen system prompts,
-        message-id indexes) is dropped, to be rebuilt from the disk."""
+        message-id indexes) is dropped, to be rebuilt from the disk, unless `reading`: the
+        block only read them (a backup)."""
         keys = sorted(set(user_keys))
         held: list[asyncio.Lock] = []
         locked: set[str] = set()
@@ -210,7 +213,7 @@ class Residents:
                     await stack.enter_async_context(self._reminders.lock(key))
                 yield
         finally:
-            for key in keys:
+            for key in keys if not reading else ():
                 self._prompts.forget_sessions(key, locked)
             for lock in held:
                 lock.release()

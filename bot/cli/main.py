@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot import logsafe
-from bot.cli import control, init, links
+from bot.cli import backup, control, init, links
 from bot.cli.cluster import cmd_ingress, cmd_partitions, cmd_worker
 from bot.cli.common import (
     EXIT_BROKEN_PIPE,
@@ -43,6 +43,7 @@ from bot.config import ConfigError, data_home
 from bot.platform import OnePerson, PlatformStartError, Resender
 
 if TYPE_CHECKING:
+    from bot.cli.core import BuiltCore
     from memory.workspace import Workspaces
 
 log = logging.getLogger("lightgrep")
@@ -103,6 +104,7 @@ def _file_handler(path: Path) -> logging.Handler:
 
 
 async def cmd_chat(args: argparse.Namespace) -> int:
+    from bot.cli.backup_service import serving_backups
     from bot.cli.serve import close_agent, reminding, stop_on_signals
 
     config = load(args.config)
@@ -124,7 +126,10 @@ async def cmd_chat(args: argparse.Namespace) -> int:
                 person = adapter.user_key
                 owns = lambda key: key == person  # noqa: E731
             with stop_on_signals(built.agent.stopping) as stop:
-                async with reminding(built, stop, owns):
+                async with (
+                    serving_backups(where, _holding(built)),
+                    reminding(built, stop, owns),
+                ):
                     await adapter.run(stop)
         finally:
             await close_agent(built)
@@ -135,6 +140,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
+    from bot.cli.backup_service import serving_backups
     from bot.cli.serve import close_agent, observed, reminding, serve, stop_on_signals
 
     config = load(args.config)
@@ -157,7 +163,10 @@ async def cmd_run(args: argparse.Namespace) -> int:
             for adapter in adapters:  # reminders go out through them
                 if isinstance(adapter, Resender):
                     built.agent.send_with(adapter.name, adapter)
-            async with observed(config.metrics.listen, adapters, config.llm):
+            async with (
+                observed(config.metrics.listen, adapters, config.llm),
+                serving_backups(workspaces_dir(config), _holding(built)),
+            ):
                 with stop_on_signals(built.agent.stopping) as stop:
                     async with reminding(built, stop):
                         await serve(adapters, stop)
@@ -166,6 +175,11 @@ async def cmd_run(args: argparse.Namespace) -> int:
             await close_agent(built)
     log.info("stopped")
     return 0
+
+
+def _holding(built: BuiltCore) -> Callable[[str], contextlib.AbstractAsyncContextManager[None]]:
+    """A person's files held still while a backup reads them (bot/cli/backup_service.py)."""
+    return lambda key: built.agent.residents.exclusive(key, reading=True)
 
 
 # ---- ingress and worker (several processes over NATS: bot/cluster/) ------------------------
@@ -287,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_command(sub, common)
     control.add_commands(sub, common)  # forget, export, wipe
     links.add_commands(sub, common)  # link, unlink, links
+    backup.add_command(sub, common)  # backup create|verify|restore
     _describe(sub)
     return parser
 

@@ -3,7 +3,8 @@
 loadable.
 
 Public: `forget`, `wipe`, `export`, `versions`, `link` (the merge and split of /link,
-/unlink), `notices` (what the other accounts are told of a link).
+/unlink), `notices` (what the other accounts are told of a link), `backup` (the whole folder
+as one archive: `lightgrep backup`).
 """
 
-__all__ = ["export", "forget", "link", "notices", "versions", "wipe"]
+__all__ = ["backup", "export", "forget", "link", "notices", "versions", "wipe"]
