@@ -50,7 +50,10 @@ def add_command(sub: Any, parent: argparse.ArgumentParser) -> None:
         "Beside a running bot each person's files are taken while held still.",
     )
     create.add_argument(
-        "path", nargs="?", type=Path, metavar="PATH", help="file or folder (default: here)"
+        "path",
+        nargs="?",
+        metavar="PATH",
+        help="file or folder (default: here); - for stdout (a pipe, e.g. out of a container)",
     )
     create.set_defaults(func=cmd_create)
     verify = actions.add_parser(
@@ -83,28 +86,64 @@ def cmd_create(args: argparse.Namespace) -> int:
     base = Path(common.workspaces_dir(config))
     if not base.is_dir():
         raise common.UserError(f"nothing to back up: {base} does not exist")
-    target = args.path or Path.cwd()
+    if args.path == "-":
+        return _to_stdout(base)
+    target = Path(args.path) if args.path else Path.cwd()
+    if args.path and args.path.endswith("/") and not target.exists():
+        _make_folder(target)
     if target.is_dir():
         target = target / archive_name()
     if target.exists():
         raise common.UserError(f"{target} exists already: name another file")
     show = _progress("backing up")
     with _written(target) as out:
-        lock = FolderLock(base)
-        try:
-            lock.acquire()
-        except FolderLockedError as exc:
-            files, size = _by_the_bot(base, exc.pid, out, compressed(target.name), show)
-        except FolderLockError as exc:
-            raise common.UserError(str(exc)) from None
-        else:
-            try:
-                files, size = _by_ourselves(base, out, compressed(target.name), show)
-            finally:
-                lock.release()
+        files, size = _snapshot(base, out, compressed(target.name), show)
     _done_line()
     print(f"wrote {target.resolve()} ({files} files, {size:,} bytes before packing)")
     return 0
+
+
+def _make_folder(folder: Path) -> None:
+    """A missing folder named with a trailing "/" (a cron line's), made private."""
+    from memory.safefs import make_private_dir
+
+    try:
+        make_private_dir(folder)
+    except OSError as exc:
+        raise common.UserError(f"cannot make the folder {folder}: {exc.strerror or exc}") from None
+
+
+def _to_stdout(base: Path) -> int:
+    """The archive (gzip) on stdout, for a pipe: whoever reads it keeps it; one cut short has
+    no manifest, which `verify` says."""
+    if sys.stdout.isatty():
+        raise common.UserError("not writing an archive to a terminal: name a file, or pipe it")
+    out = sys.stdout.buffer
+    files, size = _snapshot(base, out, True, _progress("backing up"))
+    out.flush()
+    _done_line()
+    print(
+        f"wrote the archive to stdout ({files} files, {size:,} bytes before packing)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _snapshot(
+    base: Path, out: IO[bytes], gzip: bool, show: Callable[[Progress], None]
+) -> tuple[int, int]:
+    """Ourselves when no bot holds the folder, else by the bot."""
+    lock = FolderLock(base)
+    try:
+        lock.acquire()
+    except FolderLockedError as exc:
+        return _by_the_bot(base, exc.pid, out, gzip, show)
+    except FolderLockError as exc:
+        raise common.UserError(str(exc)) from None
+    try:
+        return _by_ourselves(base, out, gzip, show)
+    finally:
+        lock.release()
 
 
 @contextlib.contextmanager

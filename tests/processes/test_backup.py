@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -133,6 +134,16 @@ async def test_a_backup_under_traffic_restores_every_answered_message_once(
         code, out, err = await finished(backup)
         assert code == 0, err
         assert "wrote " in out and "b.tar.gz" in out
+        # Out of a container: to stdout, a pipe whose descriptor the bot fills alike.
+        with (tmp_path / "piped.tar.gz").open("wb") as piped:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bot.cli", "backup", "create", "-", "--config", str(config),
+                stdin=asyncio.subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=tmp_path, env=env,
+            )  # fmt: skip
+            data, err_bytes = await asyncio.wait_for(proc.communicate(), WAIT_S)
+            piped.write(data)
+        assert proc.returncode == 0, err_bytes.decode()
 
         traffic.running = False
         await until(lambda: not traffic.owed(), "the last answers")
@@ -146,6 +157,10 @@ async def test_a_backup_under_traffic_restores_every_answered_message_once(
 
     code, out, err = await finished(
         await lightgrep(config, env, "backup", "verify", str(tmp_path / "b.tar.gz"))
+    )
+    assert code == 0 and "whole" in out, err
+    code, out, err = await finished(
+        await lightgrep(config, env, "backup", "verify", str(tmp_path / "piped.tar.gz"))
     )
     assert code == 0 and "whole" in out, err
 

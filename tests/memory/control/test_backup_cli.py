@@ -102,6 +102,13 @@ def test_a_backup_is_written_atomically_and_refuses_to_replace_a_file(
     assert main(["backup", "create", "--config", str(filled), str(archive)]) != 0
     assert "exists already" in failure(capsys)
 
+    folder = filled.parent / "nightly"  # a cron line's folder, made on first use
+    assert main(["backup", "create", "--config", str(filled), f"{folder}/"]) == 0
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    (made,) = folder.iterdir()
+    assert made.name.startswith("lightgrep-backup-") and made.name.endswith(".tar.gz")
+    assert main(["backup", "verify", str(made)]) == 0
+
 
 def rewritten(archive: Path, change: dict[str, bytes | None], *, manifest_too: bool) -> Path:
     """A copy of `archive` with members replaced (None: removed); the manifest made to match
