@@ -32,6 +32,7 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from gzip import GzipFile
 from pathlib import Path, PurePosixPath
 from typing import IO
 
@@ -49,6 +50,7 @@ SOCKET_FILE = ".lightgrep.sock"  # where a running bot takes backups (bot/cli/ba
 SKIPPED = frozenset({LOCK_FILE, SOCKET_FILE})
 LINE_FILES = (".jsonl", ".spool")  # appended line by line: taken up to the last whole line
 CHUNK = 1 << 20
+MANIFEST_MAX = 1 << 28  # bytes: ~2 million files; a larger "manifest" is not one of ours
 
 
 class BackupError(ValueError):
@@ -100,10 +102,16 @@ class Snapshot:
         self.base = Path(base)
         self.progress = Progress()
         self._hashes: dict[str, dict[str, object]] = {}
-        self._tar = (
-            tarfile.open(fileobj=out, mode="w|gz", format=tarfile.PAX_FORMAT)  # noqa: SIM115
-            if gzip
-            else tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT)  # noqa: SIM115
+        # gzip at level 6, as /export's zip (tarfile's own "w|gz" compresses at 9: 9 MiB/s of
+        # media against 20 here, for a few per cent on text); 1 MiB writes, not 10 KiB.
+        self._gzip = GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0) if gzip else None
+        # (copybufsize: a keyword of TarFile since Python 3.8 that typeshed does not list)
+        self._tar = tarfile.open(  # type: ignore[call-overload]  # noqa: SIM115
+            fileobj=self._gzip or out,
+            mode="w|",
+            format=tarfile.PAX_FORMAT,
+            bufsize=CHUNK,
+            copybufsize=CHUNK,
         )
 
     def add_file(self, path: Path, *, still: bool = True) -> None:
@@ -168,12 +176,16 @@ class Snapshot:
         member.mtime = int(clock.now().timestamp())
         self._tar.addfile(member, io.BytesIO(data))
         self._tar.close()
+        if self._gzip is not None:
+            self._gzip.close()  # its trailer (`out` itself stays open)
         return self.progress
 
     def abandon(self) -> None:
         """Stop without a manifest (the caller deletes the file: it must never look whole)."""
         with contextlib.suppress(Exception):
             self._tar.close()
+            if self._gzip is not None:
+                self._gzip.close()
 
 
 def _kept(name: str) -> bool:
@@ -312,6 +324,8 @@ def _read(
                 source = tar.extractfile(member)
                 assert source is not None  # a regular file (checked by _safe_name)
                 if name == MANIFEST:
+                    if member.size > MANIFEST_MAX:
+                        raise BackupError(f"the manifest of {archive} is too large to be one")
                     manifest = _parse_manifest(source.read(), archive)
                     continue
                 if expected is not None and name not in expected.files:
