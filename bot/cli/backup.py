@@ -195,13 +195,15 @@ def _by_the_bot(
     base: Path, pid: int | None, out: IO[bytes], gzip: bool, show: Callable[[Progress], None]
 ) -> tuple[int, int]:
     """The bot holds the folder: it fills `out` (handed over by descriptor) and reports."""
+    from bot.cli.backup_service import socket_address
     from memory.control.backup import SOCKET_FILE, Progress
 
     holder = f"process {pid}" if pid is not None else "another process"
     path = base / SOCKET_FILE
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         try:
-            conn.connect(str(path))
+            with socket_address(base) as address:
+                conn.connect(address)
             socket.send_fds(conn, [b"backup gz\n" if gzip else b"backup tar\n"], [out.fileno()])
         except OSError as exc:
             raise common.UserError(

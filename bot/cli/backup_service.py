@@ -24,7 +24,7 @@ import logging
 import os
 import socket
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -46,7 +46,8 @@ async def serving_backups(base: Path, hold: Hold) -> AsyncIterator[None]:
     try:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # a dead bot's: we hold the folder lock, so no live one uses it
-        listener.bind(str(path))
+        with socket_address(Path(base)) as address:
+            listener.bind(address)
         os.chmod(path, 0o600)
         listener.listen(4)
         listener.setblocking(False)
@@ -69,6 +70,22 @@ async def serving_backups(base: Path, hold: Hold) -> AsyncIterator[None]:
         listener.close()
         with contextlib.suppress(OSError):
             path.unlink()
+
+
+@contextlib.contextmanager
+def socket_address(base: Path) -> Iterator[str]:
+    """The address of the folder's socket for bind() and connect(): its path, or where that is
+    longer than a socket address may be (108 bytes), the same file reached through a descriptor
+    of the folder (/proc/self/fd/N/…, Linux), open for the block."""
+    path = str(base / SOCKET_FILE)
+    if len(os.fsencode(path)) < 100:
+        yield path
+        return
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{fd}/{SOCKET_FILE}"
+    finally:
+        os.close(fd)
 
 
 async def _accept(listener: socket.socket, base: Path, hold: Hold) -> None:

@@ -5,6 +5,7 @@ bot: tests/processes/test_backup.py."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import json
@@ -241,3 +242,33 @@ def test_create_without_a_workspaces_folder_says_so(
     assert "nothing to back up" in failure(capsys)
     assert main(["backup", "verify", str(tmp_path / "none.tar")]) != 0
     assert "does not exist" in failure(capsys)
+
+
+async def test_a_bot_in_a_folder_deeper_than_a_socket_address_takes_backups(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A socket's path may be at most 107 bytes: the bot and the command reach it through a
+    descriptor of the folder then. (The bot's real holding of a person: tests/processes.)"""
+    from contextlib import asynccontextmanager
+
+    from bot.cli.backup_service import serving_backups
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    fill(Workspaces(deep / "workspaces").get("telegram-42"))
+    config = write_config(deep, closed_port_url())
+    held: list[str] = []
+
+    @asynccontextmanager
+    async def hold(key: str):  # type: ignore[no-untyped-def]
+        held.append(key)
+        yield
+
+    archive = tmp_path / "b.tar"
+    with FolderLock(deep / "workspaces"):  # as the bot holds it
+        async with serving_backups(deep / "workspaces", hold):
+            args = ["backup", "create", "--config", str(config), str(archive)]
+            assert await asyncio.to_thread(main, args) == 0
+    assert held == ["telegram-42"]
+    assert not (deep / "workspaces" / ".lightgrep.sock").exists()
+    assert main(["backup", "verify", str(archive)]) == 0
