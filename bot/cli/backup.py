@@ -236,7 +236,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         checked = verify(args.archive, _progress("checking"))
     except BackupError as exc:
         _done_line()
-        raise common.UserError(f"{args.archive}: {exc}") from None
+        said = str(exc) if str(args.archive) in str(exc) else f"{args.archive}: {exc}"
+        raise common.UserError(said) from None
     _done_line()
     print(
         f"{args.archive}: whole: {len(checked.files)} files ({checked.bytes:,} bytes) as the "
@@ -287,13 +288,21 @@ _shown = False
 
 
 def _progress(doing: str) -> Callable[[Progress], None]:
-    """One line on a terminal's stderr, rewritten as the work goes; nothing elsewhere (a cron
-    job's mail gets the final line only)."""
+    """One line on a terminal's stderr, rewritten as the work goes (at most ten times a
+    second); nothing elsewhere (a cron job's mail gets the final line only)."""
     if not sys.stderr.isatty():
         return lambda _: None
+    import time
+
+    last = 0.0
 
     def show(progress: Progress) -> None:
         global _shown
+        nonlocal last
+        now = time.monotonic()
+        if now - last < 0.1:
+            return
+        last = now
         folders = (
             f"{progress.folders_done}/{progress.folders} folders, " if progress.folders else ""
         )

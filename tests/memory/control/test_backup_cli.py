@@ -11,6 +11,7 @@ import io
 import json
 import os
 import stat
+import sys
 import tarfile
 from pathlib import Path
 
@@ -164,7 +165,8 @@ def test_an_archive_cut_short_is_not_whole(
     data = archive.read_bytes()
     archive.write_bytes(data[: len(data) // 2])
     assert main(["backup", "verify", str(archive)]) != 0
-    assert "is not a whole tar archive" in failure(capsys)
+    line = failure(capsys)  # (cut inside a member, or where the next header would start)
+    assert "is not a whole tar archive" in line or "has no manifest" in line
 
 
 def unsafe(kind: str) -> tarfile.TarInfo:
@@ -272,3 +274,15 @@ async def test_a_bot_in_a_folder_deeper_than_a_socket_address_takes_backups(
     assert held == ["telegram-42"]
     assert not (deep / "workspaces" / ".lightgrep.sock").exists()
     assert main(["backup", "verify", str(archive)]) == 0
+
+
+def test_a_terminal_is_shown_the_progress_and_a_pipe_only_the_result(
+    filled: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = backed_up(filled, capsys)  # stderr is no terminal here: no progress
+    assert main(["backup", "verify", str(archive)]) == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["backup", "create", "--config", str(filled), str(archive.with_name("t.tar"))]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("\rbacking up: ") and "/2 folders, " in err and err.endswith("\n")
