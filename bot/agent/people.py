@@ -169,6 +169,14 @@ class People:
         return others
 
     @contextlib.asynccontextmanager
+    async def unchanging(self) -> AsyncIterator[None]:
+        """No change of who is whom (/link, /unlink, /wipe) is made during the block: a backup
+        reading one person's folder after another sees each merge either whole or not at all.
+        Taken before any person's files (as a change takes them), so it cannot deadlock."""
+        async with self._change_lock:
+            yield
+
+    @contextlib.asynccontextmanager
     async def _changing(self, *keys: str) -> AsyncIterator[None]:
         """One change of who is whom at a time (every change reads the table, then writes it);
         meanwhile messages of the accounts it concerns wait in `receive` to be resolved, so none

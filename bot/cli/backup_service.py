@@ -38,9 +38,12 @@ REQUEST_TIMEOUT_S = 10.0
 
 
 @contextlib.asynccontextmanager
-async def serving_backups(base: Path, hold: Hold) -> AsyncIterator[None]:
+async def serving_backups(
+    base: Path, hold: Hold, unchanging: Callable[[], AbstractAsyncContextManager[None]]
+) -> AsyncIterator[None]:
     """Take backups on the folder's socket during the block (`hold(key)`: that person's files
-    held still). A socket that cannot be made is a warning: the bot serves without it."""
+    held still; `unchanging()`: nobody's linked, unlinked or wiped meanwhile, for the whole
+    backup). A socket that cannot be made is a warning: the bot serves without it."""
     path = Path(base) / SOCKET_FILE
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -61,7 +64,7 @@ async def serving_backups(base: Path, hold: Hold) -> AsyncIterator[None]:
         )
         yield
         return
-    task = asyncio.create_task(_accept(listener, Path(base), hold), name="backups")
+    task = asyncio.create_task(_accept(listener, Path(base), hold, unchanging), name="backups")
     try:
         yield
     finally:
@@ -88,14 +91,20 @@ def socket_address(base: Path) -> Iterator[str]:
         os.close(fd)
 
 
-async def _accept(listener: socket.socket, base: Path, hold: Hold) -> None:
+async def _accept(
+    listener: socket.socket,
+    base: Path,
+    hold: Hold,
+    unchanging: Callable[[], AbstractAsyncContextManager[None]],
+) -> None:
     loop = asyncio.get_running_loop()
     one_at_a_time = asyncio.Lock()
     serving: set[asyncio.Task[None]] = set()
     try:
         while True:
             conn, _ = await loop.sock_accept(listener)
-            task = asyncio.create_task(_serve(conn, base, hold, one_at_a_time))
+            serve = _serve(conn, base, hold, unchanging, one_at_a_time)
+            task = asyncio.create_task(serve)
             serving.add(task)
             task.add_done_callback(serving.discard)
     finally:
@@ -104,7 +113,13 @@ async def _accept(listener: socket.socket, base: Path, hold: Hold) -> None:
         await asyncio.gather(*serving, return_exceptions=True)
 
 
-async def _serve(conn: socket.socket, base: Path, hold: Hold, one_at_a_time: asyncio.Lock) -> None:
+async def _serve(
+    conn: socket.socket,
+    base: Path,
+    hold: Hold,
+    unchanging: Callable[[], AbstractAsyncContextManager[None]],
+    one_at_a_time: asyncio.Lock,
+) -> None:
     with conn:
         if not _trusted(conn):
             return
@@ -123,7 +138,7 @@ async def _serve(conn: socket.socket, base: Path, hold: Hold, one_at_a_time: asy
             if one_at_a_time.locked():
                 await _send(conn, "error another backup of this bot is under way")
                 return
-            async with one_at_a_time:
+            async with one_at_a_time, unchanging():
                 await _backup(conn, base, hold, out, gzip=message.strip() == b"backup gz")
 
 

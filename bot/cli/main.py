@@ -127,7 +127,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
                 owns = lambda key: key == person  # noqa: E731
             with stop_on_signals(built.agent.stopping) as stop:
                 async with (
-                    serving_backups(where, _holding(built)),
+                    serving_backups(where, _holding(built), built.agent.people.unchanging),
                     reminding(built, stop, owns),
                 ):
                     await adapter.run(stop)
@@ -165,7 +165,9 @@ async def cmd_run(args: argparse.Namespace) -> int:
                     built.agent.send_with(adapter.name, adapter)
             async with (
                 observed(config.metrics.listen, adapters, config.llm),
-                serving_backups(workspaces_dir(config), _holding(built)),
+                serving_backups(
+                    workspaces_dir(config), _holding(built), built.agent.people.unchanging
+                ),
             ):
                 with stop_on_signals(built.agent.stopping) as stop:
                     async with reminding(built, stop):

@@ -268,7 +268,7 @@ async def test_a_bot_in_a_folder_deeper_than_a_socket_address_takes_backups(
 
     archive = tmp_path / "b.tar"
     with FolderLock(deep / "workspaces"):  # as the bot holds it
-        async with serving_backups(deep / "workspaces", hold):
+        async with serving_backups(deep / "workspaces", hold, asyncio.Lock):
             args = ["backup", "create", "--config", str(config), str(archive)]
             assert await asyncio.to_thread(main, args) == 0
     assert held == ["telegram-42"]
