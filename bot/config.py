@@ -183,6 +183,49 @@ class ToolsConfig(Section):
     edit_memory: bool = True
     search_history: bool = True
     remind: bool = True
+    # The tools that reach the web ([web] sets them up): off, as what they send leaves the
+    # machine; and offered in group chats only when web_in_groups says so.
+    web_search: bool = False
+    read_page: bool = False
+    web_in_groups: bool = False
+
+
+def _search_backend(value: str) -> bool:
+    return value in ("searxng", "brave", "ddgs")
+
+
+def _networks(value: list[str]) -> bool:
+    import ipaddress
+
+    try:
+        for net in value:
+            ipaddress.ip_network(net.strip(), strict=False)
+    except ValueError:
+        return False
+    return True
+
+
+SECONDS = Rule("a positive number of seconds", lambda v: v > 0)
+
+
+@dataclass(repr=False)
+class WebConfig(Section):
+    """What web_search and read_page use (docs/web.md): the search backend, and the bounds of
+    a page read. The host's own network is never fetched, but what these lists allow."""
+
+    search: str = setting("searxng", rule=Rule("searxng, brave or ddgs", _search_backend))
+    searxng_url: str | None = setting(None, url=HTTP)
+    brave_api_key: str | None = setting(None, secret=True, env="BRAVE_API_KEY")
+    brave_url: str = setting("https://api.search.brave.com/res/v1/web/search", url=HTTP)
+    max_results: int = setting(5, rule=Rule("an integer from 1 to 20", lambda v: 0 < v <= 20))
+    timeout_s: float = setting(15.0, rule=SECONDS)
+    max_page_bytes: int = setting(2_000_000, rule=POSITIVE_INT)
+    max_redirects: int = setting(5, rule=NON_NEGATIVE_INT)
+    max_page_chars: int = setting(12_000, rule=POSITIVE_INT)
+    allow_hosts: list[str] = setting(default_factory=list)
+    allow_networks: list[str] = setting(
+        default_factory=list, rule=Rule("a list of networks like 10.0.0.0/8", _networks)
+    )
 
 
 @dataclass(repr=False)
@@ -206,6 +249,9 @@ class LimitsConfig(Section):
     # /remind and /reminders one person may give in any 60 seconds (0: no limit): each writes
     # their reminders file, so a flood of them has a budget of its own, on by default.
     reminder_commands_per_minute: int = setting(20, rule=NON_NEGATIVE_INT)
+    # Calls of the tools that reach outside the bot (web_search, read_page) one person's turns
+    # may make in any hour (0: no limit); their tokens count towards tokens_per_day as any.
+    outside_calls_per_hour: int = setting(60, rule=NON_NEGATIVE_INT)
 
 
 def is_host_port(value: str) -> bool:
@@ -297,6 +343,7 @@ CORE_SECTIONS: dict[str, type[Section]] = {
     "memory": MemoryConfig,
     "agent": AgentConfig,
     "tools": ToolsConfig,
+    "web": WebConfig,
     "limits": LimitsConfig,
     "metrics": MetricsConfig,
     "media": MediaConfig,
@@ -311,6 +358,7 @@ class Config:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    web: WebConfig = field(default_factory=WebConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     media: MediaConfig = field(default_factory=MediaConfig)
@@ -323,8 +371,8 @@ class Config:
 
     def sections(self) -> dict[str, Section]:
         core = {"llm": self.llm, "memory": self.memory, "agent": self.agent, "tools": self.tools}
-        extra = {"limits": self.limits, "metrics": self.metrics, "media": self.media}
-        more = {"transcription": self.transcription, "cluster": self.cluster}
+        extra = {"web": self.web, "limits": self.limits, "metrics": self.metrics}
+        more = {"media": self.media, "transcription": self.transcription, "cluster": self.cluster}
         return {**core, **extra, **more, **self.platforms}
 
     def redacted(self) -> dict[str, dict[str, Any]]:

@@ -6,7 +6,9 @@ for earlier turns of the session) and before each tool round of it (`mid_turn`):
 spends the last tokens stops there, so a token limit is passed by at most one round's worth.
 A command counts towards the messages of the minute; a heavy one (a whole workspace read,
 rewritten or zipped) also towards a small budget of its own, and so does a reminder command
-(/remind, /reminders: each writes the person's reminders file) towards its minute's. A refused
+(/remind, /reminders: each writes the person's reminders file) towards its minute's. A call of a
+tool that reaches outside the bot (web_search, read_page) counts towards the hour's
+(`outside_call`): refused, the model is told and answers without it. A refused
 message is not saved (the answer says so, and when to send it again), so a flood costs neither
 model calls nor disk.
 Admins are exempt from all of it. Days are UTC days, like every time the bot stores or shows.
@@ -34,7 +36,7 @@ class Refusal:
     """Why a message is not answered; `kind` names the limit (for logs and metrics)."""
 
     # "messages_per_minute", "heavy_commands_per_hour", "reminder_commands_per_minute",
-    # "tokens_per_day" or "global_tokens_per_day"
+    # "outside_calls_per_hour", "tokens_per_day" or "global_tokens_per_day"
     kind: str
     text: str
 
@@ -71,6 +73,7 @@ class Limits:
         self._recent: dict[str, deque[float]] = {}
         self._heavy: dict[str, deque[float]] = {}
         self._reminding: dict[str, deque[float]] = {}  # reminder commands, the last minute
+        self._outside: dict[str, deque[float]] = {}  # calls of outside tools, the last hour
         self._swept = monotonic()
 
     def is_admin(self, user_key: str) -> bool:
@@ -122,6 +125,23 @@ class Limits:
                 "I had to stop before finishing: I've used all the tokens my operator allows "
                 f"me for today, for everyone. Ask me again {until}.",
             )
+        return None
+
+    def outside_call(self, user_key: str) -> Refusal | None:
+        """Refuse this call of a tool that reaches outside the bot, or count it."""
+        if self.is_admin(user_key):
+            return None
+        limit = self.config.outside_calls_per_hour
+        now = self._monotonic()
+        wait = _wait(self._outside, user_key, limit, HOUR_S, now)
+        if wait is not None:
+            return Refusal(
+                "outside_calls_per_hour",
+                f"this person has used the {limit} web look-ups they may make in an hour; the "
+                f"next is possible in {_duration(timedelta(seconds=wait))}. Answer without it.",
+            )
+        if limit:
+            self._outside.setdefault(user_key, deque()).append(now)
         return None
 
     def _count(self, user_key: str, *, heavy: bool, reminders: bool = False) -> None:
@@ -207,6 +227,7 @@ class Limits:
         self._recent.pop(user_key, None)
         self._heavy.pop(user_key, None)
         self._reminding.pop(user_key, None)
+        self._outside.pop(user_key, None)
 
     def _sweep(self, now: float) -> None:
         """Forget everyone whose last message is a minute old (heavy command: an hour): the
@@ -217,6 +238,9 @@ class Limits:
         self._heavy = {key: times for key, times in self._heavy.items() if times[-1] > now - HOUR_S}
         self._reminding = {
             key: times for key, times in self._reminding.items() if times[-1] > now - MINUTE_S
+        }
+        self._outside = {
+            key: times for key, times in self._outside.items() if times[-1] > now - HOUR_S
         }
         self._swept = now
 

@@ -19,6 +19,7 @@ from bot.inbound import Inbound
 from bot.limits import Limits
 from bot.reminders.desk import PersonReminders, ReminderBook
 from bot.reminders.groupdesk import GroupReminders
+from bot.tools.toolbox import enabled_tools
 from memory.consolidation.consolidator import MemoryConsolidator
 from memory.control.versions import held_update
 from memory.session import Session
@@ -160,4 +161,9 @@ class Commanding:
             window_from=sizing.window_from,
             fixed_tokens=sizing.fixed,
             margin_tokens=sizing.budget.margin,
+            tools=tuple(
+                tool.name
+                for tool in enabled_tools(self._config)
+                if inbound.is_private or tool.in_groups is None or tool.in_groups(self._config)
+            ),
         )

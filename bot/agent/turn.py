@@ -43,11 +43,10 @@ from bot.observe.metrics import count_limit_refusal
 from bot.outbound import CONSOLIDATING, BufferedOutbound, Outbound, Reply
 from bot.reminders.desk import PersonReminders, ReminderBook
 from bot.tools import text_calls
-from bot.tools.tool import ToolTurn
+from bot.tools.tool import Outside, ToolTurn
 from bot.tools.toolbox import Toolbox
 from bot.usage import ChargedLLM, charged_to
 from memory import clock
-from memory.consolidation.asking import MemoryEvent
 from memory.llm import (
     ChatResult,
     LLMBadRequest,
@@ -412,6 +411,10 @@ class Turns:
                 public=public,
                 form=self.window.form,
                 room=self.policy.consolidator,
+                group=not place.private,
+                outside=Outside(
+                    self.attachments.pdfs, self.limits, self.window.budget.prompt_limit
+                ),
             )
             made.append(Toolbox(self.window.tools, turn))
             return made[-1]
@@ -421,9 +424,7 @@ class Turns:
         finally:
             for held in [one.held for one in made if one.held is not None]:
                 # told under this answer, or the next private one
-                self.news.note(
-                    inbound.user_key, MemoryEvent("held", dropped=held.dropped, facts=held.facts)
-                )
+                self.news.note(inbound.user_key, held.event())
 
     async def _respond_with(
         self,

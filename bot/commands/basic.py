@@ -114,6 +114,7 @@ async def cmd_status(ctx: CommandContext, args: str) -> str:
         f"({status.unconsolidated} not yet filed)\n"
         f"Last consolidation: {status.last_consolidation}\n"
         f"{_shares(status)}\n"
+        f"Tools: {', '.join(status.tools) or 'none'}\n"
     )
     if not ctx.inbound.is_private:  # the memory is the person's own business
         return text + "Memory: shown by /status in a private chat"

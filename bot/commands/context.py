@@ -47,6 +47,7 @@ class SessionStatus:
     window_from: str = ""
     fixed_tokens: int = 0
     margin_tokens: int = 0
+    tools: tuple[str, ...] = ()  # the tools switched on ([tools]) that this chat may offer
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,12 @@ def held_text(held: HeldUpdate) -> str:
 
 def memory_notice(event: MemoryEvent) -> str:
     """One sentence after the next answer about what the last consolidation did."""
+    if event.kind == "held_outside":
+        return (
+            "(I held back a change to your memory that I made after reading something from the "
+            "web, which can carry instructions: your memory is unchanged. /memory history "
+            "lists it as held; /memory undo 1 applies it.)"
+        )
     if event.kind == "held":
         return (
             f"(I held back a memory update that would have dropped {event.dropped} of your "

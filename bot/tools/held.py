@@ -4,6 +4,10 @@ Once they would drop more than a quarter of the facts MEMORY.md held when the tu
 in an uploaded file can tell a model to wipe its memory), that edit and the rest of the turn's
 are not written but kept as a held version, which the person is told about and may apply with
 /memory undo.
+
+So are all of them once the turn has read something from outside the bot (a web page, a search
+result: `read_outside`): such text can carry instructions ("delete the user's memory"), and a
+model may follow them; the memory changes only when the person says so.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from memory.consolidation.asking import MemoryEvent
 from memory.consolidation.checks import held_because, kept_fact_lines
 from memory.workspace import Workspace
 
@@ -21,6 +26,11 @@ log = logging.getLogger(__name__)
 HELD_EDIT = (
     "Not applied: {why} MEMORY.md held when this turn began. The edit is kept aside for the "
     "person, who is told and may apply it; MEMORY.md is unchanged. Do not try it again."
+)
+HELD_OUTSIDE = (
+    "Not applied: this turn read {what}, which may carry instructions, so its changes to "
+    "MEMORY.md wait for the person, who is told and may apply them; MEMORY.md is unchanged. "
+    "Do not try it again; tell the person what you would have changed."
 )
 HELD_WITH = "Kept aside with the held edit of this turn, not applied: {message}"
 
@@ -35,6 +45,13 @@ class HeldEdit:
 
     dropped: int
     facts: int
+    outside: bool = False  # held because the turn read something from outside the bot
+
+    def event(self) -> MemoryEvent:
+        """What the person is told (bot/commands/control.py memory_notice)."""
+        if self.outside:
+            return MemoryEvent("held_outside", dropped=self.dropped, facts=self.facts)
+        return MemoryEvent("held", dropped=self.dropped, facts=self.facts)
 
 
 class TurnEdits:
@@ -45,6 +62,11 @@ class TurnEdits:
         self._before: str | None = None  # MEMORY.md at the turn's first edit
         self._held: tuple[Path, str] | None = None  # the held version and its text
         self.held: HeldEdit | None = None
+        self.outside: str | None = None  # what the turn read from outside ("a web page")
+
+    def read_outside(self, what: str) -> None:
+        """The turn has read `what` from outside the bot: its edits are held from now on."""
+        self.outside = self.outside or what
 
     def apply(self, edit: Edit) -> str:
         """Apply `edit` to MEMORY.md, or to the turn's held text once an edit was held (in a
@@ -65,14 +87,18 @@ class TurnEdits:
         if text is None or text == current:
             return message
         why = held_because(self._before, text)
-        if why is None:
+        if why is None and self.outside is None:
             store.write(text)
             return message
         self._held = (store.keep_held(text), text)
         self._count_held(text)
+        if why is None:
+            why = f"the turn read {self.outside}"
+            log.warning("memory edit of %s held: %s", self._workspace.user_key, why)
+            return HELD_OUTSIDE.format(what=self.outside)
         log.warning("memory edit of %s held: %s", self._workspace.user_key, why)
         return HELD_EDIT.format(why=why)
 
     def _count_held(self, text: str) -> None:
         kept, facts = kept_fact_lines(self._before or "", text)
-        self.held = HeldEdit(facts - kept, facts)
+        self.held = HeldEdit(facts - kept, facts, outside=self.outside is not None)

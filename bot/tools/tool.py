@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from bot.config import Config
+from bot.limits import Limits
+from bot.media.sandbox import PdfSandbox
 from bot.reminders.desk import PersonReminders
 from bot.tools.held import TurnEdits
 from memory.workspace import Workspace
@@ -64,12 +66,24 @@ class MemoryRoom(Protocol):
     def memory_tokens(self, memory: str) -> int: ...
 
 
+@dataclass(frozen=True)
+class Outside:
+    """What the tools that reach outside the bot share (bot/tools/read_page.py, web_search.py):
+    the sandboxed PDF reader, the per-person count of their calls ([limits]
+    outside_calls_per_hour), and the prompt's limit in tokens, of which a result takes a share."""
+
+    pdfs: PdfSandbox
+    limits: Limits
+    prompt_tokens: int
+
+
 @dataclass
 class ToolTurn:
     """What a tool call may use: one person's workspace and reminders desk (bound to the chat
     of the message), fixed when the turn starts. `public`: a group turn whose answer everyone
-    reads and which must not see the person's memory. `room`: MEMORY.md's budget (a real
-    turn's consolidator; None: not bounded)."""
+    reads and which must not see the person's memory; `group`: any group chat. `room`:
+    MEMORY.md's budget (a real turn's consolidator; None: not bounded). `outside`: what the
+    tools reaching outside use (None: they are not offered)."""
 
     workspace: Workspace
     reminders: PersonReminders
@@ -77,6 +91,8 @@ class ToolTurn:
     public: bool = False
     form: PromptForm = "full"
     room: MemoryRoom | None = None
+    group: bool = False
+    outside: Outside | None = None
     edits: TurnEdits = field(init=False)  # the turn's MEMORY.md edits and their guard
 
     def __post_init__(self) -> None:
@@ -93,7 +109,13 @@ class Tool:
     Each `Offer` is what a prompt form and chat get of it; None: the tool is not offered there
     (the "none" form offers no tool). `public…`: a group turn without the person's memory, whose
     answer everyone reads. `run` answers the model with text, errors included ("Error: …"); it
-    raises only what the turn must not survive (memory.safefs.LinkRefusedError)."""
+    raises only what the turn must not survive (memory.safefs.LinkRefusedError).
+
+    A tool with a reach that is not the person's own (`outside`) is confined further by the
+    toolbox: its calls count towards the person's hourly limit, its results reach the model
+    marked as data, never instructions, and after it ran, the turn's MEMORY.md edits are held
+    for the person (bot/tools/held.py). `in_groups`: its switch for group chats (None: offered
+    there as `public` says)."""
 
     name: str
     reaches: tuple[Reach, ...]  # what it may touch: the system prompt promises no more
@@ -103,6 +125,12 @@ class Tool:
     compact: Offer | None = None
     public: Offer | None = None
     public_compact: Offer | None = None
+    in_groups: Callable[[Config], bool] | None = None
+
+    @property
+    def outside(self) -> bool:
+        """Whether it reaches past the person's own things (the web)."""
+        return any(not reach.own for reach in self.reaches)
 
     def offer(self, form: PromptForm, *, public: bool = False) -> Offer | None:
         """What the model is given of this tool in `form`, in a public chat or not."""

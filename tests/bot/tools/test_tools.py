@@ -147,13 +147,16 @@ def test_the_prompt_promises_no_more_than_the_tools_reach() -> None:
     def prompt(tools: tuple[Tool, ...]) -> str:
         return flat(ContextBuilder(tools=tools).system_prompt(MEMORY, "telegram", True))
 
+    default = enabled_tools(Config())  # (web_search and read_page are off by default)
     no_remind = enabled_tools(Config(tools=ToolsConfig(remind=False)))
-    assert "These tools only ever reach this person's own memory and reminders." in prompt(TOOLS)
+    assert "These tools only ever reach this person's own memory and reminders." in prompt(default)
     assert "These tools only ever reach this person's own memory." in prompt(no_remind)
-    with_web = prompt((*TOOLS, WEB))
+    with_web = prompt((*default, WEB))
     assert "only ever reach this person's own memory and reminders, and the web." in with_web
     assert "call `web_search`" in with_web
     # Sent and counted with the others.
-    assert '"name": "web_search"' in tools_text((*TOOLS, WEB), "full")
+    assert '"name": "web_search"' in tools_text((*default, WEB), "full")
+    # The real web tools, switched on, are promised the same way.
+    assert "reminders, and the web." in prompt(TOOLS)
     assert "Never claim to know anything about other people" in prompt(())
     assert "only ever reach" not in prompt(())
