@@ -50,6 +50,9 @@ HIDDEN = "_hidden"  # in RAM only: why a message left the conversation (WITHDRAW
 TURN = "turn"  # a user message's id, by which the records above name its turn
 REPLY_TO = "reply_to"  # a user message's context: what the person replied to (reply_context)
 REMINDER_MARK = "reminder"  # an assistant message that is a reminder sent, not an answer
+# A tool result from outside the bot (a web page, search results): the model of the turn reads
+# it, consolidation only its length (memory/consolidation/asking.py): it can carry instructions.
+OUTSIDE = "outside"
 LLM_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
 RECENT_IDS = 32  # platform ids of consolidated user messages remembered per session
 FILED = -1  # index_of(): the message was consolidated (it is no longer in RAM)

@@ -595,11 +595,8 @@ class ModelCall:
             _append(workspace, session, _assistant_with_calls(result, calls))
             for call in calls:
                 output = await tools.execute(call.name, call.arguments)
-                _append(
-                    workspace,
-                    session,
-                    {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output},
-                )
+                kept: dict[str, Any] = {"role": "tool", "tool_call_id": call.id, "name": call.name}
+                _append(workspace, session, kept | {"content": output} | tools.marks(call.name))
         _append(workspace, session, {"role": "assistant", "content": STUCK_REPLY}, STUCK_REPLY)
         return STUCK_REPLY
 

@@ -24,6 +24,7 @@ from bot.tools.remind import REMIND
 from bot.tools.search_history import SEARCH_HISTORY
 from bot.tools.tool import PromptForm, Schema, Tool, ToolTurn, listed
 from bot.tools.web_search import WEB_SEARCH
+from memory.session import OUTSIDE
 from memory.text import valid_text
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,12 @@ class Toolbox:
     def held(self) -> HeldEdit | None:
         """The turn's MEMORY.md edits that were held (bot/tools/held.py), if any."""
         return self._turn.edits.held
+
+    def marks(self, name: str) -> dict[str, Any]:
+        """What a result of tool `name` is marked with in the session: one from outside the bot
+        is data that consolidation does not read (memory.session.OUTSIDE)."""
+        tool = self._tools.get(name)
+        return {OUTSIDE: True} if tool is not None and tool.outside else {}
 
     def room(self) -> int:
         """Tool calls this turn may still make."""

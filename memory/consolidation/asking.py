@@ -46,7 +46,7 @@ from memory.consolidation.plain import (
 )
 from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMContextOverflow, LLMError
 from memory.media import is_ref, ref_text
-from memory.session import HIDDEN, reply_context
+from memory.session import HIDDEN, OUTSIDE, reply_context
 from memory.store import MEMORY_TEMPLATE, SECTIONS
 from memory.text import valid_text
 from memory.threads import in_thread
@@ -173,6 +173,9 @@ def format_messages(messages: list[dict[str, Any]]) -> str:
         names = _tool_names(message)
         tools = f" [tools: {', '.join(names)}]" if names else ""
         said = _content_text(reply_context(message) + _content_text(message.get("content")))
+        if message.get(OUTSIDE):  # data from outside, which may carry instructions: not read
+            tool = message.get("name") or "a tool"
+            said = f"(what {tool} returned from outside: {len(said):,} characters, not shown)"
         lines.append(f"[{stamp}] {role}{tools}: {said}")
     return "\n".join(lines)
 

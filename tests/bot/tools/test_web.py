@@ -21,8 +21,14 @@ from bot.config import Config, ToolsConfig, load_config
 from bot.tools.tool import FORMS
 from memory.tokens import TokenEstimator
 from tests.rigs import REPO
-from tests.rigs.agent import ask, dm, group, user_home
-from tests.rigs.fakes.openai_server import FakeOpenAI, completion, is_consolidation, tool_call
+from tests.rigs.agent import ask, dm, group, session_records, user_home
+from tests.rigs.fakes.openai_server import (
+    FakeOpenAI,
+    completion,
+    is_consolidation,
+    save_memory_call,
+    tool_call,
+)
 from tests.rigs.fakes.web_server import BIG, INJECTION, Site
 
 
@@ -378,3 +384,23 @@ def test_the_tokens_the_web_tools_add_are_the_figures_docs_web_quotes() -> None:
         )
         assert f"{row} ~{search} tokens | ~{read_} | ~{both} |" in page
     assert fixed(web_search=True, read_page=True)["none"] == base["none"]
+
+
+async def test_consolidation_reads_only_the_length_of_what_came_from_the_web(
+    fake_llm: FakeOpenAI, site: Site, tmp_path: Path
+) -> None:
+    """The page's instructions would otherwise reach the consolidating model too, which writes
+    MEMORY.md and HISTORY.md: it is told that read_page returned so many characters, no more."""
+    agent = web_agent(tmp_path / "bot", fake_llm, site)
+    try:
+        await read(agent, fake_llm, f"{site.base}/recipe.html")
+        fake_llm.queue(save_memory_call("[2026-01-01 10:00] Asked for a recipe.", "# Memory\n"))
+        await ask(agent, dm("42", "/new"))
+        await fake_llm.wait_requests(4)
+    finally:
+        await agent.aclose()
+    filing = [json.dumps(r["messages"]) for r in fake_llm.requests if is_consolidation(r)]
+    assert filing and not any("Pancakes" in text or "delete the user" in text for text in filing)
+    assert any("what read_page returned from outside" in text for text in filing)
+    records = session_records(tmp_path / "bot" / "workspaces", "42")
+    assert [r.get("outside") for r in records if r.get("role") == "tool"] == [True]
