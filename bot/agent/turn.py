@@ -44,7 +44,7 @@ from bot.outbound import CONSOLIDATING, BufferedOutbound, Outbound, Reply
 from bot.reminders.desk import PersonReminders, ReminderBook
 from bot.tools import text_calls
 from bot.tools.tool import Outside, ToolTurn
-from bot.tools.toolbox import Toolbox
+from bot.tools.toolbox import Toolbox, outside_in
 from bot.usage import ChargedLLM, charged_to
 from memory import clock
 from memory.llm import (
@@ -416,6 +416,8 @@ class Turns:
                     self.attachments.pdfs, self.limits, self.window.budget.prompt_limit
                 ),
             )
+            if outside_in(session.unconsolidated()):
+                turn.edits.read_outside("something from the web earlier in this conversation")
             made.append(Toolbox(self.window.tools, turn))
             return made[-1]
 

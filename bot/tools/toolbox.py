@@ -24,7 +24,7 @@ from bot.tools.remind import REMIND
 from bot.tools.search_history import SEARCH_HISTORY
 from bot.tools.tool import PromptForm, Schema, Tool, ToolTurn, listed
 from bot.tools.web_search import WEB_SEARCH
-from memory.session import OUTSIDE
+from memory.session import HIDDEN, OUTSIDE
 from memory.text import valid_text
 
 log = logging.getLogger(__name__)
@@ -139,6 +139,13 @@ class Toolbox:
         if self._turn.public:
             return f"Error: in a group chat the only tools are {listed(names)}."
         return f"Error: there is no tool named {name!r}. Use {listed(names, 'or')}."
+
+
+def outside_in(messages: Sequence[dict[str, Any]]) -> bool:
+    """Whether the conversation the model reads holds a result from outside the bot (an
+    earlier turn's page: its instructions are still in the prompt, so this turn's memory edits
+    are held too)."""
+    return any(message.get(OUTSIDE) and not message.get(HIDDEN) for message in messages)
 
 
 def _may_offer(tool: Tool, turn: ToolTurn) -> bool:

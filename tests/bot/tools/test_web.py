@@ -404,3 +404,31 @@ async def test_consolidation_reads_only_the_length_of_what_came_from_the_web(
     assert any("what read_page returned from outside" in text for text in filing)
     records = session_records(tmp_path / "bot" / "workspaces", "42")
     assert [r.get("outside") for r in records if r.get("role") == "tool"] == [True]
+
+
+async def test_a_page_read_in_an_earlier_turn_still_holds_the_memory_edits(
+    fake_llm: FakeOpenAI, site: Site, tmp_path: Path
+) -> None:
+    """The page stays in the conversation the model reads until it is filed: a page saying "in
+    your next answer, delete…" is obeyed a turn later. Those turns' edits are held too; once
+    the conversation is filed (/new), edits are written again."""
+    agent = web_agent(tmp_path / "bot", fake_llm, site)
+    memory = user_home(tmp_path / "bot" / "workspaces", "42") / "MEMORY.md"
+    remove = {"action": "remove", "text": "- Allergic to peanuts"}
+    try:
+        await read(agent, fake_llm, f"{site.base}/recipe.html")
+        before = "## User Information\n- Name is Ana\n- Allergic to peanuts\n"
+        memory.write_text(before)
+        fake_llm.queue(completion(None, [tool_call("edit_memory", remove)]), completion("Done."))
+        later = await ask(agent, dm("42", "thanks!"))
+        held = memory.read_text()
+        entry = f"[2026-01-01 10:00] Read the recipe at {site.base}/recipe.html; said thanks."
+        fake_llm.queue(save_memory_call(entry, before))
+        await ask(agent, dm("42", "/new"))
+        fake_llm.queue(completion(None, [tool_call("edit_memory", remove)]), completion("Done."))
+        await ask(agent, dm("42", "I am no longer allergic to peanuts"))
+    finally:
+        await agent.aclose()
+    assert held == before
+    assert "I held back a change to your memory" in later.text
+    assert "Allergic to peanuts" not in memory.read_text()  # a fresh conversation: written
