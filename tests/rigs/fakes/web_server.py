@@ -55,6 +55,7 @@ class Site:
         app.router.add_get("/doc.pdf", self._pdf)
         app.router.add_get("/image.png", self._png)
         app.router.add_get("/big.txt", self._big)
+        app.router.add_get("/big.html", self._big_html)
         app.router.add_get("/slow.txt", self._slow)
         app.router.add_get(
             "/to-loopback", self._to(lambda: f"http://127.0.0.1:{self.internal_port}/")
@@ -129,6 +130,24 @@ class Site:
                 self.big_sent += len(piece)
         except (ConnectionError, RuntimeError):
             pass  # the client hung up, as it should
+        return response
+
+    async def _big_html(self, request: web.Request) -> web.StreamResponse:
+        """50 MB of article HTML, slowly (a paragraph every few ms): the worst page to read."""
+        response = web.StreamResponse(headers={"Content-Type": "text/html"})
+        response.content_length = BIG
+        await response.prepare(request)
+        paragraph = b"<p>The harbour of Lisbon saw 1,200 ships in 1755, before the earthquake.</p>"
+        head = b"<html><head><title>Big</title></head><body><article>"
+        sent = 0
+        try:
+            await response.write(head)
+            while sent < BIG - len(head):
+                await response.write(paragraph * 800)  # ~60 KB
+                sent += len(paragraph) * 800
+                await asyncio.sleep(0.005)
+        except (ConnectionError, RuntimeError):
+            pass
         return response
 
     async def _slow(self, request: web.Request) -> web.StreamResponse:
