@@ -11,7 +11,6 @@ the turn's memory edits (bot/tools/toolbox.py).
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
 from bot.media.documents import DocumentError
 from bot.tools.tool import Arguments, Offer, Tool, ToolTurn, string_schema
@@ -54,7 +53,8 @@ async def run(turn: ToolTurn, args: Arguments) -> str:
     web = turn.config.web
     limits = Limits(
         timeout_s=web.timeout_s,
-        max_bytes=max(web.max_page_bytes, turn.config.media.max_pdf_bytes),
+        max_bytes=web.max_page_bytes,
+        max_pdf_bytes=turn.config.media.max_pdf_bytes,
         max_redirects=web.max_redirects,
         allowed=Allowed.of(web.allow_hosts, web.allow_networks),
     )
@@ -66,10 +66,8 @@ async def run(turn: ToolTurn, args: Arguments) -> str:
     budget = max_chars(turn)
     try:
         if page.content_type == PDF:
-            text, kind = await _pdf(turn, page.body, page.cut, budget)
+            text, kind = await _pdf(turn, page.body, budget)
         else:
-            if len(page.body) > web.max_page_bytes:  # (PDFs may be as large as an upload)
-                page = replace(page, body=page.body[: web.max_page_bytes], cut=True)
             text, kind = await page_text(page), page.content_type
     except (NoText, DocumentError) as exc:
         return f"Error: I could not read {page.url}: {exc}."
@@ -82,9 +80,7 @@ async def run(turn: ToolTurn, args: Arguments) -> str:
     return f"Page {page.url} ({kind}){note}:\n{text}"
 
 
-async def _pdf(turn: ToolTurn, body: bytes, cut: bool, budget: int) -> tuple[str, str]:
-    if cut:
-        raise NoText(f"it is a PDF larger than {turn.config.media.max_pdf_bytes:,} bytes")
+async def _pdf(turn: ToolTurn, body: bytes, budget: int) -> tuple[str, str]:
     assert turn.outside is not None  # (not offered without it)
     pdf = await turn.outside.pdfs.read(body, budget + 1, turn.workspace.user_key)
     if not pdf.text.strip():

@@ -5,7 +5,8 @@ Each hop of a redirect chain is a request of its own: its URL checked (http or h
 user:password), its host resolved and every address checked, then the connection made to
 those addresses only (`_Pinned`: aiohttp asks it, and it answers nothing else). Redirects are
 followed by hand, at most `max_redirects`. The body is read up to `max_bytes` (decompressed:
-gzip and deflate are inflated within the same bound), the rest left unread; the whole fetch,
+gzip and deflate are inflated within the same bound), the rest left unread (a PDF, which cannot
+be read in part, up to `max_pdf_bytes`, or refused); the whole fetch,
 every hop and the body together, stops at `timeout_s`. No proxy from the environment is used.
 """
 
@@ -48,7 +49,8 @@ class Limits:
     """What one fetch may take."""
 
     timeout_s: float
-    max_bytes: int
+    max_bytes: int  # of an HTML or text page: more is cut
+    max_pdf_bytes: int  # of a PDF: more is refused (a cut PDF cannot be read)
     max_redirects: int
     allowed: Allowed
 
@@ -119,7 +121,14 @@ async def _get(url: str, target: Resolved, limits: Limits) -> tuple[Page | None,
             kind = response.content_type.lower()
             if kind not in TYPES:
                 raise PageError(f"it is {kind or 'of no stated type'}, which I don't read")
-            body, cut = await _body(response, limits.max_bytes)
+            if kind == PDF:
+                if (response.content_length or 0) > limits.max_pdf_bytes:
+                    raise PageError(f"it is a PDF larger than {limits.max_pdf_bytes:,} bytes")
+                body, cut = await _body(response, limits.max_pdf_bytes)
+                if cut:
+                    raise PageError(f"it is a PDF larger than {limits.max_pdf_bytes:,} bytes")
+            else:
+                body, cut = await _body(response, limits.max_bytes)
             return Page(str(response.url), kind, response.charset, body, cut), ""
     except (aiohttp.ClientError, OSError) as exc:
         raise PageError(f"the page could not be fetched ({type(exc).__name__})") from None

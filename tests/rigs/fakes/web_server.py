@@ -56,6 +56,7 @@ class Site:
         app.router.add_get("/image.png", self._png)
         app.router.add_get("/big.txt", self._big)
         app.router.add_get("/big.html", self._big_html)
+        app.router.add_get("/big.pdf", self._big_pdf)
         app.router.add_get("/slow.txt", self._slow)
         app.router.add_get(
             "/to-loopback", self._to(lambda: f"http://127.0.0.1:{self.internal_port}/")
@@ -146,6 +147,20 @@ class Site:
                 await response.write(paragraph * 800)  # ~60 KB
                 sent += len(paragraph) * 800
                 await asyncio.sleep(0.005)
+        except (ConnectionError, RuntimeError):
+            pass
+        return response
+
+    async def _big_pdf(self, request: web.Request) -> web.StreamResponse:
+        """A PDF of 12 MB that does not say its length (chunked): read up to the limit, then
+        refused."""
+        response = web.StreamResponse(headers={"Content-Type": "application/pdf"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        try:
+            await response.write(b"%PDF-1.4\n")
+            for _ in range(200):
+                await response.write(b"%" + b"x" * 65_535)
         except (ConnectionError, RuntimeError):
             pass
         return response
