@@ -67,7 +67,7 @@ def child_env(entry_points_dir: Path, private_home: Path) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("LIGHTGREP_", "OPENAI_", "TELEGRAM_", "DISCORD_"))
+        if not k.startswith(("LIGHTGREP_", "OPENAI_", "TELEGRAM_", "DISCORD_", "BRAVE_"))
     }
     env.update(
         PYTHONPATH=os.pathsep.join([str(REPO), str(entry_points_dir)]),
