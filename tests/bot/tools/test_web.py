@@ -6,6 +6,7 @@ and that a page's instructions cannot change the memory on their own."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import time
@@ -19,6 +20,7 @@ from bot.agent.agent import Agent
 from bot.agent.sizing import fixed_tokens
 from bot.config import Config, ToolsConfig, load_config
 from bot.tools.tool import FORMS
+from bot.web.addresses import why_refused
 from memory.tokens import TokenEstimator
 from tests.rigs import REPO
 from tests.rigs.agent import ask, dm, group, session_records, user_home
@@ -434,3 +436,33 @@ async def test_a_page_read_in_an_earlier_turn_still_holds_the_memory_edits(
     assert held == before
     assert "I held back a change to your memory" in later.text
     assert "Allergic to peanuts" not in memory.read_text()  # a fresh conversation: written
+
+
+@pytest.mark.parametrize(
+    ("address", "why"),
+    [
+        ("169.254.169.254", "link-local"),  # the cloud metadata service
+        ("fd00:ec2::254", "private"),  # its IPv6 address (a unique local one)
+        ("127.0.0.2", "loopback"),
+        ("::1", "loopback"),
+        ("0.0.0.0", "unspecified"),
+        ("10.1.2.3", "private"),
+        ("192.168.0.1", "private"),
+        ("100.64.0.1", "not on the public internet"),  # shared (carrier-grade NAT)
+        ("224.0.0.1", "multicast"),
+        ("fe80::1", "link-local"),
+        ("::ffff:127.0.0.1", "loopback"),  # IPv4-mapped
+        ("::ffff:169.254.169.254", "link-local"),
+        ("2002:7f00:1::", "loopback"),  # 6to4 of 127.0.0.1
+        ("64:ff9b::a9fe:a9fe", "link-local"),  # NAT64 of 169.254.169.254
+        ("240.0.0.1", "private"),  # reserved; the ipaddress module files it as private
+    ],
+)
+def test_an_address_of_the_hosts_own_network_is_refused(address: str, why: str) -> None:
+    refused = why_refused(ipaddress.ip_address(address))
+    assert refused is not None and why in refused
+
+
+@pytest.mark.parametrize("address", ["93.184.215.14", "2606:4700:4700::1111", "::ffff:8.8.8.8"])
+def test_a_public_address_is_not(address: str) -> None:
+    assert why_refused(ipaddress.ip_address(address)) is None
