@@ -173,6 +173,7 @@ async def test_size_time_type_and_redirect_bounds(
         image = await read(agent, fake_llm, f"{site.base}/image.png")
         loop = await read(agent, fake_llm, f"{site.base}/loop")
         big_pdf = await read(agent, fake_llm, f"{site.base}/big.pdf")
+        bomb = await read(agent, fake_llm, f"{site.base}/bomb.txt")
     finally:
         await agent.aclose()
     assert "all work and no play" in big and "(cut: the first 12,000 of" in big
@@ -185,6 +186,8 @@ async def test_size_time_type_and_redirect_bounds(
     assert "it is image/png, which I don't read" in image
     assert "redirected more than 5 times" in loop
     assert big_pdf.endswith("it is a PDF larger than 10,000,000 bytes.")
+    # A gzip bomb is inflated only as far as the page's bound (2 MB of its 50 MB).
+    assert "boom boom" in bomb and "(cut: the first 12,000 of 1,999,999 characters)" in bomb
 
 
 async def test_a_search_gives_titles_links_and_snippets_without_naming_the_person(

@@ -6,6 +6,7 @@ and a fake Brave Search API."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 from typing import Any
 
 from aiohttp import web
@@ -57,6 +58,7 @@ class Site:
         app.router.add_get("/big.txt", self._big)
         app.router.add_get("/big.html", self._big_html)
         app.router.add_get("/big.pdf", self._big_pdf)
+        app.router.add_get("/bomb.txt", self._bomb)
         app.router.add_get("/slow.txt", self._slow)
         app.router.add_get(
             "/to-loopback", self._to(lambda: f"http://127.0.0.1:{self.internal_port}/")
@@ -164,6 +166,12 @@ class Site:
         except (ConnectionError, RuntimeError):
             pass
         return response
+
+    async def _bomb(self, request: web.Request) -> web.Response:
+        """50 MB of text gzipped into ~50 KB: what is inflated must stay within the bound."""
+        body = gzip.compress(b"boom " * (BIG // 5), compresslevel=9)
+        headers = {"Content-Encoding": "gzip"}
+        return web.Response(body=body, content_type="text/plain", headers=headers)
 
     async def _slow(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
