@@ -4,16 +4,18 @@ Why: a first search for common words ("paid euros late") of a 100 MB history rea
 every byte, several times what ``grep`` needs; the index answers from the words' lists of
 entries instead. HISTORY.md stays the only truth: the index (``.HISTORY.md.index`` in the same
 folder, so per workspace) is rebuilt from it whenever they disagree, and a search it cannot
-answer (a regex, a phrase, a date, a non-ASCII word) or a missing or stale index scans the file
-as before, with the same result to the last bit (tests/memory/search/test_search_index.py
+answer (a regex, a phrase, a date, a non-ASCII word) or a missing or stale index scans the file as
+before, with the same result to the last bit (tests/memory/search/test_search_index.py
 compares them).
 
-What it holds, per *segment* (a run of whole entries): each entry's offset, length and stamp,
-the words of its text past the stamp as the scan's word view cuts them (memory/search/
-word_scan.py), and per word the entries holding it (with how often, where more than once).
-A keyword's hits are the words of the vocabulary that hold its root, weighed as the scan weighs
-them (memory/search/stems.py); the rare entry holding two words that weigh differently is read
-from HISTORY.md and weighed there, so the sum is taken in the scan's order.
+What it holds, per *segment* (a run of whole entries): where each entry starts and its stamp's
+day and time as numbers, the words of its text past the stamp as the scan's word view cuts them
+(memory/search/word_scan.py), and per word the entries holding it (with how often, where more
+than once), packed (memory/search/postings.py): about a quarter of HISTORY.md's size (four-byte
+lists made it 67-82 %). A keyword's hits are the words of the vocabulary that hold its root,
+weighed as the scan weighs them (memory/search/stems.py); the rare entry holding two words that
+weigh differently is read from HISTORY.md and weighed there, so the sum is taken in the scan's
+order.
 
 Kept current without a rebuild: HISTORY.md only grows between rewrites, so the entries after
 the last segment (at least the file's last entry, whose end an append may move) are indexed in
@@ -23,7 +25,8 @@ the checksum of its description, so a crash at any instant leaves sealed segment
 a torn tail that is ignored (and cut off before the next append). Checked at each load against
 HISTORY.md: the same file (device and inode: /forget and the link merge replace it atomically,
 which gives a new inode, and drop the index as well), at least as long as what was indexed, and
-the same bytes at the end of each segment. A missing or stale index is built in a background
+the same bytes at the end of each segment; an index of an older layout (another MAGIC) is
+not one. A missing or stale index is built in a background
 thread, one file at a time for the whole process (RAM: one segment's lists at a time), saying
 what it does in the log; searches scan until it is there.
 """
@@ -54,6 +57,7 @@ from typing import Any, BinaryIO
 
 from memory.atomic import PRIVATE_FILE_MODE, fsync_dir
 from memory.safefs import open_binary, open_fd
+from memory.search import postings
 from memory.search.regions import Cursor, walk
 from memory.search.terms import BYTES_LAYOUT, Term
 from memory.search.word_scan import WORD_VIEW, region_end
@@ -85,7 +89,7 @@ INLINE_BYTES = 8 * 2**20  # more unindexed bytes than this: indexed in the backg
 MAX_SEGMENTS = 256  # more (many small appends): rebuilt whole, in the background
 OPEN_INDEXES = 32  # loaded indexes kept (memory-mapped: the page cache holds them, not RAM)
 CHECK_BYTES = 4096  # of HISTORY.md before each segment's end, hashed
-MAGIC = b"LGHIDX01"
+MAGIC = b"LGHIDX02"  # 01: lists of four-byte numbers (read as not an index: rebuilt)
 SEAL = b"SEALED!\n"
 STAMP_BYTES = 18  # "[YYYY-MM-DD HH:MM]"
 _STAMP_AT = re.compile(ENTRY_STAMP.encode("ascii"))
@@ -103,33 +107,15 @@ def index_path(history: Path) -> Path:
 # --- one segment ----------------------------------------------------------------------------
 
 
-@dataclass
-class Segment:
-    """Whole entries of HISTORY.md ``[start, end)`` and their words; arrays or mapped views."""
+class _Words:
+    """The vocabulary of a segment: a blob of words, each followed by b"\\n", and where each
+    starts (shared by segments in memory and segments read from disk)."""
 
-    start: int
-    end: int
-    offsets: Any  # per entry: file offset of its "["
-    lengths: Any  # per entry: its length as the scan measures it
-    stamps: Any  # 17 bytes per entry: "YYYY-MM-DD HH:MM]"
-    blob: Any  # b"\n" + the words, each followed by b"\n" (bytes or mmap)
+    blob: Any
     blob_start: int
     blob_end: int
     word_at: Any  # per word: where it starts in blob, and one more: the end
-    post_at: Any  # per word: where its entries start in ``posts``, and one more
-    posts: Any  # entry numbers (in this segment), ascending per word
-    many_at: Any  # positions in ``posts`` of entries holding the word more than once
-    many: Any  # and how often, aligned
-    monotone: bool  # stamps never decrease from one entry to the next
-    check: str = ""  # hash of HISTORY.md's bytes before ``end``
-
-    @property
-    def first_stamp(self) -> bytes:
-        return bytes(self.stamps[:17])
-
-    @property
-    def last_stamp(self) -> bytes:
-        return bytes(self.stamps[-17:])
+    size: int
 
     def words_with(self, needle: bytes) -> list[int]:
         """Numbers of the words holding ``needle`` (one C find per word found)."""
@@ -150,9 +136,66 @@ class Segment:
         """The vocabulary: b"\\n" + each word followed by b"\\n"."""
         return bytes(self.blob[self.blob_start : self.blob_end])
 
+    def stamp(self, i: int) -> bytes:
+        """Entry ``i``'s stamp past its "[": ``YYYY-MM-DD HH:MM]``."""
+        raise NotImplementedError
+
+    def days(self) -> Any:
+        """Per entry, the day of its stamp as the number ``YYYYMMDD``."""
+        raise NotImplementedError
+
+    @property
+    def first_stamp(self) -> bytes:
+        return self.stamp(0)
+
+    @property
+    def last_stamp(self) -> bytes:
+        return self.stamp(self.size - 1)
+
+    def dated(self, first: int, last: int) -> Iterable[int]:
+        """Numbers of the entries whose stamp's day (``YYYYMMDD``) is in ``[first, last]``."""
+        days = self.days()
+        if self.monotone:  # type: ignore[attr-defined]
+            return range(bisect.bisect_left(days, first), bisect.bisect_right(days, last))
+        return [i for i, d in enumerate(days) if first <= d <= last]
+
+
+@dataclass
+class Segment(_Words):
+    """Whole entries of HISTORY.md ``[start, end)`` and their words, in memory (as built)."""
+
+    start: int
+    end: int
+    offsets: Any  # per entry: file offset of its "["
+    lengths: Any  # per entry: its length as the scan measures it
+    stamps: Any  # 17 bytes per entry: "YYYY-MM-DD HH:MM]"
+    blob: Any  # b"\n" + the words, each followed by b"\n"
+    blob_start: int
+    blob_end: int
+    word_at: Any  # per word: where it starts in blob, and one more: the end
+    post_at: Any  # per word: where its entries start in ``posts``, and one more
+    posts: Any  # entry numbers (in this segment), ascending per word
+    many_at: Any  # positions in ``posts`` of entries holding the word more than once
+    many: Any  # and how often, aligned
+    monotone: bool  # stamps never decrease from one entry to the next
+    check: str = ""  # hash of HISTORY.md's bytes before ``end``
+    _days: Any = None
+
+    def stamp(self, i: int) -> bytes:
+        return bytes(self.stamps[17 * i : 17 * i + 17])
+
+    def days(self) -> Any:
+        if self._days is None:
+            self._days = _days_of(bytes(self.stamps))[0]
+        return self._days
+
     def find_entry(self, offset: int) -> int:
         """The number of the entry starting at ``offset`` (it must be one of this segment)."""
         return bisect.bisect_left(self.offsets, offset)
+
+    def count_of(self, w: int) -> int:
+        """How many entries hold word ``w``."""
+        return int(self.post_at[w + 1] - self.post_at[w])
 
     def entries_of(self, w: int) -> tuple[list[int], dict[int, int]]:
         """Numbers (in this segment) of the entries holding word ``w``, ascending, and how often
@@ -168,11 +211,96 @@ class Segment:
         return ids, times
 
     @property
-    def size(self) -> int:
+    def size(self) -> int:  # type: ignore[override]
         return len(self.offsets)
+
+    def span(self, i: int) -> tuple[int, int]:
+        """Entry ``i``'s file offset and length."""
+        return self.offsets[i], self.lengths[i]
 
     def row_of(self, i: int) -> tuple[int, bytes, int]:
         return self.lengths[i], bytes(self.stamps[17 * i : 17 * i + 17]), self.offsets[i]
+
+
+@dataclass
+class Packed(_Words):
+    """A segment as the index file holds it (memory-mapped views), its lists packed small
+    (memory/search/postings.py): per entry where it starts (from the segment's start; its
+    length is up to the next one), its stamp's day and time as numbers; per word one record:
+    its entries, and how often each holds it where more than once."""
+
+    start: int
+    end: int
+    starts: Any  # per entry: offset of its "[" from ``start``
+    day_of: Any  # per entry: YYYYMMDD of its stamp
+    time_of: Any  # per entry: HHMM of its stamp
+    blob: Any
+    blob_start: int
+    blob_end: int
+    word_at: Any
+    post_at: Any  # per word: where its record starts in ``records``, and one more
+    records: Any
+    monotone: bool
+    check: str = ""
+
+    @property
+    def size(self) -> int:  # type: ignore[override]
+        return len(self.starts)
+
+    def stamp(self, i: int) -> bytes:
+        d, t = self.day_of[i], self.time_of[i]
+        return b"%04d-%02d-%02d %02d:%02d]" % (d // 10000, d // 100 % 100, d % 100, t // 100,
+                                                t % 100)  # fmt: skip
+
+    def days(self) -> Any:
+        return self.day_of
+
+    def span(self, i: int) -> tuple[int, int]:
+        at = self.starts[i]
+        nxt = self.starts[i + 1] if i + 1 < len(self.starts) else self.end - self.start
+        return self.start + at, nxt - at - 2
+
+    def row_of(self, i: int) -> tuple[int, bytes, int]:
+        offset, length = self.span(i)
+        return length, self.stamp(i), offset
+
+    def count_of(self, w: int) -> int:
+        return postings.read_varint(self.records, self.post_at[w])[0] >> 1
+
+    def entries_of(self, w: int) -> tuple[list[int], dict[int, int]]:
+        rec = self.records
+        head, pos = postings.read_varint(rec, self.post_at[w])
+        k, pos = postings.read_varint(rec, pos)
+        ids, pos = postings.unpack_ids(rec, pos, head >> 1, bool(head & 1))
+        if not k:
+            return ids, {}
+        gaps, pos = postings.unpack_ints(rec, pos, k)
+        counts, _ = postings.unpack_ints(rec, pos, k)
+        at = itertools.accumulate(gaps, initial=-1)
+        next(at)
+        return ids, dict(zip(map(ids.__getitem__, at), counts, strict=True))
+
+
+Part = Segment | Packed  # a segment in memory (the last entries) or from the index file
+
+
+def _days_of(stamps: bytes) -> tuple[array[int], array[int]]:
+    """Per stamp (17 bytes each, past the "["), its day YYYYMMDD and time HHMM as numbers."""
+    digits = stamps.translate(None, b"-: ]")  # 12 digits per stamp
+    ends = range(12, len(digits) + 1, 12)
+    days = array(
+        "I",
+        map(
+            int,
+            map(
+                digits.__getitem__, map(slice, range(0, len(digits), 12), range(8, len(digits), 12))
+            ),
+        ),
+    )
+    times = array(
+        "H", map(int, map(digits.__getitem__, map(slice, range(8, len(digits), 12), ends)))
+    )
+    return days, times
 
 
 def _entries(buf: bytes, base: int, at_eof: bool) -> list[tuple[int, int]]:
@@ -253,16 +381,51 @@ def _assemble(
 # --- on disk --------------------------------------------------------------------------------
 
 _SECTIONS = (
-    ("offsets", "Q"),
-    ("lengths", "I"),
-    ("stamps", "B"),
+    ("starts", "I"),
+    ("day_of", "I"),
+    ("time_of", "H"),
     ("blob", "B"),
     ("word_at", "I"),
     ("post_at", "I"),
-    ("posts", "I"),
-    ("many_at", "I"),
-    ("many", "I"),
+    ("records", "B"),
 )
+
+
+def pack(seg: Segment) -> dict[str, Any]:
+    """The sections of a built segment as the index file holds them (see ``Packed``)."""
+    size = seg.size
+    assert size and seg.offsets[-1] + seg.lengths[-1] + 2 == seg.end, "not a whole segment"
+    starts = array("I", map((-seg.start).__add__, seg.offsets))
+    day_of, time_of = _days_of(bytes(seg.stamps))
+    records = bytearray()
+    post_at = array("I", [0])
+    posts, many_at, many = seg.posts, seg.many_at, seg.many
+    m = 0  # the next of ``many_at``
+    for w in range(len(seg.post_at) - 1):
+        a, b = seg.post_at[w], seg.post_at[w + 1]
+        ids = posts[a:b].tolist()
+        k = m
+        while k < len(many_at) and many_at[k] < b:
+            k += 1
+        halves, body = postings.pack_ids(ids)
+        records += postings.varint(len(ids) << 1 | halves)
+        records += postings.varint(k - m)
+        records += body
+        if k > m:
+            at = [p - a for p in many_at[m:k]]
+            records += postings.pack_ints(list(map(int.__sub__, at, [-1, *at[:-1]])))
+            records += postings.pack_ints(many[m:k].tolist())
+        m = k
+        post_at.append(len(records))
+    return {
+        "starts": starts,
+        "day_of": day_of,
+        "time_of": time_of,
+        "blob": seg.words(),
+        "word_at": seg.word_at,
+        "post_at": post_at,
+        "records": bytes(records),
+    }
 
 
 def _write_record(
@@ -277,8 +440,9 @@ def _write_record(
     raws = []
     where: dict[str, list[int]] = {}
     pos = 0
+    sections = pack(seg)
     for name, _ in _SECTIONS:
-        value = getattr(seg, name)
+        value = sections[name]
         raw = memoryview(value).cast("B") if isinstance(value, array) else value
         where[name] = [pos, len(raw)]
         raws.append(raw)
@@ -316,7 +480,7 @@ class Index:
 
     dev: int
     ino: int
-    segments: list[Segment]
+    segments: list[Packed]
     cursor: Cursor
     sealed_end: int  # bytes of the index file that are sealed segments
     keep: Any = None  # the mapping, kept alive with the views into it
@@ -346,7 +510,7 @@ def _load(path: Path) -> Index | None:
     if magic != MAGIC:
         return None
     view = memoryview(mm)
-    segments: list[Segment] = []
+    segments: list[Packed] = []
     cursor = Cursor()
     chunk = 0
     pos = _HEAD.size
@@ -366,7 +530,7 @@ def _load(path: Path) -> Index | None:
 
 def _segment_at(
     mm: mmap.mmap, view: memoryview, pos: int, size: int
-) -> tuple[Segment, Cursor, int, int] | None:
+) -> tuple[Packed, Cursor, int, int] | None:
     """The sealed segment at ``pos`` of the index file, its cursor, chunk and end; None when
     it is not sealed."""
     (body_len,) = _LEN.unpack_from(mm, pos)
@@ -385,12 +549,13 @@ def _segment_at(
         if not 0 <= at <= at + n <= body_len:
             raise ValueError("a section outside its segment")
         section = view[body + at : body + at + n]
-        got[name] = section if kind == "B" else section.cast("I" if kind == "I" else "Q")
+        got[name] = section if kind == "B" else section.cast("H" if kind == "H" else "I")
+    if not len(got["starts"]) == len(got["day_of"]) == len(got["time_of"]) > 0:
+        raise ValueError("entries' lists of different lengths")
     at = body + meta["sections"]["blob"][0]
-    segment = Segment(meta["start"], meta["end"], got["offsets"], got["lengths"],
-                      got["stamps"], mm, at, at + meta["sections"]["blob"][1],
-                      got["word_at"], got["post_at"], got["posts"], got["many_at"],
-                      got["many"], meta["monotone"], meta["check"])  # fmt: skip
+    segment = Packed(meta["start"], meta["end"], got["starts"], got["day_of"], got["time_of"],
+                     mm, at, at + meta["sections"]["blob"][1], got["word_at"], got["post_at"],
+                     got["records"], meta["monotone"], meta["check"])  # fmt: skip
     return segment, Cursor(*meta["cursor"]), meta.get("chunk", 0), tail + _TRAILER.size
 
 
@@ -674,9 +839,10 @@ def drop(history: Path) -> None:
         _unlink(index_path(history))
 
 
-def parts(index: Index) -> list[Segment]:
+def parts(index: Index) -> list[Part]:
     """Every segment of the index, the in-memory one of the last entries included."""
-    return index.segments + ([index.live] if index.live is not None else [])
+    segs: list[Part] = list(index.segments)
+    return segs + ([index.live] if index.live is not None else [])
 
 
 # --- answering a term -----------------------------------------------------------------------
@@ -687,7 +853,7 @@ Read = Callable[[int, int], bytes]  # (file offset, length) -> the entry's bytes
 Hits = dict[float, list[int]]
 
 
-def numbering(index: Index) -> tuple[list[Segment], list[int], int]:
+def numbering(index: Index) -> tuple[list[Part], list[int], int]:
     """Every segment (the in-memory one of the last entries too), the number of each one's
     first entry, and how many entries there are."""
     segs = parts(index)
@@ -763,8 +929,8 @@ def _token_weights(term: Term, token: bytes) -> list[float]:
     return out
 
 
-def _entry_bytes(seg: Segment, i: int, read: Read) -> bytes:
-    return read(seg.offsets[i], seg.lengths[i])
+def _entry_bytes(seg: Part, i: int, read: Read) -> bytes:
+    return read(*seg.span(i))
 
 
 def _forms_hits(index: Index, term: Term, read: Read, exact: bool) -> Hits:
