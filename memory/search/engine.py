@@ -20,19 +20,18 @@ bench/recall_table.py's four sets, decided on their tuning halves. With ``regex=
 query is one case-insensitive RE2 expression (memory/search/regex.py; ``^``/``$`` match at
 lines).
 
-Speed: from 4 MB on, a word index beside the file answers bare keywords, numbers and typos
-without reading it (memory/search/history_index.py; the same tally to the last bit, else None
-and a scan). The scan works on bytes, a chunk at a time. Bare ASCII keywords, the common case, are
-found in bulk (memory/search/word_scan.py): one memmem pass per keyword, C calls mapped over the
-hits,
-no Python step per hit or entry unless a hit is another form of the word. Phrases, non-ASCII
-words and dates search the lowered chunk with ``bytes.find``, a few C calls per matching entry;
-regexes run RE2 on the bytes as written. Timestamps are checked in bulk; per pattern of term
-counts only the few entries that can still reach the requested page are kept, so memory stays
-small however many entries match. Ranking without a length norm (b = 0) needs no entry's end:
-the few entries shown are read up to the next one. What a scan found per keyword is remembered
-until the file changes (memory/search/scan_cache.py, bounded), and so is a whole query's tally, so
-the next page, or a keyword asked again, reads nothing.
+Speed: from 4 MB on, a word index beside the file answers bare keywords, numbers, typos and dates
+without reading it (memory/search/history_index.py; the same tally to the last bit, else None and a
+scan). The scan works on bytes, a chunk at a time. Bare ASCII keywords, the common case, are found
+in bulk (memory/search/word_scan.py): one memmem pass per keyword, C calls mapped over the hits, no
+Python step per hit or entry unless a hit is another form of the word. Phrases, non-ASCII words and
+dates (without an index) search the lowered chunk with ``bytes.find``, a few C calls per matching
+entry; regexes run RE2 on the bytes as written. Timestamps are checked in bulk; per pattern of term
+counts only the few entries that can still reach the requested page are kept, so memory stays small
+however many entries match. Ranking without a length norm (b = 0) needs no entry's end: the few
+entries shown are read up to the next one. What a scan found per keyword is remembered until the
+file changes (memory/search/scan_cache.py, bounded), and so is a whole query's tally, so the next
+page, or a keyword asked again, reads nothing.
 """
 
 from __future__ import annotations
@@ -439,7 +438,7 @@ def _scan_regions(
 def _from_index(path: Path, query: Query, keep: int) -> _Tally | None:
     """The query's tally from the index beside the file, the same as a scan's; None when there
     is no current index or a term it cannot answer (then the file is scanned)."""
-    if query.regex or query.date_term is not None:
+    if query.regex:
         return None
     index = history_index.lookup(path, CHUNK_BYTES)
     if index is None:
@@ -451,7 +450,7 @@ def _from_index(path: Path, query: Query, keep: int) -> _Tally | None:
 
         found = []
         try:
-            for term in query.words:
+            for term in query.scanned:
                 hits = history_index.hits(index, term, read)
                 if hits is None:
                     return None

@@ -4,7 +4,7 @@ Why: a first search for common words ("paid euros late") of a 100 MB history rea
 every byte, several times what ``grep`` needs; the index answers from the words' lists of
 entries instead. HISTORY.md stays the only truth: the index (``.HISTORY.md.index`` in the same
 folder, so per workspace) is rebuilt from it whenever they disagree, and a search it cannot
-answer (a regex, a phrase, a date, a non-ASCII word) or a missing or stale index scans the file as
+answer (a regex, a phrase, a non-ASCII word) or a missing or stale index scans the file as
 before, with the same result to the last bit (tests/memory/search/test_search_index.py
 compares them).
 
@@ -15,7 +15,10 @@ than once), packed (memory/search/postings.py): about a quarter of HISTORY.md's 
 lists made it 67-82 %). A keyword's hits are the words of the vocabulary that hold its root,
 weighed as the scan weighs them (memory/search/stems.py); the rare entry holding two words that
 weigh differently is read from HISTORY.md and weighed there, so the sum is taken in the scan's
-order.
+order. A date ("last week", memory/search/dates.py) finds the entries stamped then by a binary
+search over the days (a pass where stamps are out of order), and the dates written in entries
+from the words they are made of, the few entries where a day must be next to a month's name
+read and checked as the scan checks them.
 
 Kept current without a rebuild: HISTORY.md only grows between rewrites, so the entries after
 the last segment (at least the file's last entry, whose end an append may move) are indexed in
@@ -58,6 +61,7 @@ from typing import Any, BinaryIO
 from memory.atomic import PRIVATE_FILE_MODE, fsync_dir
 from memory.safefs import open_binary, open_fd
 from memory.search import postings
+from memory.search.numbers import ORDINAL_DAYS
 from memory.search.regions import Cursor, walk
 from memory.search.terms import BYTES_LAYOUT, Term
 from memory.search.word_scan import WORD_VIEW, region_end
@@ -881,9 +885,11 @@ def rows_of(index: Index, numbers: Iterable[int]) -> list[tuple[int, bytes, int]
 
 def hits(index: Index, term: Term, read: Read) -> Hits | None:
     """The entries holding ``term`` by its weight in each, as the scan finds them; None for a
-    term the index cannot answer (a phrase, a date, a regex, a non-ASCII word)."""
+    term the index cannot answer (a phrase, a regex, a non-ASCII word)."""
     if term.typo:
         return _typo_hits(index, term)
+    if term.kind == "date" and term.alternatives:
+        return _date_hits(index, term, read)
     if term.alternatives:  # a number: its digits or its words, each entry weighs 1
         if term.kind != "word":
             return None
@@ -1063,3 +1069,101 @@ def _typo_hits(index: Index, term: Term) -> Hits:
     for number, n in counts.items():
         cells.setdefault(terms.TYPO_WEIGHT * n, []).append(number)
     return cells
+
+
+def _date_hits(index: Index, term: Term, read: Read) -> Hits | None:
+    """Entries filed on a day of the span or naming one, as the scan finds them (each weighs
+    1): stamps from the entries' days (a binary search when they come in order), dates in the
+    text from the words a written date is made of (the year, the month, a day), read and
+    checked where a day must be next to a month's name or an ISO date's digits must follow."""
+    found: set[int] = set()
+    segs, bases, _ = numbering(index)
+    for alt in term.alternatives:
+        needle = alt.date
+        if needle is None:
+            return None
+        text = needle.text.encode("ascii")
+        iso = text.endswith(b"-")
+        for seg, base in zip(segs, bases, strict=True):
+            if text[:4].isdigit():  # "2026-05-" or "2026": the stamps of that month or year
+                found.update(map(base.__add__, _stamped(seg, text, needle.days)))
+            candidates = _holding(seg, [text[:4], text[5:7]] if iso else [text], _stands_alone)
+            if candidates and needle.days is not None:
+                days = _holding_any(seg, _day_pieces(needle.days, iso), iso)
+                candidates = _among(seg, candidates, days)
+            if not candidates:
+                continue
+            if needle.days is None and not iso:  # a year, a month's name: the word says it
+                found.update(map(base.__add__, candidates))
+                continue
+            for i in candidates:
+                if base + i in found:
+                    continue
+                # what follows an entry is a line break, as in the file
+                low = _entry_bytes(seg, i, read).lower() + b"\n"
+                if needle.find(low, 0, len(low) - 1) >= 0:
+                    found.add(base + i)
+    return {1.0: sorted(found)} if found else {}
+
+
+def _stamped(seg: Part, text: bytes, days: frozenset[int] | None) -> Iterable[int]:
+    """The entries of ``seg`` stamped in the month ("2026-05-", on ``days`` if given) or
+    the year ("2026") ``text`` names."""
+    if not text.endswith(b"-"):
+        first = int(text) * 10000
+        return seg.dated(first, first + 9999)
+    first = int(text[:4] + text[5:7]) * 100
+    if days is None:
+        return seg.dated(first, first + 99)
+    return itertools.chain.from_iterable(seg.dated(first + d, first + d) for d in sorted(days))
+
+
+def _holding(seg: Part, pieces: list[bytes], fits: Callable[[bytes, bytes], bool]) -> set[int]:
+    """Entries of ``seg`` holding, for each of ``pieces``, a word that ``fits`` it: the
+    entries of the rarest, then those of them the others' lists hold."""
+    groups = [[w for w in seg.words_with(piece) if fits(seg.word(w), piece)] for piece in pieces]
+    groups.sort(key=lambda words: sum(map(seg.count_of, words)))
+    out: set[int] = set()
+    for w in groups[0]:
+        out.update(seg.entries_of(w)[0])
+    for words in groups[1:]:
+        out = _among(seg, out, words)
+    return out
+
+
+def _among(seg: Part, numbers: set[int], words: list[int]) -> set[int]:
+    """Those of ``numbers`` that one of ``words`` is held by."""
+    kept: set[int] = set()
+    for w in words:
+        if len(kept) == len(numbers):
+            break
+        kept |= numbers.intersection(seg.entries_of(w)[0])
+    return kept
+
+
+def _holding_any(seg: Part, pieces: list[bytes], iso: bool) -> list[int]:
+    """Words of ``seg`` that may write one of the days ``pieces`` are."""
+    fits = _leads if iso else _stands_alone
+    words = (w for piece in pieces for w in seg.words_with(piece) if fits(seg.word(w), piece))
+    return list(dict.fromkeys(words))
+
+
+def _day_pieces(days: frozenset[int], iso: bool) -> list[bytes]:
+    """What a word writing one of ``days`` holds: after an ISO month its two digits; beside a
+    month's name its digits, with or without a suffix or a leading 0, or the last word of it
+    written out ("twenty-first": "first")."""
+    if iso:
+        return [b"%02d" % d for d in sorted(days)]
+    out: list[bytes] = []
+    for d in sorted(days):
+        out += [b"%d" % d, b"%02d" % d]
+        out += [b"%d" % d + suffix for suffix in (b"st", b"nd", b"rd", b"th")]
+    out += [
+        re.split(rb"[^a-z]", w.encode("ascii"))[-1] for w, d in ORDINAL_DAYS.items() if d in days
+    ]
+    return list(dict.fromkeys(out))
+
+
+def _leads(token: bytes, piece: bytes) -> bool:
+    """Whether ``token`` starts with ``piece`` and no digit follows it (an ISO date's day)."""
+    return token.startswith(piece) and not token[len(piece) : len(piece) + 1].isdigit()

@@ -103,6 +103,7 @@ class Term:
     alternatives: list[Term] = field(default_factory=list)  # a date, a number: any of these
     typo: bool = False  # found one edit away (typo_term)
     past_stamp: bool = False  # what an entry's stamp holds does not count (_past_stamp)
+    date: DateNeedle | None = None  # a way of writing a date (one of a date term's alternatives)
 
 
 @dataclass
@@ -444,7 +445,7 @@ def _date_needle_term(needle: DateNeedle) -> Term:
     def weight_in(buf: bytes, s: int, e: int) -> float:
         return 1.0 if needle.find(buf, s, e) >= 0 else 0.0
 
-    return Term(needle.text, "date", needle.find, weight_in, lambda entry: [])
+    return Term(needle.text, "date", needle.find, weight_in, lambda entry: [], date=needle)
 
 
 def _date_term(spans: list[DateSpan]) -> Term | None:

@@ -329,6 +329,81 @@ async def test_a_persons_first_message_prepares_the_index_of_a_big_history(
         await agent.aclose()
 
 
+DATE_QUERIES = [
+    "last week",
+    "in March",
+    "on 2024-05-27",
+    "yesterday",
+    "on 12 May",
+    "May 2023",
+    "2023",
+    "3 days ago",
+    "last month",
+    "the past 10 days",
+    "paid last week",
+    "euros in March",
+    "on Monday",
+    "this year",
+    "late May",
+    "hiking on 3 February 2024",
+]
+
+
+def dated_text(seed: int, entries: int, shuffled: bool) -> str:
+    """Entries filed over the eighteen months before NOW, many naming dates in their text in
+    every way a date query looks for them (and ways it must not take for one)."""
+    r = random.Random(seed)
+    when = datetime(2022, 12, 1, 8, 0)
+    step = (NOW.replace(tzinfo=None) - when) / entries
+    mentions = [
+        "on {d} May", "May {d}th", "the twelfth of May", "{y}-05-{d:02d}", "in March", "{y}",
+        "{y}-03-", "é{y}-05-27", "Mayé {d}", "twenty-first of may", "{d}rd of may",
+        "may {d}", "I may go", "mayday {d}", "{y}-05-{d:02d}7", "x{y}-05-12", "{y}-13-01",
+    ]  # fmt: skip
+    out = []
+    for _ in range(entries):
+        when += step * r.uniform(0.5, 1.5)
+        moved = shuffled and r.random() < 0.3
+        stamp = when - timedelta(days=r.randrange(400)) if moved else when
+        words = " ".join(r.choice(WORDS) for _ in range(r.randrange(3, 20)))
+        if r.random() < 0.4:
+            said = r.choice(mentions).format(d=r.randrange(1, 32), y=r.choice((2023, 2024)))
+            words = f"{words} {said}" if r.random() < 0.5 else f"{said} {words}"
+        if r.random() < 0.05:
+            words += " due 2024-05-1"  # an ISO date cut short at the entry's end
+        if r.random() < 0.04:
+            words = "[RAW] 2 messages\n" + "\n".join(
+                f"[{stamp - timedelta(days=k):%Y-%m-%d %H:%M}] USER: {r.choice(WORDS)}"
+                for k in range(2)
+            )
+        out.append(f"[{stamp:%Y-%m-%d %H:%M}] {words}")
+    return "\n\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize(("seed", "shuffled"), [(21, False), (22, True), (23, False)])
+def test_date_queries_through_the_index_find_what_the_scan_finds(
+    tmp_path: Path, small_index: None, seed: int, shuffled: bool
+) -> None:
+    from memory.search.terms import parse_query
+
+    path = tmp_path / "HISTORY.md"
+    path.write_text(dated_text(seed, 3000, shuffled), encoding="utf-8")
+    assert history_index.build(path, CHUNK_BYTES)
+    with path.open("a", encoding="utf-8") as f:  # some past the last segment: in memory
+        f.write("\n" + dated_text(seed + 100, 40, shuffled).replace("[2022-", "[2024-"))
+    index = history_index.lookup(path, CHUNK_BYTES)
+    assert index is not None and len(index.segments) > 3 and index.live is not None
+    data = path.read_bytes()
+    for query in DATE_QUERIES:
+        date_term = parse_query(query, False, NOW).date_term
+        assert date_term is not None, query
+        # answered from the index (no scan of the file behind it)
+        assert history_index.hits(index, date_term, lambda s, n: data[s : s + n]) is not None
+        got = answers(path, query, limit=5000)  # every entry found, in order
+        assert got == without_index(path, query, limit=5000), query
+        assert got[0] > 0, query
+
+
 def test_the_index_is_at_most_a_quarter_of_the_history(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
