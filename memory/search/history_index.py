@@ -11,14 +11,15 @@ compares them).
 What it holds, per *segment* (a run of whole entries): where each entry starts and its stamp's
 day and time as numbers, the words of its text past the stamp as the scan's word view cuts them
 (memory/search/word_scan.py), and per word the entries holding it (with how often, where more
-than once), packed (memory/search/postings.py): about a quarter of HISTORY.md's size (four-byte
-lists made it 67-82 %). A keyword's hits are the words of the vocabulary that hold its root,
-weighed as the scan weighs them (memory/search/stems.py); the rare entry holding two words that
-weigh differently is read from HISTORY.md and weighed there, so the sum is taken in the scan's
-order. A date ("last week", memory/search/dates.py) finds the entries stamped then by a binary
-search over the days (a pass where stamps are out of order), and the dates written in entries
-from the words they are made of, the few entries where a day must be next to a month's name
-read and checked as the scan checks them.
+than once), packed (memory/search/postings.py): about a quarter of HISTORY.md's size, a third
+for a text of very many different words (four-byte lists made it 67-82 %). A keyword's hits are
+the words of the vocabulary that hold its root, weighed as the scan weighs them
+(memory/search/stems.py); the rare entry holding two words that weigh differently is read from
+HISTORY.md and weighed there, so the sum is taken in the scan's order. A date ("last week",
+memory/search/dates.py) finds the entries stamped then by a binary search over the days (a pass
+where stamps are out of order), and the dates written in entries from the words they are made
+of, the few entries where a day must be next to a month's name read and checked as the scan
+checks them.
 
 Kept current without a rebuild: HISTORY.md only grows between rewrites, so the entries after
 the last segment (at least the file's last entry, whose end an append may move) are indexed in
@@ -231,7 +232,9 @@ class Packed(_Words):
     """A segment as the index file holds it (memory-mapped views), its lists packed small
     (memory/search/postings.py): per entry where it starts (from the segment's start; its
     length is up to the next one), its stamp's day and time as numbers; per word one record:
-    its entries, and how often each holds it where more than once."""
+    a varint (how many entries, whether their gaps are half bytes, whether some hold it more
+    than once), then how many those are, the entries, the positions of those among them and how
+    often each holds it."""
 
     start: int
     end: int
@@ -269,13 +272,13 @@ class Packed(_Words):
         return length, self.stamp(i), offset
 
     def count_of(self, w: int) -> int:
-        return postings.read_varint(self.records, self.post_at[w])[0] >> 1
+        return postings.read_varint(self.records, self.post_at[w])[0] >> 2
 
     def entries_of(self, w: int) -> tuple[list[int], dict[int, int]]:
         rec = self.records
         head, pos = postings.read_varint(rec, self.post_at[w])
-        k, pos = postings.read_varint(rec, pos)
-        ids, pos = postings.unpack_ids(rec, pos, head >> 1, bool(head & 1))
+        k, pos = postings.read_varint(rec, pos) if head & 1 else (0, pos)
+        ids, pos = postings.unpack_ids(rec, pos, head >> 2, bool(head & 2))
         if not k:
             return ids, {}
         gaps, pos = postings.unpack_ints(rec, pos, k)
@@ -412,8 +415,10 @@ def pack(seg: Segment) -> dict[str, Any]:
         while k < len(many_at) and many_at[k] < b:
             k += 1
         halves, body = postings.pack_ids(ids)
-        records += postings.varint(len(ids) << 1 | halves)
-        records += postings.varint(k - m)
+        # how many, whether as half bytes, whether some entries hold it more than once
+        records += postings.varint(len(ids) << 2 | halves << 1 | (k > m))
+        if k > m:
+            records += postings.varint(k - m)
         records += body
         if k > m:
             at = [p - a for p in many_at[m:k]]
