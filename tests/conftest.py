@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.llm import habits
 from tests.rigs import REPO
 from tests.rigs.fakes.openai_server import FakeOpenAI
 from tests.rigs.fakes.telegram_server import FakeTelegram
@@ -85,6 +86,7 @@ async def fake_llm() -> AsyncIterator[FakeOpenAI]:
         yield server
     finally:
         await server.stop()
+        habits.forget_all()  # what it taught: not for the next test's server on its port
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ from bot.config import Config
 from bot.inbound import Delivered, Inbound
 from bot.limits import Limits, Refusal
 from bot.llm.client import LLMImagesRefused
+from bot.llm.habits import ServerHabits, habits_of
 from bot.media.attachments import AttachmentReader, Prepared
 from bot.media.pictures import Pictures, load_pictures
 from bot.observe.metrics import count_limit_refusal
@@ -565,8 +566,15 @@ class ModelCall:
         limits (checked before each round after the first: a turn that spent the day's tokens
         stops there); every assistant and tool message is persisted as sent. A group turn
         without the person's memory has the tools that cannot read it (a public ToolTurn).
-        `since`: the conversation from that message on (the newest part of a backlog)."""
+        `since`: the conversation from that message on (the newest part of a backlog).
+
+        A turn always ends in an answer: once its rounds, calls or window are spent, when the
+        model makes a call it made already this turn (the result was in hand), or after one
+        tool round on a server whose "auto" calls a tool every time (bot/llm/habits.py), the
+        answer is asked without tools (`_answer_without_tools`)."""
         pictures = await self.pictures(workspace, session, since)  # once per turn, off the loop
+        habits = habits_of(self.config.llm.base_url, self.config.llm.model)
+        made: set[tuple[str, str]] = set()  # the turn's calls, by name and arguments
         for round_ in range(self.config.agent.max_tool_iterations):
             spent = self.limits.mid_turn(workspace.user_key) if round_ else None
             if spent is not None:
@@ -581,26 +589,56 @@ class ModelCall:
             messages = ContextBuilder.messages(system, history)
             estimate = self.estimator.prompt_tokens(carried, session, since)
             full = not self.window.sendable(estimate)
-            if round_ and (full or not tools.room()):
+            if round_ and (full or not tools.room() or habits.forces_calls):
                 # This turn's tool results filled the window (a weak model calling tools
-                # round after round), or it made all the calls a turn may: it answers from
-                # them without tools, whose schemas then leave the prompt and whose results
-                # can grow it no further.
-                result = await self._ask(messages, [], out)
-            else:
-                result = await self._ask_with_tools(raw, messages, tools.schemas, out)
+                # round after round), or it made all the calls a turn may, or the server
+                # would call again whatever it was given: it answers from them without
+                # tools, whose schemas then leave the prompt and whose results can grow it
+                # no further.
+                return await self._answer_without_tools(workspace, session, messages, tools, out)
+            result = await self._ask_with_tools(raw, messages, tools.schemas, out, habits)
             calls = result.tool_calls[: tools.room()]  # the calls past the bound are not made
             if not calls:
                 text = (result.content or "").strip() or EMPTY_REPLY
                 _append(workspace, session, {"role": "assistant", "content": text}, answer=text)
                 return text
+            if all(_call_key(call) in made for call in calls):
+                # The same call again, its result in hand (a server whose "auto" always calls,
+                # or a model that does not see tool results): more rounds bring nothing new.
+                log.info("the model repeated its tool call; answering without tools")
+                return await self._answer_without_tools(workspace, session, messages, tools, out)
+            made.update(_call_key(call) for call in calls)
             _append(workspace, session, _assistant_with_calls(result, calls))
             for call in calls:
                 output = await tools.execute(call.name, call.arguments)
                 kept: dict[str, Any] = {"role": "tool", "tool_call_id": call.id, "name": call.name}
                 _append(workspace, session, kept | {"content": output} | tools.marks(call.name))
-        _append(workspace, session, {"role": "assistant", "content": STUCK_REPLY}, STUCK_REPLY)
-        return STUCK_REPLY
+        history = with_media(session.history(since), pictures)
+        messages = ContextBuilder.messages(system, history)
+        return await self._answer_without_tools(workspace, session, messages, tools, out)
+
+    async def _answer_without_tools(
+        self,
+        workspace: Workspace,
+        session: Session,
+        messages: list[dict[str, Any]],
+        tools: Toolbox,
+        out: Outbound | None,
+    ) -> str:
+        """The turn's answer asked with no tools, this turn's tool results given as text with
+        the person's message (_results_as_text): some chat formats show the model no tool
+        message at all (llama-cpp-python's function calling), and show it its own calls, which
+        it then writes out again as text. Such text is never shown: the turn says it went
+        round in circles."""
+        schemas = tools.schemas
+        result = await self._ask(_results_as_text(messages), [], out, names=_names(schemas))
+        text = (result.content or "").strip()
+        if text and (not _an_answer(text, schemas) or text_calls.parse(text, _names(schemas))):
+            log.info("the answer asked without tools was tool calls again; not shown")
+            text = STUCK_REPLY
+        text = text or EMPTY_REPLY
+        _append(workspace, session, {"role": "assistant", "content": text}, answer=text)
+        return text
 
     async def _ask_with_tools(
         self,
@@ -608,16 +646,20 @@ class ModelCall:
         messages: list[dict[str, Any]],
         schemas: list[dict[str, Any]],
         out: Outbound | None,
+        habits: ServerHabits,
     ) -> ChatResult:
         """One round with the tools offered; its usage teaches the estimate (`raw`: the
-        request's own count)."""
+        request's own count), and whether it answered teaches the server's habits."""
         # "auto" said explicitly: some servers read a missing tool_choice as "none".
         result = await self._ask(messages, schemas, out, tool_choice="auto")
         if result.prompt_tokens:
             self.estimator.observe_usage(raw, result.prompt_tokens)
         else:  # llama-cpp-python's streams: the estimate must not stay at our own count
             self.estimator.observe_no_usage()
-        if not result.tool_calls and not _an_answer(result.content, schemas):
+        answered = not result.tool_calls and _an_answer(result.content, schemas)
+        if schemas:
+            habits.auto_round(answered=answered)
+        if not result.tool_calls and not answered:
             # llama-cpp-python's function-calling format answers "auto" with an empty
             # message, or one that is only its call marker ("functions.search_history:"):
             # its grammar for "auto" allows nothing else. Asked without tools, it answers.
@@ -630,18 +672,26 @@ class ModelCall:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         out: Outbound | None,
+        *,
+        names: set[str] | None = None,
         **options: Any,
     ) -> ChatResult:
         """One model call; streamed through `out` when it is the turn's AnswerStream (bot/
         streaming.py: each call is a round of the answer shown as it is written). Calls the
-        model wrote as text, with tools offered, come back as its calls (_with_text_calls)."""
+        model wrote as text, with tools offered, come back as its calls (_with_text_calls).
+        `names`: the tools whose calls its text may hold (those offered, unless given): such
+        text is held back from the stream until it is known not to be calls."""
         options.setdefault("max_tokens", self.window.budget.answer)  # (may be learnt later)
         if not isinstance(out, AnswerStream):
             return _with_text_calls(await self.llm.chat(messages, tools=tools, **options), tools)
-        out.new_round(tools=bool(tools))  # held back while it may be calls written as text
+        names = _names(tools) if names is None else names
+        out.new_round(tools=bool(names))  # held back while it may be calls written as text
         streamed = await self.llm.stream(messages, on_text=out.add_text, tools=tools, **options)
         result = _with_text_calls(streamed, tools)
-        await out.end_round(calls=bool(tools) and not _an_answer(result.content, tools))
+        calls = bool(names) and (
+            not _an_answer(result.content, tools) or bool(text_calls.parse(result.content, names))
+        )
+        await out.end_round(calls=calls)
         return result
 
     async def pictures(
@@ -705,6 +755,59 @@ def _an_answer(content: str | None, schemas: list[dict[str, Any]]) -> bool:
     text = (content or "").strip()
     marker = re.fullmatch(r"functions\.([\w-]+):?", text)
     return bool(text) and not (marker and marker.group(1) in _names(schemas))
+
+
+def _call_key(call: ToolCall) -> tuple[str, str]:
+    """A call by what it does, its name and arguments (JSON compared as values, not text)."""
+    arguments = call.arguments
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return call.name, arguments.strip()
+    return call.name, json.dumps(arguments, sort_keys=True)
+
+
+TOOL_RESULTS = "(Not written by the person: what your tools returned for this message.)"
+
+
+def _results_as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request with this turn's tool calls and results (after the person's last message)
+    taken out, and the results added to that message as text, each after the call it
+    answers; unchanged when the turn made no call. For the answer asked without tools."""
+    asked = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    if asked is None or not any(m.get("role") == "tool" for m in messages[asked + 1 :]):
+        return messages
+    called: dict[str, str] = {}
+    results: list[str] = []
+    for message in messages[asked + 1 :]:
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            called[str(call.get("id"))] = _in_words(function.get("name"), function.get("arguments"))
+        if message.get("role") == "tool":
+            call_text = called.get(str(message.get("tool_call_id")), str(message.get("name")))
+            results.append(f"{call_text} returned:\n{message.get('content')}")
+    note = "\n\n".join([TOOL_RESULTS, *results])
+    content = messages[asked].get("content")
+    if isinstance(content, list):  # pictures: the note is one more text part
+        joined: Any = [*content, {"type": "text", "text": note}]
+    else:
+        joined = f"{content or ''}\n\n{note}"
+    return [*messages[:asked], {**messages[asked], "content": joined}]
+
+
+def _in_words(name: Any, arguments: Any) -> str:
+    """A call as a line of text that is no call format a model would copy back as one:
+    `search_history (query: Lisbon)`."""
+    try:
+        values = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        values = arguments
+    if isinstance(values, dict):
+        said = ", ".join(f"{key}: {value}" for key, value in values.items())
+    else:
+        said = str(values or "")
+    return f"{name} ({said})" if said else str(name)
 
 
 def _names(schemas: list[dict[str, Any]]) -> set[str]:

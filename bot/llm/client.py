@@ -23,6 +23,7 @@ from openai._models import FinalRequestOptions
 
 from bot import logsafe
 from bot.llm.body import encode_body
+from bot.llm.habits import habits_of, refuses_streamed_tools
 from bot.llm.http import AiohttpTransport
 from bot.llm.overflow import context_overflow, overflow_window
 from bot.llm.sse import ErrorEvent, events
@@ -155,6 +156,7 @@ class LLMClient:
         self.max_output_tokens = max_output_tokens
         self.temperature = temperature
         self.usage = Usage()
+        self.habits = habits_of(base_url, model)  # what this server was seen to do with tools
         self._client = sdk_client(
             base_url=base_url, api_key=api_key, timeout_s=timeout_s, max_retries=max_retries
         )
@@ -201,13 +203,23 @@ class LLMClient:
         max_tokens: int | None = None,
     ) -> ChatResult:
         """`chat` with stream=True: each piece of the answer's text goes to `on_text` as it is
-        written (bot/llm/stream.py); the result, usage and failures are chat's."""
+        written (bot/llm/stream.py); the result, usage and failures are chat's. With tools, to
+        a server that cannot stream them (bot/llm/habits.py), it is `chat`, its text handed on
+        as one piece."""
+        if tools and not self.habits.streams_tools:
+            return await self._whole(messages, on_text, tools, tool_choice, max_tokens)
         kwargs = {**self._request(messages, tools, tool_choice, max_tokens), "stream": True}
         if not self._usage_refused:
             kwargs["stream_options"] = {"include_usage": True}
         answer = Assembled()
         with _provider_errors():
-            response = await self._open_stream(kwargs)
+            try:
+                response = await self._open_stream(kwargs)
+            except openai.APIStatusError as exc:
+                if not tools or not refuses_streamed_tools(_reason(exc)):
+                    raise
+                self.habits.no_tool_streams()  # said so: asked whole, now and from now on
+                return await self._whole(messages, on_text, tools, tool_choice, max_tokens)
             try:
                 await _read_events(response, answer, on_text)
             except (openai.APIConnectionError, httpx2.TransportError):
@@ -223,10 +235,14 @@ class LLMClient:
             if _is_event_stream(response):
                 # llama-cpp-python starts its event stream before it reads the prompt and ends
                 # it without an event (or breaks it off) when that fails (a prompt longer than
-                # its window, among others); asked whole, it answers, or says why not.
-                return await self.chat(
+                # its window, or tools with "auto": "Automatic streaming tool choice is not
+                # supported"); asked whole, it answers, or says why not.
+                result = await self.chat(
                     messages, tools=tools, tool_choice=tool_choice, max_tokens=max_tokens
                 )
+                if tools:  # answered whole, refused streamed: not the prompt's length
+                    self.habits.no_tool_streams()
+                return result
             raise LLMError(NOT_A_COMPLETION)  # a body that was not a stream of events at all
         if not answer.choices:
             raise LLMError("the model provider answered without any choice")
@@ -234,6 +250,22 @@ class LLMClient:
             return self._to_result(answer.as_completion())
         except (AttributeError, TypeError) as exc:
             raise LLMError(NOT_A_COMPLETION) from exc
+
+    async def _whole(
+        self,
+        messages: list[dict[str, Any]],
+        on_text: Callable[[str], Awaitable[None]],
+        tools: list[dict[str, Any]] | None,
+        tool_choice: str | dict[str, Any] | None,
+        max_tokens: int | None,
+    ) -> ChatResult:
+        """A streamed request asked whole: the answer's text goes to `on_text` in one piece."""
+        result = await self.chat(
+            messages, tools=tools, tool_choice=tool_choice, max_tokens=max_tokens
+        )
+        if result.content and not result.tool_calls:
+            await on_text(result.content)
+        return result
 
     async def _open_stream(self, kwargs: dict[str, Any]) -> httpx2.Response:
         """The stream; a server that does not know stream_options (400) is asked without them,

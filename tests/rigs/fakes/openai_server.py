@@ -677,3 +677,73 @@ def raw_newline_call(name: str, fields: dict[str, str], call_id: str = "call_1")
     allow them; strict JSON does not)."""
     body = ", ".join(f'"{key}": "{value}"' for key, value in fields.items())
     return completion(None, [tool_call(name, "{" + body + "}", call_id)])
+
+
+# What llama-cpp-python (0.3.x, llama_chat_format.chatml_function_calling) raises for a streamed
+# request whose tool_choice is "auto". Its server raises it after the event stream has begun
+# (HTTP 200): the client sees the stream end without an event, or broken off. A server that
+# raised it before the stream began would answer as its RouteErrorHandler words any error
+# (HTTP 500, internal_server_error).
+AUTO_STREAM_REFUSAL = "Automatic streaming tool choice is not supported"
+
+
+class ForcedToolCalls:
+    """A default answer for FakeOpenAI: llama-cpp-python with `--chat_format
+    chatml-function-calling` and a small model, as it was seen to answer (issue 33):
+
+    - streamed, with tools and tool_choice "auto": refused (AUTO_STREAM_REFUSAL), as `refusal`
+      says: "empty" (the stream ends without an event), "broken" (the connection closes
+      mid-body), "error" (an HTTP 500 naming it);
+    - whole, with tools and "auto" (or a tool named): a call, every time (its grammar makes the
+      model pick a function; SmolLM2 always did): of `tool` with `arguments`;
+    - with tool_choice "none", or no tools: its template shows no tool message at all and the
+      model's own calls as `functions.NAME:` and their arguments, so a prompt that ends in the
+      model's call is answered with that call copied as text; any other with `answer`.
+
+    Streams report no usage (llama-cpp-python's never do)."""
+
+    def __init__(
+        self,
+        answer: str = "Rotterdam, you said.",
+        *,
+        tool: str = "search_history",
+        arguments: dict[str, Any] | None = None,
+        refusal: str = "empty",
+    ) -> None:
+        self.answer = answer
+        self.tool = tool
+        self.arguments = arguments if arguments is not None else {"query": "Rotterdam"}
+        self.refusal = refusal
+        self.refused = 0  # streamed "auto" requests refused
+        self.copied = 0  # plain answers that were the model's call copied as text
+
+    def __call__(self, request: dict[str, Any]) -> Any:
+        tools = request.get("tools") or []
+        choice = request.get("tool_choice")
+        offered = bool(tools) and choice not in (None, "none")
+        if offered and request.get("stream") is True and choice == "auto":
+            self.refused += 1
+            if self.refusal == "broken":
+                return BrokenStream()
+            if self.refusal == "error":
+                error = {"message": AUTO_STREAM_REFUSAL, "type": "internal_server_error",
+                         "param": None, "code": None}  # fmt: skip
+                return Status(500, {"error": error})
+            return Status(200, "", content_type="text/event-stream")
+        if offered:
+            name = choice["function"]["name"] if isinstance(choice, dict) else self.tool
+            call = tool_call(name, self.arguments, f"call__0_{name}_cmpl-{len(str(request))}")
+            return completion(None, [call])
+        shown = [m for m in request.get("messages") or [] if m.get("role") != "tool"]
+        last = shown[-1] if shown else {}
+        if last.get("role") == "assistant" and last.get("tool_calls"):
+            self.copied += 1
+            function = last["tool_calls"][0]["function"]
+            return self._plain(f"functions.{function['name']}: {function['arguments']}", request)
+        return self._plain(self.answer, request)
+
+    @staticmethod
+    def _plain(text: str, request: dict[str, Any]) -> Any:
+        if request.get("stream") is True:
+            return Streamed(pieces_of(text), prompt_tokens=None, burst=True)
+        return completion(text)
