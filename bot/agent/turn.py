@@ -575,7 +575,9 @@ class ModelCall:
         pictures = await self.pictures(workspace, session, since)  # once per turn, off the loop
         habits = habits_of(self.config.llm.base_url, self.config.llm.model)
         made: set[tuple[str, str]] = set()  # the turn's calls, by name and arguments
-        for round_ in range(self.config.agent.max_tool_iterations):
+        repeated = False  # the model made a call it had made already this turn
+        rounds = self.config.agent.max_tool_iterations
+        for round_ in range(rounds + 1):  # the last only answers
             spent = self.limits.mid_turn(workspace.user_key) if round_ else None
             if spent is not None:
                 count_limit_refusal(spent.kind)
@@ -589,12 +591,14 @@ class ModelCall:
             messages = ContextBuilder.messages(system, history)
             estimate = self.estimator.prompt_tokens(carried, session, since)
             full = not self.window.sendable(estimate)
-            if round_ and (full or not tools.room() or habits.forces_calls):
+            if round_ and (
+                full or not tools.room() or round_ == rounds or repeated or habits.forces_calls
+            ):
                 # This turn's tool results filled the window (a weak model calling tools
-                # round after round), or it made all the calls a turn may, or the server
-                # would call again whatever it was given: it answers from them without
-                # tools, whose schemas then leave the prompt and whose results can grow it
-                # no further.
+                # round after round), or it made all the calls or rounds a turn may, or more
+                # rounds bring nothing new (a call repeated, a server that calls whatever it
+                # was given): it answers from them without tools, whose schemas then leave
+                # the prompt and whose results can grow it no further.
                 return await self._answer_without_tools(workspace, session, messages, tools, out)
             result = await self._ask_with_tools(raw, messages, tools.schemas, out, habits)
             calls = result.tool_calls[: tools.room()]  # the calls past the bound are not made
@@ -604,18 +608,17 @@ class ModelCall:
                 return text
             if all(_call_key(call) in made for call in calls):
                 # The same call again, its result in hand (a server whose "auto" always calls,
-                # or a model that does not see tool results): more rounds bring nothing new.
+                # or a model that does not see tool results): not made again.
                 log.info("the model repeated its tool call; answering without tools")
-                return await self._answer_without_tools(workspace, session, messages, tools, out)
+                repeated = True
+                continue
             made.update(_call_key(call) for call in calls)
             _append(workspace, session, _assistant_with_calls(result, calls))
             for call in calls:
                 output = await tools.execute(call.name, call.arguments)
                 kept: dict[str, Any] = {"role": "tool", "tool_call_id": call.id, "name": call.name}
                 _append(workspace, session, kept | {"content": output} | tools.marks(call.name))
-        history = with_media(session.history(since), pictures)
-        messages = ContextBuilder.messages(system, history)
-        return await self._answer_without_tools(workspace, session, messages, tools, out)
+        raise AssertionError("unreachable: the last round answers")
 
     async def _answer_without_tools(
         self,
