@@ -37,6 +37,12 @@ from memory.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenEstimator
 log = logging.getLogger(__name__)
 
 DEFAULT_WINDOW = 65536  # a server that does not tell, a model we do not know
+# Where the default window came from, as doctor, init and /status say it: a stand-in until the
+# server names its own (bot/agent/context_window.py ContextWindow.learn).
+DEFAULT_FROM = (
+    "the default until the server names its own, when it first refuses a request as too long "
+    "(llama-cpp-python tells it no other way): neither the server nor the model says"
+)
 NOT_TOLD = (
     "the server does not say its own window (llama-cpp-python does not: the bot is sized to it "
     "when it first refuses a request as too long; or set [llm] context_window_tokens)"
@@ -140,7 +146,7 @@ def plan(
     elif known_window(llm.model):
         window, window_from = known_window(llm.model) or 0, f"known for {llm.model}"
     else:
-        window, window_from = DEFAULT_WINDOW, "the default: neither the server nor the model says"
+        window, window_from = DEFAULT_WINDOW, DEFAULT_FROM
     estimator = estimator or TokenEstimator()
     form: PromptForm = FORMS[-1]
     for form in FORMS:
@@ -242,6 +248,8 @@ async def check_window(config: Config, estimator: TokenEstimator | None = None) 
     sizing = await size(config, estimator)
     found, too_small = problems(config, sizing)
     detail = describe(sizing)
-    if sizing.server is None and config.llm.base_url:
+    if sizing.window_from == DEFAULT_FROM:
+        detail += "; to size it before that, set [llm] context_window_tokens"
+    elif sizing.server is None and config.llm.base_url:
         detail += f"; {NOT_TOLD}"
     return WindowCheck(sizing, detail, tuple(found), too_small)

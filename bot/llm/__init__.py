@@ -4,8 +4,9 @@ Public: `client` (`LLMClient`, its errors, and `sdk_client`: the SDK's client as
 transcription builds it too), `stream` (assembling a streamed answer into a `ChatResult`, also
 used by the usage and metrics wrappers), `http` (the aiohttp transport the SDK runs on) and
 `body` (a request's JSON, its pictures spliced in: `Spliced` marks a data URL that needs no
-escaping). `sse` (the event-stream
+escaping), `habits` (what a server was seen to do with tools: the turn asks in the shape that
+gets an answer). `sse` (the event-stream
 reader) and `overflow` (the wording providers use for a context overflow) are its own.
 """
 
-__all__ = ["body", "client", "http", "stream"]
+__all__ = ["body", "client", "habits", "http", "stream"]

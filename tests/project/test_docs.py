@@ -300,6 +300,22 @@ def test_the_fixed_part_the_docs_quote_is_the_one_sizing_counts() -> None:
     }
 
 
+def test_the_form_the_docs_give_a_small_window_is_the_one_sizing_picks() -> None:
+    """docs/local-models.md says which prompt form a small llama-cpp-python bot works in. Its
+    form is planned when its window is learnt (the first refusal), with the estimate as it is
+    then: no answer has yet shown the server's ratio (issue 33: the page said "without tools",
+    the bot had the compact form's tools)."""
+    from bot.agent.sizing import plan
+    from bot.config import Config, LLMConfig
+
+    page = (REPO / "docs" / "local-models.md").read_text("utf-8")
+    said = re.findall(r"at ([\d,]+) such a bot works in the\s+\*(full|compact|none)\* form", page)
+    assert said, "docs/local-models.md no longer says which form a small window gets"
+    for tokens, form in said:
+        window = int(tokens.replace(",", ""))
+        assert plan(Config(llm=LLMConfig(context_window_tokens=window))).form == form
+
+
 def test_what_the_code_cites_of_the_docs_exists() -> None:
     """A message or comment that sends the reader to `docs/cluster.md, "Who may do what"` names
     a page that exists, and a heading of it."""

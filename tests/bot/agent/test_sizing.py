@@ -165,6 +165,9 @@ async def test_an_unknown_model_on_a_silent_server_gets_the_default(
     code, line = await doctor(config_file(tmp_path, fake_llm), capsys)
     assert code == 0 and "65,536 tokens (the default" in line, line
     assert share(line, "answer")[0] == 2048 and share(line, "memory")[0] == 1500
+    # The figure is a stand-in, said where it is given (issue 33: read as the server's own).
+    learnt = "65,536 tokens (the default until the server names its own, when it first refuses"
+    assert learnt in line and line.count("refuses") == 1, line
 
 
 async def test_an_explicit_setting_wins_over_the_server(

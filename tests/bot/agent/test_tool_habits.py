@@ -11,6 +11,7 @@ an answer: the real Agent and openai client against the fake server (ForcedToolC
 from __future__ import annotations
 
 import logging
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ QUESTIONS = ["Where did I say I live?", "And my sister?", "What about the cat?",
 def requests_per_turn(fake: FakeOpenAI, before: list[int]) -> list[int]:
     """How many chat requests each turn made, from the counts taken before each."""
     counts = [*before, len(fake.chat_requests)]
-    return [after - start for start, after in zip(counts, counts[1:], strict=False)]
+    return [after - start for start, after in pairwise(counts)]
 
 
 async def turns(fake: FakeOpenAI, workspaces: Path, streamed: bool) -> tuple[list[Any], list[int]]:

@@ -179,3 +179,18 @@ async def test_an_answer_that_is_only_the_call_marker_is_asked_again_without_too
     assert [r["tool_choice"] for r in fake_llm.requests] == ["auto", "none"]
     saved = [m["content"] for m in session_records(workspaces_dir, "42") if m.get("role")]
     assert "functions.search_history:" not in saved
+
+
+async def test_a_2048_server_learnt_at_its_refusal_gets_the_compact_form_with_tools(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """What docs/local-models.md says of a 2,048 llama-cpp-python bot (issue 33: it said "starts
+    without tools"): the window is learnt at the first refusal, before any answer showed that
+    the server reports no usage, and the form planned then is kept: compact, tools offered."""
+    fake_llm.default = ContextLimited(2048, chat_or_save, scale=1.35, tool_template=400)
+    agent = make_agent(fake_llm, workspaces_dir, window=None, max_output_tokens=None)
+    replies = [(await ask(agent, dm("42", message(i)))).text for i in range(4)]
+    await agent.aclose()
+    assert agent.window.tokens == 2048 and agent.window.form == "compact"
+    assert all(text.startswith("Tell me more") for text in replies), replies
+    assert all(r.get("tools") for r in fake_llm.chat_requests)
