@@ -220,6 +220,15 @@ class LLMClient:
                     raise
                 self.habits.no_tool_streams()  # said so: asked whole, now and from now on
                 return await self._whole(messages, on_text, tools, tool_choice, max_tokens)
+            except openai.APITimeoutError:
+                raise
+            except (openai.APIConnectionError, httpx2.TransportError):
+                if not tools:
+                    raise
+                # llama-cpp-python refuses tools with "auto" in a stream by raising after the
+                # stream's head, and its server resets the connection before that head is
+                # out: asked whole, it answers (or the outage is real, and says so again).
+                return await self._refused_stream(messages, on_text, tools, tool_choice, max_tokens)
             try:
                 await _read_events(response, answer, on_text)
             except (openai.APIConnectionError, httpx2.TransportError):
@@ -235,14 +244,8 @@ class LLMClient:
             if _is_event_stream(response):
                 # llama-cpp-python starts its event stream before it reads the prompt and ends
                 # it without an event (or breaks it off) when that fails (a prompt longer than
-                # its window, or tools with "auto": "Automatic streaming tool choice is not
-                # supported"); asked whole, it answers, or says why not.
-                result = await self.chat(
-                    messages, tools=tools, tool_choice=tool_choice, max_tokens=max_tokens
-                )
-                if tools:  # answered whole, refused streamed: not the prompt's length
-                    self.habits.no_tool_streams()
-                return result
+                # its window, or tools with "auto"); asked whole, it answers, or says why not.
+                return await self._refused_stream(messages, on_text, tools, tool_choice, max_tokens)
             raise LLMError(NOT_A_COMPLETION)  # a body that was not a stream of events at all
         if not answer.choices:
             raise LLMError("the model provider answered without any choice")
@@ -250,6 +253,23 @@ class LLMClient:
             return self._to_result(answer.as_completion())
         except (AttributeError, TypeError) as exc:
             raise LLMError(NOT_A_COMPLETION) from exc
+
+    async def _refused_stream(
+        self,
+        messages: list[dict[str, Any]],
+        on_text: Callable[[str], Awaitable[None]],
+        tools: list[dict[str, Any]] | None,
+        tool_choice: str | dict[str, Any] | None,
+        max_tokens: int | None,
+    ) -> ChatResult:
+        """A stream that ended, or dropped, before its first event, asked again whole. Answered
+        whole with a tool call, the stream's refusal was llama-cpp-python's of tools with
+        "auto" ("Automatic streaming tool choice is not supported": it streams a text answer
+        to the same request): such requests are asked whole from now on."""
+        result = await self._whole(messages, on_text, tools, tool_choice, max_tokens)
+        if tools and result.tool_calls:
+            self.habits.no_tool_streams()
+        return result
 
     async def _whole(
         self,

@@ -55,9 +55,9 @@ class ServerHabits:
         if self._unanswered >= FORCED_AFTER and not self.forces_calls:
             self.forces_calls = True
             log.warning(
-                '%s called a tool in each of the last %d rounds it was offered tools ("auto" '
-                "never answered): from now on a turn has one tool round, then its answer is "
-                "asked without tools",
+                "%s answered none of the last %d requests that offered tools in text (a call "
+                'or nothing each time: its "auto" does not answer): from now on a turn has one '
+                "tool round, then its answer is asked without tools",
                 self.name,
                 self._unanswered,
             )

@@ -43,7 +43,7 @@ async def turns(fake: FakeOpenAI, workspaces: Path, streamed: bool) -> tuple[lis
     return outs, requests_per_turn(fake, before)
 
 
-@pytest.mark.parametrize("refusal", ["empty", "broken", "error"])
+@pytest.mark.parametrize("refusal", ["reset", "empty", "broken", "error"])
 async def test_every_turn_is_answered_in_few_requests_and_no_call_is_shown(
     fake_llm: FakeOpenAI, workspaces_dir: Path, refusal: str
 ) -> None:

@@ -55,6 +55,13 @@ class BrokenStream:
 
 
 @dataclass
+class Reset:
+    """The connection reset before the answer's head: what llama-cpp-python 0.3.36's server
+    (uvicorn, sse-starlette) did when its event stream's producer raised at once (a streamed
+    "auto" tool choice): its log says 200 OK, the client never gets the head."""
+
+
+@dataclass
 class Transcription:
     """One upload to /v1/audio/transcriptions."""
 
@@ -288,6 +295,10 @@ class FakeOpenAI:
                 item = item.item
             else:
                 break
+        if isinstance(item, Reset):
+            assert request.transport is not None
+            request.transport.abort()  # a reset, nothing of the answer sent
+            return web.Response()
         if isinstance(item, BrokenStream):
             broken = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await broken.prepare(request)
@@ -692,8 +703,9 @@ class ForcedToolCalls:
     chatml-function-calling` and a small model, as it was seen to answer (issue 33):
 
     - streamed, with tools and tool_choice "auto": refused (AUTO_STREAM_REFUSAL), as `refusal`
-      says: "empty" (the stream ends without an event), "broken" (the connection closes
-      mid-body), "error" (an HTTP 500 naming it);
+      says: "reset" (the connection reset before the head: seen with 0.3.36, 2026-12-02),
+      "empty" (the stream ends without an event), "broken" (the connection closes mid-body),
+      "error" (an HTTP 500 naming it);
     - whole, with tools and "auto" (or a tool named): a call, every time (its grammar makes the
       model pick a function; SmolLM2 always did): of `tool` with `arguments`;
     - with tool_choice "none", or no tools: its template shows no tool message at all and the
@@ -708,7 +720,7 @@ class ForcedToolCalls:
         *,
         tool: str = "search_history",
         arguments: dict[str, Any] | None = None,
-        refusal: str = "empty",
+        refusal: str = "reset",
     ) -> None:
         self.answer = answer
         self.tool = tool
@@ -723,6 +735,8 @@ class ForcedToolCalls:
         offered = bool(tools) and choice not in (None, "none")
         if offered and request.get("stream") is True and choice == "auto":
             self.refused += 1
+            if self.refusal == "reset":
+                return Reset()
             if self.refusal == "broken":
                 return BrokenStream()
             if self.refusal == "error":
