@@ -575,7 +575,7 @@ class ModelCall:
         pictures = await self.pictures(workspace, session, since)  # once per turn, off the loop
         habits = habits_of(self.config.llm.base_url, self.config.llm.model)
         made: set[tuple[str, str]] = set()  # the turn's calls, by name and arguments
-        repeated = False  # the model made a call it had made already this turn
+        stuck = False  # a call made already this turn, or one written as text it cannot take
         rounds = self.config.agent.max_tool_iterations
         for round_ in range(rounds + 1):  # the last only answers
             spent = self.limits.mid_turn(workspace.user_key) if round_ else None
@@ -592,7 +592,7 @@ class ModelCall:
             estimate = self.estimator.prompt_tokens(carried, session, since)
             full = not self.window.sendable(estimate)
             if round_ and (
-                full or not tools.room() or round_ == rounds or repeated or habits.forces_calls
+                full or not tools.room() or round_ == rounds or stuck or habits.forces_calls
             ):
                 # This turn's tool results filled the window (a weak model calling tools
                 # round after round), or it made all the calls or rounds a turn may, or more
@@ -602,6 +602,10 @@ class ModelCall:
                 return await self._answer_without_tools(workspace, session, messages, tools, out)
             result = await self._ask_with_tools(raw, messages, tools.schemas, out, habits)
             calls = result.tool_calls[: tools.room()]  # the calls past the bound are not made
+            if not calls and result.content and _call_text(result.content, tools.schemas):
+                log.info("the model wrote a call it cannot make; answering without tools")
+                stuck = True  # (never shown: asked once more, without tools)
+                continue
             if not calls:
                 text = (result.content or "").strip() or EMPTY_REPLY
                 _append(workspace, session, {"role": "assistant", "content": text}, answer=text)
@@ -610,7 +614,7 @@ class ModelCall:
                 # The same call again, its result in hand (a server whose "auto" always calls,
                 # or a model that does not see tool results): not made again.
                 log.info("the model repeated its tool call; answering without tools")
-                repeated = True
+                stuck = True
                 continue
             made.update(_call_key(call) for call in calls)
             _append(workspace, session, _assistant_with_calls(result, calls))
@@ -629,14 +633,14 @@ class ModelCall:
         out: Outbound | None,
     ) -> str:
         """The turn's answer asked with no tools, this turn's tool results given as text with
-        the person's message (_results_as_text): some chat formats show the model no tool
+        the person's message (_plain_request): some chat formats show the model no tool
         message at all (llama-cpp-python's function calling), and show it its own calls, which
         it then writes out again as text. Such text is never shown: the turn says it went
         round in circles."""
         schemas = tools.schemas
-        result = await self._ask(_results_as_text(messages), [], out, names=_names(schemas))
+        result = await self._ask(_plain_request(messages), [], out, names=_names(schemas))
         text = (result.content or "").strip()
-        if text and (not _an_answer(text, schemas) or text_calls.parse(text, _names(schemas))):
+        if text and _call_text(text, schemas):
             log.info("the answer asked without tools was tool calls again; not shown")
             text = STUCK_REPLY
         text = text or EMPTY_REPLY
@@ -659,14 +663,15 @@ class ModelCall:
             self.estimator.observe_usage(raw, result.prompt_tokens)
         else:  # llama-cpp-python's streams: the estimate must not stay at our own count
             self.estimator.observe_no_usage()
-        answered = not result.tool_calls and _an_answer(result.content, schemas)
+        answered = not result.tool_calls and not _call_text(result.content, schemas)
         if schemas:
             habits.auto_round(answered=answered)
         if not result.tool_calls and not answered:
             # llama-cpp-python's function-calling format answers "auto" with an empty
             # message, or one that is only its call marker ("functions.search_history:"):
-            # its grammar for "auto" allows nothing else. Asked without tools, it answers.
-            # (Its usage is not learned from: the server leaves the schemas out then.)
+            # its grammar for "auto" allows nothing else (or a call it could not parse).
+            # Asked without tools, it answers. (Its usage is not learned from: the server
+            # leaves the schemas out then.)
             result = await self._ask(messages, schemas, out, tool_choice="none")
         return result
 
@@ -691,10 +696,7 @@ class ModelCall:
         out.new_round(tools=bool(names))  # held back while it may be calls written as text
         streamed = await self.llm.stream(messages, on_text=out.add_text, tools=tools, **options)
         result = _with_text_calls(streamed, tools)
-        calls = bool(names) and (
-            not _an_answer(result.content, tools) or bool(text_calls.parse(result.content, names))
-        )
-        await out.end_round(calls=calls)
+        await out.end_round(calls=bool(names) and _call_text(result.content, tools, names))
         return result
 
     async def pictures(
@@ -774,12 +776,13 @@ def _call_key(call: ToolCall) -> tuple[str, str]:
 TOOL_RESULTS = "(Not written by the person: what your tools returned for this message.)"
 
 
-def _results_as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The request with this turn's tool calls and results (after the person's last message)
-    taken out, and the results added to that message as text, each after the call it
-    answers; unchanged when the turn made no call. For the answer asked without tools."""
+def _plain_request(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request for an answer without tools: every tool call and result of the conversation
+    taken out (a model shown its calls as `functions.NAME:` wrote them again as its answer),
+    and this turn's results (after the person's last message) added to that message as text,
+    each after the call it answers."""
     asked = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
-    if asked is None or not any(m.get("role") == "tool" for m in messages[asked + 1 :]):
+    if asked is None:
         return messages
     called: dict[str, str] = {}
     results: list[str] = []
@@ -790,13 +793,36 @@ def _results_as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if message.get("role") == "tool":
             call_text = called.get(str(message.get("tool_call_id")), str(message.get("name")))
             results.append(f"{call_text} returned:\n{message.get('content')}")
+    earlier = [m for m in messages[:asked] if m.get("role") != "tool" and not m.get("tool_calls")]
+    if not results:
+        return [*earlier, messages[asked]]
     note = "\n\n".join([TOOL_RESULTS, *results])
     content = messages[asked].get("content")
     if isinstance(content, list):  # pictures: the note is one more text part
         joined: Any = [*content, {"type": "text", "text": note}]
     else:
         joined = f"{content or ''}\n\n{note}"
-    return [*messages[:asked], {**messages[asked], "content": joined}]
+    return [*earlier, {**messages[asked], "content": joined}]
+
+
+# The start of a call written as text in a shape text_calls cannot take as one: its arguments
+# HTML-escaped (llama-cpp-python's template escapes the prompt: `{ &#34;query&#34;: …`), or a
+# tool not offered (`function.get_history:`). (A JSON object with a "name" is an answer when
+# it names no tool: a person may ask for one.)
+_CALL_START = re.compile(
+    r"\s*(?:```[\w-]*\s*)?(?:functions?\.[\w-]+\s*:|<tool_call>|\{\s*(?:&#34;|&quot;)name\b)"
+)
+
+
+def _call_text(
+    content: str | None, schemas: list[dict[str, Any]], names: set[str] | None = None
+) -> bool:
+    """Whether an answer is calls written as text, or only a call marker, not words for the
+    person (`names`: the tools its calls may name; those of `schemas` unless given)."""
+    text = content or ""
+    if not _an_answer(text, schemas) or _CALL_START.match(text):
+        return True
+    return bool(text_calls.parse(text, _names(schemas) if names is None else names))
 
 
 def _in_words(name: Any, arguments: Any) -> str:

@@ -29,6 +29,9 @@ from memory.llm import ToolCall
 _OPEN_TAG = "<tool_call>"
 _CLOSE_TAG = "</tool_call>"
 _MARKER = "functions."
+# What starts calls written as text, for a stream to hold back; "function." too: SmolLM2 also
+# wrote `function.get_history: {…}` (a tool it was not offered: never run, never shown).
+_OPENERS = (_OPEN_TAG, _MARKER, "function.", "```")
 _FENCE = re.compile(r"```[\w-]*")
 _NAME = re.compile(r"[A-Za-z_][\w.-]{0,63}")
 _MARKER_CALL = re.compile(r"functions\.([A-Za-z_][\w-]{0,63})\s*:?")
@@ -60,9 +63,7 @@ def could_be_calls(text: str) -> bool:
     if rest.startswith(("{", "[")):
         return True
     # (An opener may be arriving a few characters at a time: "<tool", "func", "``".)
-    return any(
-        rest.startswith(opener) or opener.startswith(rest) for opener in (_OPEN_TAG, _MARKER, "```")
-    )
+    return any(rest.startswith(opener) or opener.startswith(rest) for opener in _OPENERS)
 
 
 def _skip(text: str, position: int) -> int:

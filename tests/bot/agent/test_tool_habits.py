@@ -133,3 +133,44 @@ async def test_a_server_that_streams_its_tools_and_answers_is_asked_as_before(
     assert [out.reply.text for out in outs] == [ANSWER] * len(QUESTIONS)
     assert per_turn == [2] * len(QUESTIONS)
     assert all(r.get("stream") and r.get("tools") for r in fake_llm.chat_requests)
+
+
+async def test_an_answer_that_is_still_a_call_is_never_shown(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """SmolLM2 answered without tools with a call all the same, its quotes HTML-escaped
+    (`functions.search_history:\n{ &#34;query&#34;: …}`), or one of a tool it was never offered
+    (`function.get_history:`): text_calls cannot take either as a call. Neither is shown, while
+    it is written or after; the turn says it went round in circles, in a bounded time."""
+    written = ["functions.search_history:\n{ &#34;query&#34;: &#34;A.B.C&#34; }",
+               "function.get_history:\n{&#34;query&#34;: &#34;x&#34;}"]  # fmt: skip
+    for number, text in enumerate(written):
+        fake_llm.default = ForcedToolCalls(text)
+        agent = make_agent(fake_llm, workspaces_dir)
+        out = await answer(agent, dm(str(number), "Where do I live?"))
+        await agent.aclose()
+        assert out.reply.text == STUCK_REPLY
+        assert "function" not in "".join(out.pieces) and "&#34;" not in "".join(out.pieces)
+    assert len(fake_llm.chat_requests) <= 2 * 4
+
+
+async def test_a_round_that_writes_a_call_it_cannot_make_is_not_the_answer(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Offered tools, the model wrote a call as text that cannot be run (escaped quotes): it
+    was shown as the answer. Asked without tools, the model answers."""
+
+    def model(request: dict[str, Any]) -> Any:
+        from tests.rigs.fakes.openai_server import completion
+
+        if request.get("tools"):
+            return completion("functions.search_history:\n{ &#34;query&#34;: &#34;x&#34; }")
+        return completion(ANSWER)
+
+    fake_llm.default = model
+    agent = make_agent(fake_llm, workspaces_dir)
+    agent.config.agent.stream = False
+    reply = await answer(agent, dm("42", "Where do I live?"))
+    await agent.aclose()
+    assert reply.reply.text == ANSWER
+    assert [r.get("tool_choice") for r in fake_llm.chat_requests] == ["auto", "none", None]

@@ -708,9 +708,10 @@ class ForcedToolCalls:
       "error" (an HTTP 500 naming it);
     - whole, with tools and "auto" (or a tool named): a call, every time (its grammar makes the
       model pick a function; SmolLM2 always did): of `tool` with `arguments`;
-    - with tool_choice "none", or no tools: its template shows no tool message at all and the
-      model's own calls as `functions.NAME:` and their arguments, so a prompt that ends in the
-      model's call is answered with that call copied as text; any other with `answer`.
+    - with tool_choice "none", or no tools: its template shows no tool message at all, and the
+      model's own calls as `functions.NAME:` and their arguments; a prompt that shows one gets
+      the last copied back as text, its quotes HTML-escaped as the template wrote them (what
+      SmolLM2 answered, seen 2026-12-02); any other gets `answer`.
 
     Streams report no usage (llama-cpp-python's never do)."""
 
@@ -748,12 +749,12 @@ class ForcedToolCalls:
             name = choice["function"]["name"] if isinstance(choice, dict) else self.tool
             call = tool_call(name, self.arguments, f"call__0_{name}_cmpl-{len(str(request))}")
             return completion(None, [call])
-        shown = [m for m in request.get("messages") or [] if m.get("role") != "tool"]
-        last = shown[-1] if shown else {}
-        if last.get("role") == "assistant" and last.get("tool_calls"):
+        shown = [m for m in request.get("messages") or [] if m.get("tool_calls")]
+        if shown:
             self.copied += 1
-            function = last["tool_calls"][0]["function"]
-            return self._plain(f"functions.{function['name']}: {function['arguments']}", request)
+            function = shown[-1]["tool_calls"][0]["function"]
+            escaped = str(function["arguments"]).replace('"', "&#34;")
+            return self._plain(f"functions.{function['name']}:\n{escaped}", request)
         return self._plain(self.answer, request)
 
     @staticmethod
