@@ -10,8 +10,10 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from nats.aio.msg import Msg
 
 from bot.cluster import wire
 from bot.cluster.partition import RangeError, describe_ranges, parse_ranges, partition_of
@@ -238,6 +240,22 @@ async def test_a_second_attempt_after_the_first_finished_is_not_replayed() -> No
     assert out.reply.text == "Hello world" and out.reply.private
 
 
+def _delivered(
+    subject: str, headers: dict[str, str], body: bytes, *, seq: int = 5, late_s: float = 0.0
+) -> Msg:
+    """A message as JetStream hands it over: its ack subject carries the stream, the sequence
+    and when the stream stored it (`late_s` after it was signed)."""
+    signed_ms = int(headers.get(wire.TIME, "0") or 0)
+    stored_ns = (signed_ms * 1_000_000) + int(late_s * 1e9)
+    reply = f"$JS.ACK.LG_IN.workers.1.{seq}.{seq}.{stored_ns}.0"
+    return Msg(None, subject=subject, reply=reply, data=body, headers=dict(headers))  # type: ignore[arg-type]
+
+
+def _why(signer: Any, kind: str, msg: Msg) -> str | None:
+    refusal = signer.refusal(kind, msg)
+    return None if refusal is None else refusal.detail
+
+
 def test_a_signature_covers_kind_subject_headers_and_body() -> None:
     from bot.cluster.signing import Signer
 
@@ -246,23 +264,49 @@ def test_a_signature_covers_kind_subject_headers_and_body() -> None:
     body = wire.encode_inbound(Inbound("cli", "cli:dm:a", "cli-a", "hi"))
     headers = {wire.REPLY: "lightgrep.out.i1", wire.KEY: "k1", wire.MSG_ID: "m1"}
     ours.sign("message", "lightgrep.in.3", headers, body)
-    assert ours.refusal("message", "lightgrep.in.3", headers, body) is None
+    assert _why(ours, "message", _delivered("lightgrep.in.3", headers, body)) is None
     changed = [
         ("answer", "lightgrep.in.3", headers, body),  # a message does not pass for an answer
         ("message", "lightgrep.in.4", headers, body),  # another partition
         ("message", "lightgrep.in.3", {**headers, wire.REPLY: "lightgrep.out.thief"}, body),
         ("message", "lightgrep.in.3", {**headers, wire.DESTINATION: "{}"}, body),  # added
         ("message", "lightgrep.in.3", headers, body.replace(b"hi", b"ho")),
+        ("message", "lightgrep.in.3", {**headers, wire.TIME: "1"}, body),  # the time changed
     ]
-    for kind, subject, said, sent in changed:
-        assert ours.refusal(kind, subject, said, sent) == (  # type: ignore[arg-type]
-            "signed with another key, or changed on the way"
-        )
-    assert Signer("x" * 40).refusal("message", "lightgrep.in.3", headers, body) is not None
+    for seq, (kind, subject, said, sent) in enumerate(changed, start=10):
+        why = _why(ours, kind, _delivered(subject, said, sent, seq=seq))
+        assert why is not None and why.startswith("signed with none of"), why
+    other = Signer("x" * 40)
+    assert _why(other, "message", _delivered("lightgrep.in.3", headers, body)) is not None
     unsigned = {k: v for k, v in headers.items() if k != wire.MAC}
-    assert ours.refusal("message", "lightgrep.in.3", unsigned, body) == "not signed"
+    assert _why(ours, "message", _delivered("lightgrep.in.3", unsigned, body)) == "not signed"
     # private_network = true: the unsigned are taken, another key's still not.
     lenient = Signer(key, required=False)
-    assert lenient.refusal("message", "lightgrep.in.3", unsigned, body) is None
-    assert Signer("x" * 40, required=False).refusal("message", "lightgrep.in.3", headers, body)
-    assert Signer(None).refusal("message", "lightgrep.in.3", unsigned, body) is None
+    assert _why(lenient, "message", _delivered("lightgrep.in.3", unsigned, body, seq=20)) is None
+    strange = Signer("x" * 40, required=False)
+    assert _why(strange, "message", _delivered("lightgrep.in.3", headers, body)) is not None
+    assert _why(Signer(None), "message", _delivered("lightgrep.in.3", unsigned, body)) is None
+
+
+def test_a_copy_is_refused_and_a_redelivery_taken() -> None:
+    """The same stored message delivered again is taken; the signed message published again
+    (a new sequence) is refused, and so is one stored long after it was signed. A key list:
+    the first signs, every one verifies."""
+    from bot.cluster.signing import Signer
+
+    old, new = "o" * 40, "n" * 40
+    sender, receiver = Signer(old), Signer([new, old], max_age_s=60)
+    body = wire.encode_inbound(Inbound("cli", "cli:dm:a", "cli-a", "hi"))
+    headers = {wire.REPLY: "lightgrep.out.i1", wire.KEY: "k1", wire.MSG_ID: "m1"}
+    sender.sign("message", "lightgrep.in.3", headers, body)
+    first = _delivered("lightgrep.in.3", headers, body, seq=7)
+    assert _why(receiver, "message", first) is None  # signed with the old key: still taken
+    again = _delivered("lightgrep.in.3", headers, body, seq=7)
+    assert _why(receiver, "message", again) is None  # a redelivery of the same stored message
+    copy = receiver.refusal("message", _delivered("lightgrep.in.3", headers, body, seq=8))
+    assert copy is not None and copy.reason == "replayed"
+    stale = dict(headers)
+    sender.sign("message", "lightgrep.in.3", stale, body)
+    late = receiver.refusal("message", _delivered("lightgrep.in.3", stale, body, seq=9, late_s=61))
+    assert late is not None and late.reason == "replayed"
+    assert Signer("x" * 40).refusal("message", _delivered("lightgrep.in.3", headers, body))
