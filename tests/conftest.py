@@ -124,12 +124,20 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, entry_points_dir: Path) -> None:
     monkeypatch.syspath_prepend(str(entry_points_dir))
 
 
-@pytest.fixture
+OUR_LOGGERS = ("bot", "adapters", "memory", "lightgrep")
+
+
+@pytest.fixture(autouse=True)
 def keep_logging() -> Iterator[None]:
-    """main() configures the root logger; give the next test the one it had (modules that run
-    main() in-process use it for every test: pytestmark)."""
+    """main() configures logging (bot.cli.main.setup_logging: the root's handlers and level,
+    and the levels of our own loggers, WARNING for a brief command such as doctor); give the
+    next test what it had, so a test that reads INFO lines (caplog) never depends on which
+    test ran before it in the same worker. Autouse: a test need not know it runs main()."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    ours = {name: logging.getLogger(name).level for name in OUR_LOGGERS}
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+    for name, was in ours.items():
+        logging.getLogger(name).setLevel(was)
