@@ -122,6 +122,7 @@ class Chat:
             if f"command {mark}" in line:
                 answer = "".join(got).strip()
                 self.transcript += [f">>> {text}", answer]
+                print(f">>> {text} [{time.monotonic() - started:.1f} s]\n{answer}", flush=True)
                 return answer, time.monotonic() - started
             got.append(line)
         self.transcript += [f">>> {text}", "".join(got) + "\n[NO ANSWER IN TIME]"]

@@ -814,6 +814,13 @@ _CALL_START = re.compile(
 )
 
 
+# An answer opening with a JSON object that names an offered tool, `{"name": "edit_memory"`,
+# whatever follows: Qwen2.5 (its own template) wrote such objects line after line, one of them
+# broken (a stray backtick), which text_calls.parse rightly does not take as calls, and the
+# person was shown them all. (An object naming no offered tool stays an answer.)
+_NAMED_CALL = re.compile(r'\s*(?:```[\w-]*\s*)?\[?\s*\{\s*"name"\s*:\s*"([\w.-]{1,64})"')
+
+
 def _call_text(
     content: str | None, schemas: list[dict[str, Any]], names: set[str] | None = None
 ) -> bool:
@@ -822,7 +829,11 @@ def _call_text(
     text = content or ""
     if not _an_answer(text, schemas) or _CALL_START.match(text):
         return True
-    return bool(text_calls.parse(text, _names(schemas) if names is None else names))
+    offered = _names(schemas) if names is None else names
+    named = _NAMED_CALL.match(text)
+    if named is not None and named.group(1) in offered:
+        return True
+    return bool(text_calls.parse(text, offered))
 
 
 def _in_words(name: Any, arguments: Any) -> str:

@@ -163,3 +163,36 @@ async def test_a_streamed_call_marker_alone_is_never_shown(
     await agent.aclose()
     assert [r["tool_choice"] for r in fake_llm.chat_requests] == ["auto", "none"]
     assert "".join(out.pieces) == out.reply.text == "Hello Ada!"
+
+
+# What Qwen2.5-Coder-0.5B wrote with its own template on llama-cpp-python (the real-model run
+# of issue 33): call objects line after line, one broken by a stray backtick, so the text as a
+# whole is no sequence of calls; it reached the person as it was.
+BROKEN_CALLS = "\n".join(
+    [
+        hermes("search_history", {"query": "Tomasz"}),
+        '{"name": "remind", "arguments": {"action": "set", "when": "tomorrow at 9"}`}',
+        hermes("edit_memory", ADD),
+    ]
+    * 3
+)
+
+
+async def test_call_objects_with_a_broken_one_are_never_shown(
+    fake_llm: FakeOpenAI, workspaces_dir: Path, streamed: bool
+) -> None:
+    """Text opening with an object that names an offered tool is a call, not an answer,
+    whatever follows: asked again without tools, the person gets words."""
+    fake_llm.default = lambda req: written(
+        BROKEN_CALLS if req.get("tools") else "Hello Tomasz!", streamed
+    )
+    agent = make_agent(fake_llm, workspaces_dir)
+    agent.config.agent.stream = streamed
+    out = await answer(agent, dm("42", "Hello there! My name is Tomasz."))
+    await agent.aclose()
+
+    assert "".join(out.pieces) == out.reply.text == "Hello Tomasz!"
+    offered = [bool(r.get("tools")) for r in fake_llm.chat_requests]
+    assert len(offered) <= 3 and offered[0] and not offered[-1]  # bounded, then without tools
+    memory = user_home(workspaces_dir, "42") / "MEMORY.md"
+    assert not memory.exists() or "green tea" not in memory.read_text("utf-8")
