@@ -50,13 +50,19 @@ class Person:
         def told() -> bool:
             return any(expect in m.text for m in self.tg.sent_to(TG))
 
-        await self.tg.wait_until(told, wait_s=STEP_TIMEOUT)
+        try:
+            await self.tg.wait_until(told, wait_s=STEP_TIMEOUT)
+        except TimeoutError:
+            raise TimeoutError(f"Telegram: no notice {expect!r}") from None
 
     async def _tg_wait(self, before: int, expect: str) -> str:
         def said() -> str:
             return "\n".join(m.text for m in self.tg.sent_to(TG)[before:])
 
-        await self.tg.wait_until(lambda: expect in said(), wait_s=STEP_TIMEOUT)
+        try:
+            await self.tg.wait_until(lambda: expect in said(), wait_s=STEP_TIMEOUT)
+        except TimeoutError:
+            raise TimeoutError(f"Telegram: no {expect!r}; said since: {said()!r}") from None
         return said()
 
     async def discord(self, text: str, expect: str) -> str:
@@ -66,7 +72,10 @@ class Person:
         def said() -> str:
             return "\n".join(self.dc.seen_in(DM_CHANNEL)[before:])
 
-        await self.dc.wait_until(lambda: expect in said(), within=STEP_TIMEOUT)
+        try:
+            await self.dc.wait_until(lambda: expect in said(), within=STEP_TIMEOUT)
+        except TimeoutError:
+            raise TimeoutError(f"Discord: {text!r} got no {expect!r}; said: {said()!r}") from None
         return said()
 
     async def link_telegram_to_discord(self) -> str:
