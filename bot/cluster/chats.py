@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 RETRY_S = 1.0
 
 
+SAVE_WAIT_S = 5.0  # how long a command's answer waits for NATS to take its change
+
+
 class SharedChats(ChatBook):
     """The cluster's chat settings, in RAM from the watch (see above)."""
 
@@ -61,6 +64,16 @@ class SharedChats(ChatBook):
             await cancel_and_wait(self._watching)
         if self._writes:  # what a command changed goes out before we stop (briefly)
             await asyncio.wait(self._writes, timeout=5)
+
+    async def saved(self) -> OSError | None:
+        """Wait, SAVE_WAIT_S at most, until this process's changes are in the bucket, so that a
+        command's answer comes once the others can have it: the ingress deciding on a group's
+        next message by the trigger just set (seen: `/group trigger always` answered, the next
+        message not for the bot yet). NATS away: the change stays in RAM, tried again, and the
+        answer is not held longer."""
+        if self._writes:
+            await asyncio.wait(set(self._writes), timeout=SAVE_WAIT_S)
+        return None
 
     def _take(self, entry: Any) -> None:
         key = _chat_key(entry.key)
