@@ -24,6 +24,10 @@ class ChatResult:
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    # Of prompt_tokens, those the server read from its cache (priced lower), where it says so.
+    cached_prompt_tokens: int | None = None
+    # The model that answered, as configured (a chain's fallback names its own): prices key on it.
+    model: str | None = None
 
 
 class LLMError(Exception):

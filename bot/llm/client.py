@@ -383,11 +383,15 @@ class LLMClient:
             content=None if content is None else valid_text(content),
             tool_calls=calls,
             finish_reason=_field(choices[0], "finish_reason"),
+            model=self.model,
         )
         usage = _field(response, "usage")
         if usage is not None:
             result.prompt_tokens = _count(_field(usage, "prompt_tokens"))
             result.completion_tokens = _count(_field(usage, "completion_tokens"))
+            details = _field(usage, "prompt_tokens_details")
+            if details is not None:
+                result.cached_prompt_tokens = _count(_field(details, "cached_tokens"))
             self.usage.requests += 1
             self.usage.prompt_tokens += result.prompt_tokens or 0
             self.usage.completion_tokens += result.completion_tokens or 0
