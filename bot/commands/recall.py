@@ -140,7 +140,10 @@ def format_recall(query: str, result: SearchResult, page: int, regex: bool) -> s
         return f"There is no page {page}: “{query}” matched {result.total} entries."
     first = (page - 1) * RECALL_PAGE_SIZE + 1
     last = first + len(result.hits) - 1
-    lines = [f"History entries matching “{query}” ({first}–{last} of {result.total}):"]
+    where = "History entries" if not any(h.conversation for h in result.hits) else "Your history"
+    if all(h.conversation for h in result.hits):
+        where = "Your own messages"
+    lines = [f"{where} matching “{query}” ({first}–{last} of {result.total}):"]
     for hit in result.hits:
         lines.append(_said(hit) + _mark(hit.text, hit.spans) + _why(hit.why))
     if last < result.total:

@@ -40,6 +40,8 @@ from tests.rigs.fakes.openai_server import FakeOpenAI, Status, completion, tool_
 ANSWER = "fine, noted"
 RECALL_PREFIXES = (
     "History entries matching",
+    "Your history matching",
+    "Your own messages matching",
     "No match for",
     "There is no page",
     "I can't search for that:",

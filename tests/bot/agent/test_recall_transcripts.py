@@ -43,10 +43,13 @@ async def test_recall_finds_a_word_the_history_entry_dropped_in_the_transcript(
     assert "**Rotterdam**" in found.text and "teaches piano" in found.text
     day = ENTRY[1:11]  # the message's own date is today's, not the entry's stamp
     assert "From the conversation of " in found.text and "in your own words" in found.text
+    # Only the person's words matched: the header does not call them history entries.
+    assert found.text.startswith("Your own messages matching “Rotterdam”"), found.text
     assert day not in found.text
     # The history entry first, then the person's own message.
     assert both.text.index("Talked about") < both.text.index("From the conversation of")
     assert "(1–2 of 2)" in both.text
+    assert both.text.startswith("Your history matching “Ingrid”"), both.text
     assert "Rotterdam" not in stranger.text and "Ingrid" not in stranger.text
 
 
