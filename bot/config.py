@@ -206,6 +206,7 @@ def _networks(value: list[str]) -> bool:
 
 
 SECONDS = Rule("a positive number of seconds", lambda v: v > 0)
+NON_NEGATIVE = Rule("a number of 0 or more", lambda v: v >= 0)
 
 
 @dataclass(repr=False)
@@ -252,6 +253,35 @@ class LimitsConfig(Section):
     # Calls of the tools that reach outside the bot (web_search, read_page) one person's turns
     # may make in any hour (0: no limit); their tokens count towards tokens_per_day as any.
     outside_calls_per_hour: int = setting(60, rule=NON_NEGATIVE_INT)
+    # What one person's calls, and everyone's, may cost per UTC day and month at [prices]
+    # (0: no limit); a cap needs [llm] model priced.
+    cost_per_day: float = setting(0.0, rule=NON_NEGATIVE)
+    cost_per_month: float = setting(0.0, rule=NON_NEGATIVE)
+    global_cost_per_day: float = setting(0.0, rule=NON_NEGATIVE)
+    global_cost_per_month: float = setting(0.0, rule=NON_NEGATIVE)
+
+    def cost_caps(self) -> dict[str, float]:
+        """The cost caps that are set, by key."""
+        caps = {
+            "cost_per_day": self.cost_per_day,
+            "cost_per_month": self.cost_per_month,
+            "global_cost_per_day": self.global_cost_per_day,
+            "global_cost_per_month": self.global_cost_per_month,
+        }
+        return {key: cap for key, cap in caps.items() if cap}
+
+
+@dataclass(frozen=True)
+class Price:
+    """What a model's tokens cost, per million, in the currency the operator reads prices in.
+    `cached_input`: prompt tokens the server read from its cache; None: as `input`."""
+
+    input: float
+    output: float
+    cached_input: float | None = None
+
+
+PRICE_KEYS = ("input", "output", "cached_input")
 
 
 def is_host_port(value: str) -> bool:
@@ -367,6 +397,8 @@ class Config:
     # The `[<name>]` section of each platform plugin, by name (load_config fills in every
     # installed one); an adapter reads its own as config.platforms[name].
     platforms: dict[str, Any] = field(default_factory=dict)
+    # [prices]: a model's name (as [llm] model names it) → what its tokens cost.
+    prices: dict[str, Price] = field(default_factory=dict)
     source: Path | None = None  # the file it was loaded from; None: defaults + environment
 
     def sections(self) -> dict[str, Section]:
@@ -390,6 +422,9 @@ class Config:
     def enabled_platforms(self) -> list[str]:
         """Names of the chat platforms switched on, in the order their plugins are registered."""
         return [name for name, section in self.platforms.items() if section.enabled]
+
+
+PRICES = "prices"  # [prices]: keyed by model name, so not a Section (Loader._prices reads it)
 
 
 def section_types(plugins: Mapping[str, PlatformPlugin] | None = None) -> dict[str, type[Section]]:
@@ -624,9 +659,12 @@ class _Loader:
 
     def apply_file(self, raw: dict[str, Any]) -> None:
         for name, table in raw.items():
+            if name == PRICES:
+                self.config.prices = self._prices(table)
+                continue
             if name not in self.types:
                 if isinstance(table, dict):
-                    hint = _suggest(name, self.types, "[{}]".format)
+                    hint = _suggest(name, [*self.types, PRICES], "[{}]".format)
                     raise ConfigError(f"{self.label}: unknown section [{name}]{hint}")
                 raise ConfigError(
                     f"{self.label}: unknown key {name!r} outside any section "
@@ -644,6 +682,40 @@ class _Loader:
                     )
                 self.origin[(name, key)] = self.label
                 self._set(name, key, self._from_toml(name, key, value, *kinds[key]))
+
+    def _prices(self, table: Any) -> dict[str, Price]:
+        """[prices]: a table per model, `"gpt-4o-mini" = { input = 0.15, output = 0.6 }` or
+        `[prices."gpt-4o-mini"]`; numbers of 0 or more, input and output required."""
+        where = f"{self.label}: [prices]"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where} must be a section (a table), got {table!r}")
+        prices = {}
+        for model, price in table.items():
+            if not isinstance(price, dict):
+                raise ConfigError(
+                    f"{where} {model!r} must be a table such as {{ input = 0.15, output = 0.6 }} "
+                    f"(per million tokens), got {price!r}"
+                )
+            for key, value in price.items():
+                if key not in PRICE_KEYS:
+                    raise ConfigError(
+                        f"{where} {model!r}: unknown key {key!r}{_suggest(key, PRICE_KEYS, repr)}"
+                    )
+                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                    raise ConfigError(
+                        f"{where} {model!r} {key} must be a number of 0 or more (per million "
+                        f"tokens), got {value!r}"
+                    )
+            missing = [key for key in ("input", "output") if key not in price]
+            if missing:
+                raise ConfigError(f"{where} {model!r} has no {' and no '.join(missing)} price")
+            cached = price.get("cached_input")
+            prices[model] = Price(
+                float(price["input"]),
+                float(price["output"]),
+                None if cached is None else float(cached),
+            )
+        return prices
 
     def _set(self, section: str, key: str, value: Any) -> None:
         if isinstance(value, str) and self.spec(section, key).secret:
@@ -782,6 +854,20 @@ class _Loader:
                     self._check_url(name, key, value, spec.url)
         for name in self.config.enabled_platforms():
             self._check_platform(name)
+        self._check_caps()
+
+    def _check_caps(self) -> None:
+        """A cost cap counts at [prices]: without a price for the bot's model it would hold
+        nothing, so it is refused rather than silently never reached."""
+        model = self.config.llm.model
+        for key in self.config.limits.cost_caps():
+            if model not in self.config.prices:
+                self.fail(
+                    "limits",
+                    key,
+                    f"needs a price for [llm] model {model!r}: add "
+                    f'[prices] "{model}" = {{ input = …, output = … }} (per million tokens)',
+                )
 
     def _check_url(self, section: str, key: str, value: str, schemes: tuple[str, ...]) -> None:
         try:

@@ -1,9 +1,10 @@
-"""Per-user limits of a public bot: messages a minute, heavy commands an hour, tokens a day, and
-the bot's daily budget.
+"""Per-user limits of a public bot: messages a minute, heavy commands an hour, tokens a day, money
+a day and a month (at [prices]), and the bot's own daily token and money budgets.
 
-Checked when a message arrives and, for tokens, again when its turn starts (it may have waited
-for earlier turns of the session) and before each tool round of it (`mid_turn`): a turn that
-spends the last tokens stops there, so a token limit is passed by at most one round's worth.
+Checked when a message arrives and, for tokens and money, again when its turn starts (it may
+have waited for earlier turns of the session) and before each tool round of it (`mid_turn`): a
+turn that spends the last tokens stops there, so a token or cost limit is passed by at most one
+round's worth.
 A command counts towards the messages of the minute; a heavy one (a whole workspace read,
 rewritten or zipped) also towards a small budget of its own, and so does a reminder command
 (/remind, /reminders: each writes the person's reminders file) towards its minute's. A call of a
@@ -23,9 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from bot.config import LimitsConfig
-from bot.usage import UsageBook
+from bot.usage import Cost, Prices, UsageBook, money
 from memory import clock
-from memory.usage import Totals
+from memory.usage import Totals, UsageLog
 
 MINUTE_S = 60.0
 HOUR_S = 3600.0
@@ -36,9 +37,20 @@ class Refusal:
     """Why a message is not answered; `kind` names the limit (for logs and metrics)."""
 
     # "messages_per_minute", "heavy_commands_per_hour", "reminder_commands_per_minute",
-    # "outside_calls_per_hour", "tokens_per_day" or "global_tokens_per_day"
+    # "outside_calls_per_hour", "tokens_per_day", "global_tokens_per_day", or one of the cost
+    # caps: "cost_per_day", "cost_per_month", "global_cost_per_day", "global_cost_per_month"
     kind: str
     text: str
+
+
+@dataclass(frozen=True)
+class _Spent:
+    """A spending limit reached: which, what was used up (in words), and until when."""
+
+    kind: str
+    what: str  # "your 1,500 tokens for today"; for the bot's: "all the tokens my operator …"
+    until: str  # "after midnight UTC (in 5 h 12 min)"
+    everyone: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,12 @@ class UsageReport:
     heavy_commands_per_hour: int
     tokens_per_day: int
     resets_in: str  # until the next UTC midnight, e.g. "5 h 12 min"
+    # At [prices]; None when no price is set (then no money is shown).
+    today_cost: Cost | None = None
+    month_cost: Cost | None = None
+    cost_per_day: float = 0.0
+    cost_per_month: float = 0.0
+    month_resets: str = ""  # "on 1 January UTC, in 12 days"
 
 
 class Limits:
@@ -62,9 +80,11 @@ class Limits:
         config: LimitsConfig,
         book: UsageBook,
         monotonic: Callable[[], float] = time.monotonic,
+        prices: Prices | None = None,
     ) -> None:
         self.config = config
         self.book = book
+        self.prices = prices or Prices({}, "")
         self._admins = {key.strip() for key in config.admins if key.strip()}
         self._monotonic = monotonic
         # user key → monotonic times of their messages in the last minute, and of their heavy
@@ -110,22 +130,15 @@ class Limits:
         """The token limits inside a turn, before its next tool round: why it stops there."""
         if self.is_admin(user_key):
             return None
-        now = clock.now()
-        until = f"after midnight UTC (in {_duration(_next_midnight(now) - now)})"
-        if self._per_day(user_key) is not None:
-            return Refusal(
-                "tokens_per_day",
-                f"I had to stop before finishing: this used up your "
-                f"{self.config.tokens_per_day:,} tokens for today. Ask me again {until}; "
-                "/usage shows your usage.",
-            )
-        if self._budget() is not None:
-            return Refusal(
-                "global_tokens_per_day",
-                "I had to stop before finishing: I've used all the tokens my operator allows "
-                f"me for today, for everyone. Ask me again {until}.",
-            )
-        return None
+        spent = self._spent(user_key) or self._spent_by_all()
+        if spent is None:
+            return None
+        if spent.everyone:
+            text = f"I've used {spent.what}, for everyone. Ask me again {spent.until}."
+        else:
+            text = f"this used up {spent.what}. Ask me again {spent.until}; /usage shows your "
+            text += "usage."
+        return Refusal(spent.kind, f"I had to stop before finishing: {text}")
 
     def outside_call(self, user_key: str) -> Refusal | None:
         """Refuse this call of a tool that reaches outside the bot, or count it."""
@@ -156,8 +169,8 @@ class Limits:
             self._sweep(now)
 
     def check_tokens(self, user_key: str) -> Refusal | None:
-        """The token limits again, when a message's turn starts: messages that waited for the
-        turns before them must not all pass on what was spent when they arrived."""
+        """The token and cost limits again, when a message's turn starts: messages that waited
+        for the turns before them must not all pass on what was spent when they arrived."""
         if self.is_admin(user_key):
             return None
         return self._per_day(user_key) or self._budget()
@@ -165,6 +178,9 @@ class Limits:
     def report(self, user_key: str) -> UsageReport:
         now = clock.now()
         usage = self.book.of(user_key)
+        today = usage.day_by_model(now.date())
+        month = usage.month_by_model(now.year, now.month)
+        priced = self.prices.set
         return UsageReport(
             day=now.date().isoformat(),
             today=usage.day(now.date()),
@@ -175,6 +191,11 @@ class Limits:
             heavy_commands_per_hour=self.config.heavy_commands_per_hour,
             tokens_per_day=self.config.tokens_per_day,
             resets_in=_duration(_next_midnight(now) - now),
+            today_cost=self.prices.cost(today) if priced else None,
+            month_cost=self.prices.cost(month) if priced else None,
+            cost_per_day=self.config.cost_per_day,
+            cost_per_month=self.config.cost_per_month,
+            month_resets=_month_resets(now),
         )
 
     # ---- the three limits ---------------------------------------------------------------
@@ -245,36 +266,98 @@ class Limits:
         self._swept = now
 
     def _per_day(self, user_key: str) -> Refusal | None:
-        limit = self.config.tokens_per_day
-        if not limit:
-            return None
-        now = clock.now()
-        if self.book.of(user_key).day(now.date()).tokens < limit:
+        """The person's own token and cost limits, as a refusal of their message."""
+        spent = self._spent(user_key)
+        if spent is None:
             return None
         return Refusal(
-            "tokens_per_day",
-            f"You've used your {limit:,} tokens for today. I didn't save this message: please "
-            f"send it again after midnight UTC (in {_duration(_next_midnight(now) - now)}). "
-            "/usage shows your usage.",
+            spent.kind,
+            f"You've used {spent.what}. I didn't save this message: please send it again "
+            f"{spent.until}. /usage shows your usage.",
         )
 
     def _budget(self) -> Refusal | None:
-        limit = self.config.global_tokens_per_day
-        if not limit:
-            return None
-        now = clock.now()
-        if self.book.everyone.day(now.date()).tokens < limit:
+        """The bot's own token and cost limits, as a refusal of anyone's message."""
+        spent = self._spent_by_all()
+        if spent is None:
             return None
         return Refusal(
-            "global_tokens_per_day",
-            "I've used all the tokens my operator allows me for today, for everyone. I didn't "
-            "save this message: please send it again after midnight UTC "
-            f"(in {_duration(_next_midnight(now) - now)}).",
+            spent.kind,
+            f"I've used {spent.what}, for everyone. I didn't save this message: please send it "
+            f"again {spent.until}.",
         )
+
+    def _spent(self, user_key: str) -> _Spent | None:
+        """Which of the person's spending limits is used up, if any."""
+        config = self.config
+        if not (config.tokens_per_day or config.cost_per_day or config.cost_per_month):
+            return None
+        now = clock.now()
+        usage = self.book.of(user_key)
+        tokens = config.tokens_per_day
+        if tokens and usage.day(now.date()).tokens >= tokens:
+            return _Spent("tokens_per_day", f"your {tokens:,} tokens for today", _tomorrow(now))
+        cap = config.cost_per_day
+        if cap and self._cost(usage, now, month=False) >= cap:
+            what = f"what I may spend on you today ({money(cap)})"
+            return _Spent("cost_per_day", what, _tomorrow(now))
+        cap = config.cost_per_month
+        if cap and self._cost(usage, now, month=True) >= cap:
+            what = f"what I may spend on you this month ({money(cap)})"
+            return _Spent("cost_per_month", what, _next_month(now))
+        return None
+
+    def _spent_by_all(self) -> _Spent | None:
+        """Which of the bot's own spending limits is used up, if any."""
+        config = self.config
+        everyone = self.book.everyone
+        now = clock.now()
+        tokens = config.global_tokens_per_day
+        if tokens and everyone.day(now.date()).tokens >= tokens:
+            what = "all the tokens my operator allows me for today"
+            return _Spent("global_tokens_per_day", what, _tomorrow(now), everyone=True)
+        cap = config.global_cost_per_day
+        if cap and self._cost(everyone, now, month=False) >= cap:
+            what = "all my operator allows me to spend today"
+            return _Spent("global_cost_per_day", what, _tomorrow(now), everyone=True)
+        cap = config.global_cost_per_month
+        if cap and self._cost(everyone, now, month=True) >= cap:
+            what = "all my operator allows me to spend this month"
+            return _Spent("global_cost_per_month", what, _next_month(now), everyone=True)
+        return None
+
+    def _cost(self, usage: UsageLog, now: datetime, *, month: bool) -> float:
+        if month:
+            spent = usage.month_by_model(now.year, now.month)
+        else:
+            spent = usage.day_by_model(now.date())
+        return float(self.prices.cost(spent).amount)
 
 
 def _next_midnight(now: datetime) -> datetime:
     return datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), now.tzinfo)
+
+
+def _month_start_after(now: datetime) -> datetime:
+    year, month = (now.year + 1, 1) if now.month == 12 else (now.year, now.month + 1)
+    return now.replace(year=year, month=month, day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def _tomorrow(now: datetime) -> str:
+    return f"after midnight UTC (in {_duration(_next_midnight(now) - now)})"
+
+
+def _month_resets(now: datetime) -> str:
+    """When the month's limits start again: "on 1 January UTC, in 12 days"."""
+    start = _month_start_after(now)
+    left = start - now
+    days = left.days + (1 if left.seconds else 0)
+    wait = f"{days} days" if days > 1 else _duration(left)
+    return f"on {start.day} {start:%B} UTC, in {wait}"
+
+
+def _next_month(now: datetime) -> str:
+    return f"when the month is over ({_month_resets(now)})"
 
 
 def _duration(delta: timedelta) -> str:

@@ -1,9 +1,12 @@
 """Tokens spent, as the provider reported them, kept on disk so a restart does not forget them.
 
-One append-only JSONL file: a line per model call (`at`, `prompt_tokens`, `completion_tokens`),
-written whole or not at all, so a crash can tear at most the last line, which loading skips.
-Lines older than the previous month are folded, on the first write after loading, into one
-line per day (`day`, the two sums, `calls`), so the file stays small; that rewrite is atomic.
+One append-only JSONL file: a line per model call (`at`, `model`, `prompt_tokens`,
+`completion_tokens`, and `cached_prompt_tokens` when the server read some of the prompt from its
+cache), written whole or not at all, so a crash can tear at most the last line, which loading
+skips. Lines older than the previous month are folded, on the first write after loading, into
+one line per day and model (`day`, `model`, the sums, `calls`), so the file stays small and
+still says what each model was asked, which prices need; that rewrite is atomic. A line without
+`model` (written before models were recorded) is the unnamed model, `UNNAMED` ("").
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
@@ -24,6 +28,7 @@ log = logging.getLogger(__name__)
 
 USAGE_FILE = "usage.jsonl"
 COMPACT_AFTER_LINES = 5000  # per-call lines before they are folded into days
+UNNAMED = ""  # the model of a line that names none (see the module's docstring)
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,8 @@ class Totals:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls: int = 0
+    # Of prompt_tokens, those the server read from its cache (priced lower by some providers).
+    cached_prompt_tokens: int = 0
 
     @property
     def tokens(self) -> int:
@@ -41,15 +48,29 @@ class Totals:
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
             self.calls + other.calls,
+            self.cached_prompt_tokens + other.cached_prompt_tokens,
         )
 
 
+ByModel = dict[str, Totals]  # model name (UNNAMED for none) → its totals
+
+
+def total(by_model: Mapping[str, Totals]) -> Totals:
+    """All models together."""
+    summed = Totals()
+    for totals in by_model.values():
+        summed = summed + totals
+    return summed
+
+
 class UsageLog:
-    """The usage file of one workspace (or of the whole bot), summed per UTC day."""
+    """The usage file of one workspace (or of the whole bot), summed per UTC day and model.
+
+    Reading it never writes: the operator's `lightgrep usage` reads a live bot's files."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._days: dict[date, Totals] | None = None
+        self._days: dict[date, ByModel] | None = None
         self._lines = 0  # lines in the file, to know when to fold them
         self._has_old_lines = False
         # The file ends with a whole line: known after loading it and after each append of
@@ -57,7 +78,13 @@ class UsageLog:
         self._ends_whole = False
 
     def record(
-        self, prompt_tokens: int, completion_tokens: int, when: datetime | None = None
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        when: datetime | None = None,
+        *,
+        model: str = UNNAMED,
+        cached_prompt_tokens: int = 0,
     ) -> None:
         """Add one model call. Raises OSError when it cannot be written (nothing is torn)."""
         moment = clock.as_utc(when or clock.now())
@@ -65,33 +92,43 @@ class UsageLog:
         if self._lines >= COMPACT_AFTER_LINES or self._has_old_lines:
             self._compact(moment.date())
         days = self._load()  # after a compaction, the dict it made
-        line = {
-            "at": clock.iso(moment),
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-        }
+        cached = min(cached_prompt_tokens, prompt_tokens)
+        line: dict[str, Any] = {"at": clock.iso(moment)}
+        if model:
+            line["model"] = model
+        line |= {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+        if cached:
+            line["cached_prompt_tokens"] = cached
         self._append(json.dumps(line).encode("ascii") + b"\n")
-        days[moment.date()] = days.get(moment.date(), Totals()) + Totals(
-            prompt_tokens, completion_tokens, 1
+        models = days.setdefault(moment.date(), {})
+        models[model] = models.get(model, Totals()) + Totals(
+            prompt_tokens, completion_tokens, 1, cached
         )
         self._lines += 1
 
     def day(self, when: date) -> Totals:
-        return self._load().get(when, Totals())
+        return total(self.day_by_model(when))
 
     def month(self, year: int, month: int) -> Totals:
-        total = Totals()
-        for day, totals in self._load().items():
+        return total(self.month_by_model(year, month))
+
+    def day_by_model(self, when: date) -> ByModel:
+        return dict(self._load().get(when, {}))
+
+    def month_by_model(self, year: int, month: int) -> ByModel:
+        summed: ByModel = {}
+        for day, models in self._load().items():
             if (day.year, day.month) == (year, month):
-                total = total + totals
-        return total
+                for model, totals in models.items():
+                    summed[model] = summed.get(model, Totals()) + totals
+        return summed
 
     # ---- the file -----------------------------------------------------------------------
 
-    def _load(self) -> dict[date, Totals]:
+    def _load(self) -> dict[date, ByModel]:
         if self._days is not None:
             return self._days
-        days: dict[date, Totals] = {}
+        days: dict[date, ByModel] = {}
         try:
             raw = read_bytes(self.path)
         except FileNotFoundError:
@@ -102,8 +139,9 @@ class UsageLog:
             if parsed is None:
                 log.warning("%s: skipping unreadable line %d", self.path, number)
                 continue
-            day, totals = parsed
-            days[day] = days.get(day, Totals()) + totals
+            day, model, totals = parsed
+            models = days.setdefault(day, {})
+            models[model] = models.get(model, Totals()) + totals
         self._days, self._lines = days, len(lines)
         self._ends_whole = raw.endswith(b"\n") or not raw
         first = _month_start(clock.now().date(), months_back=1)
@@ -111,20 +149,26 @@ class UsageLog:
         return days
 
     def _compact(self, today: date) -> None:
-        """Fold everything into one line per day, dropping days before the previous month."""
+        """Fold everything into one line per day and model, dropping days before the previous
+        month."""
         first = _month_start(today, months_back=1)
-        days = {day: totals for day, totals in self._load().items() if day >= first}
-        text = "".join(
-            json.dumps({
-                "day": day.isoformat(),
-                "prompt_tokens": totals.prompt_tokens,
-                "completion_tokens": totals.completion_tokens,
-                "calls": totals.calls,
-            }) + "\n"
-            for day, totals in sorted(days.items())
-        )
-        atomic_write_text(self.path, text)
-        self._days, self._lines, self._has_old_lines = days, len(days), False
+        days = {day: models for day, models in self._load().items() if day >= first}
+        lines = []
+        for day, models in sorted(days.items()):
+            for model, totals in sorted(models.items()):
+                line: dict[str, Any] = {"day": day.isoformat()}
+                if model:
+                    line["model"] = model
+                line |= {
+                    "prompt_tokens": totals.prompt_tokens,
+                    "completion_tokens": totals.completion_tokens,
+                    "calls": totals.calls,
+                }
+                if totals.cached_prompt_tokens:
+                    line["cached_prompt_tokens"] = totals.cached_prompt_tokens
+                lines.append(json.dumps(line) + "\n")
+        atomic_write_text(self.path, "".join(lines))
+        self._days, self._lines, self._has_old_lines = days, len(lines), False
         self._ends_whole = True
 
     def _append(self, data: bytes) -> None:
@@ -141,7 +185,7 @@ class UsageLog:
             os.close(fd)
 
 
-def _parse(line: bytes) -> tuple[date, Totals] | None:
+def _parse(line: bytes) -> tuple[date, str, Totals] | None:
     try:
         record: Any = json.loads(line)
         if "day" in record:
@@ -151,14 +195,19 @@ def _parse(line: bytes) -> tuple[date, Totals] | None:
             if moment is None:
                 return None
             day = clock.as_utc(moment).date()
+        model = record.get("model", UNNAMED)
+        if not isinstance(model, str):
+            return None
+        prompt = _count(record.get("prompt_tokens"))
         totals = Totals(
-            _count(record.get("prompt_tokens")),
+            prompt,
             _count(record.get("completion_tokens")),
             _count(record.get("calls", 1)),
+            min(prompt, _count(record.get("cached_prompt_tokens", 0))),
         )
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
-    return day, totals
+    return day, model, totals
 
 
 def _count(value: Any) -> int:

@@ -49,7 +49,7 @@ from bot.outbound import (
 from bot.platform import Resender
 from bot.reminders.desk import ReminderBook
 from bot.reminders.scheduler import Scheduler
-from bot.usage import ChargedLLM, UsageBook, charged_to
+from bot.usage import ChargedLLM, Prices, UsageBook, charged_to
 from memory.consolidation.consolidator import MemoryConsolidator
 from memory.links import LinkTable
 from memory.llm import (
@@ -101,7 +101,7 @@ class Agent:
         )
         # Every model call, the consolidator's too, is booked to the user it was made for.
         self.usage = UsageBook(self.workspaces)
-        self.limits = Limits(config.limits, self.usage)
+        self.limits = Limits(config.limits, self.usage, prices=Prices.of(config))
         self.llm = ChargedLLM(
             llm or LLMClient.from_config(sizing.applied(config).llm),
             self.usage,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from bot.commands.context import CommandContext, SessionStatus
 from bot.commands.control import held_text, memory_history, memory_undo
+from bot.usage import Cost, money
 from memory.preferences import MEMORY_IN_GROUPS
 from memory.usage import Totals
 
@@ -29,8 +32,9 @@ async def cmd_new(ctx: CommandContext, args: str) -> str:
     if outcome == "waits":
         return (
             "Started a fresh conversation. Filing the previous one into your history needs my "
-            "language model, and your tokens for today are used up: I'll file it before I "
-            "answer your next message once you have tokens again. Nothing is lost."
+            "language model, and what you may spend is used up for now (/usage says until "
+            "when): I'll file it before I answer your next message once you may again. Nothing "
+            "is lost."
         )
     return "Started a fresh conversation. I'm filing the previous one into your history."
 
@@ -72,8 +76,8 @@ async def cmd_usage(ctx: CommandContext, args: str) -> str:
         return "Usage is not counted here."
     report = ctx.usage()
     lines = [
-        f"Today ({report.day}, UTC): {_tokens(report.today)}.",
-        f"This month ({report.month_name}): {_tokens(report.month)}.",
+        f"Today ({report.day}, UTC): {_tokens(report.today)}{_cost(report.today_cost)}.",
+        f"This month ({report.month_name}): {_tokens(report.month)}{_cost(report.month_cost)}.",
     ]
     if report.admin:
         lines.append("You are an admin of this bot: no limits apply to you.")
@@ -85,6 +89,14 @@ async def cmd_usage(ctx: CommandContext, args: str) -> str:
                 f"{report.tokens_per_day:,} tokens a day ({left:,} left; the day resets at "
                 f"midnight UTC, in {report.resets_in})"
             )
+        day = f"at midnight UTC, in {report.resets_in}"
+        for cap, spent, every, resets in (
+            (report.cost_per_day, report.today_cost, "a day", day),
+            (report.cost_per_month, report.month_cost, "a month", report.month_resets),
+        ):
+            if cap and spent is not None:
+                remaining = max(Decimal(0), Decimal(repr(cap)) - spent.amount)
+                limits.append(f"{money(cap)} {every} ({money(remaining)} left; it resets {resets})")
         if report.messages_per_minute:
             limits.append(f"{report.messages_per_minute} messages a minute, commands included")
         if report.heavy_commands_per_hour:
@@ -97,10 +109,21 @@ async def cmd_usage(ctx: CommandContext, args: str) -> str:
 
 
 def _tokens(totals: Totals) -> str:
+    cached = totals.cached_prompt_tokens
+    cache = f", {cached:,} of them from the server's cache" if cached else ""
     return (
-        f"{totals.tokens:,} tokens ({totals.prompt_tokens:,} read, "
+        f"{totals.tokens:,} tokens ({totals.prompt_tokens:,} read{cache}, "
         f"{totals.completion_tokens:,} written) in {totals.calls:,} model calls"
     )
+
+
+def _cost(cost: Cost | None) -> str:
+    """What it cost at [prices] (", costing $0.0123"); nothing when no price is set."""
+    if cost is None:
+        return ""
+    unpriced = cost.unpriced_tokens
+    rest = f" (and {unpriced:,} tokens of a model with no price set)" if unpriced else ""
+    return f", costing {money(cost.amount)}{rest}"
 
 
 async def cmd_status(ctx: CommandContext, args: str) -> str:

@@ -12,7 +12,7 @@ import pytest
 
 from bot.agent.agent import Agent
 from bot.commands.confirm import Confirmations
-from bot.config import Config, LimitsConfig, LLMConfig, MediaConfig, MemoryConfig
+from bot.config import Config, LimitsConfig, LLMConfig, MediaConfig, MemoryConfig, Price
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.llm.client import LLMClient
@@ -35,6 +35,7 @@ def make_agent(
     media: dict[str, Any] | None = None,
     people: SharedPeople | None = None,
     confirmations: Confirmations | None = None,
+    prices: dict[str, Price] | None = None,
     **settings: Any,
 ) -> Agent:
     """An Agent whose real openai client talks to `llm` (a fake server or its base URL).
@@ -43,7 +44,7 @@ def make_agent(
     and max_output_tokens=None: both automatic, bot/agent/sizing.py). `memory`: [memory] keys
     besides the folder; `media`: [media] keys. `people`: a worker's link table, codes and
     moves (the cluster's), as bot/cli/core.py gives them; `confirmations`: the questions of
-    /forget and /wipe (a short time to answer)."""
+    /forget and /wipe (a short time to answer); `prices`: [prices]."""
     base_url = llm if isinstance(llm, str) else llm.base_url
     options: dict[str, Any] = {
         "max_retries": 0,
@@ -62,6 +63,7 @@ def make_agent(
         memory=MemoryConfig(workspaces_dir=workspaces, **(memory or {})),
         limits=limits or LimitsConfig(),
         media=MediaConfig(**(media or {})),
+        prices=prices or {},
     )
     if people is None:
         return Agent(config, confirmations=confirmations)

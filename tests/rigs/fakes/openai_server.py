@@ -100,6 +100,7 @@ class Streamed:
     first_after_s: float = 0.0  # before the first piece: the model reading the prompt
     prompt_tokens: int | None = 10  # None: no usage reported, even when asked for
     completion_tokens: int | None = None  # None: one per piece
+    cached_tokens: int | None = None  # of prompt_tokens, read from the cache (OpenAI's details)
     no_choice: bool = False  # every chunk's choices empty (a broken server)
     # all events in one write, as a fast server's whole answer arrives: a completion body queued
     # for a streamed request is sent so, and its reader sees it whole, never a part of it first
@@ -113,8 +114,10 @@ def completion(
     prompt_tokens: int = 10,
     completion_tokens: int = 5,
     finish_reason: str | None = None,
+    cached_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """A chat.completion body as providers send it."""
+    """A chat.completion body as providers send it; `cached_tokens`: of the prompt's, those
+    read from the server's cache, as OpenAI reports them (usage.prompt_tokens_details)."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = tool_calls
@@ -130,12 +133,19 @@ def completion(
                 "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop"),
             }
         ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "usage": _usage(prompt_tokens, completion_tokens, cached_tokens),
     }
+
+
+def _usage(prompt: int, written: int, cached: int | None) -> dict[str, Any]:
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": written,
+        "total_tokens": prompt + written,
+    }
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
 
 
 def tool_call(name: str, arguments: Any, call_id: str = "call_1") -> dict[str, Any]:
@@ -395,12 +405,7 @@ class FakeOpenAI:
         await event({}, finish_reason="tool_calls" if item.tool_calls else "stop")
         if usage and item.prompt_tokens is not None:
             pieces = len(item.pieces) if item.completion_tokens is None else item.completion_tokens
-            await event(
-                None,
-                prompt_tokens=item.prompt_tokens,
-                completion_tokens=pieces,
-                total_tokens=item.prompt_tokens + pieces,
-            )
+            await event(None, **_usage(item.prompt_tokens, pieces, item.cached_tokens))
         await write(b"data: [DONE]\n\n")
         if held:
             await response.write(b"".join(held))
@@ -479,10 +484,14 @@ def _as_streamed(item: Any) -> Streamed | None:
         calls = message.get("tool_calls")
         usage = item.get("usage") or {}
         prompt, answer = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     except (KeyError, IndexError, TypeError, AttributeError):
         return None
     pieces = pieces_of(content) if isinstance(content, str) else [content]  # as the provider had it
-    return Streamed(pieces, calls, prompt_tokens=prompt, completion_tokens=answer, burst=True)
+    return Streamed(
+        pieces, calls, prompt_tokens=prompt, completion_tokens=answer, cached_tokens=cached,
+        burst=True,
+    )  # fmt: skip
 
 
 def image_urls(request: dict[str, Any]) -> list[str]:
