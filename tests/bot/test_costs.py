@@ -5,6 +5,7 @@ provider, which reports cached tokens as OpenAI does (usage.prompt_tokens_detail
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -249,3 +250,15 @@ async def test_a_turn_stops_its_tool_rounds_when_the_cost_cap_is_spent(
         reply.text
     )
     assert len(fake_llm.requests) == 1
+
+
+def test_the_operators_table_shows_a_hostile_key_without_its_control_characters() -> None:
+    """Platform ids are untrusted: a key must not recolour or rewrite the operator's terminal."""
+    from bot.cli.usage import Rows
+
+    out = io.StringIO()
+    rows = Rows(out, Prices(PRICES, "fake-model"), as_csv=False)
+    rows.person("cli-\x1b[2J\x1b[31mroot\r", {"fake-model": Totals(4000, 0, 1, 0)})
+    assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue()
+    assert out.getvalue().startswith("cli-\\x1b[2J\\x1b[31mroot\\r ")
+    assert out.getvalue().split()[-1] == "$0.01"
