@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from bot.config import LimitsConfig
 from bot.usage import Cost, Prices, UsageBook, money
@@ -298,11 +299,11 @@ class Limits:
         if tokens and usage.day(now.date()).tokens >= tokens:
             return _Spent("tokens_per_day", f"your {tokens:,} tokens for today", _tomorrow(now))
         cap = config.cost_per_day
-        if cap and self._cost(usage, now, month=False) >= cap:
+        if cap and self._cost(usage, now, month=False) >= _exact(cap):
             what = f"what I may spend on you today ({money(cap)})"
             return _Spent("cost_per_day", what, _tomorrow(now))
         cap = config.cost_per_month
-        if cap and self._cost(usage, now, month=True) >= cap:
+        if cap and self._cost(usage, now, month=True) >= _exact(cap):
             what = f"what I may spend on you this month ({money(cap)})"
             return _Spent("cost_per_month", what, _next_month(now))
         return None
@@ -317,21 +318,26 @@ class Limits:
             what = "all the tokens my operator allows me for today"
             return _Spent("global_tokens_per_day", what, _tomorrow(now), everyone=True)
         cap = config.global_cost_per_day
-        if cap and self._cost(everyone, now, month=False) >= cap:
+        if cap and self._cost(everyone, now, month=False) >= _exact(cap):
             what = "all my operator allows me to spend today"
             return _Spent("global_cost_per_day", what, _tomorrow(now), everyone=True)
         cap = config.global_cost_per_month
-        if cap and self._cost(everyone, now, month=True) >= cap:
+        if cap and self._cost(everyone, now, month=True) >= _exact(cap):
             what = "all my operator allows me to spend this month"
             return _Spent("global_cost_per_month", what, _next_month(now), everyone=True)
         return None
 
-    def _cost(self, usage: UsageLog, now: datetime, *, month: bool) -> float:
+    def _cost(self, usage: UsageLog, now: datetime, *, month: bool) -> Decimal:
         if month:
             spent = usage.month_by_model(now.year, now.month)
         else:
             spent = usage.day_by_model(now.date())
-        return float(self.prices.cost(spent).amount)
+        return self.prices.cost(spent).amount
+
+
+def _exact(amount: float) -> Decimal:
+    """A cap as the config file wrote it (0.1, not 0.1000000000000000055…)."""
+    return Decimal(repr(amount))
 
 
 def _next_midnight(now: datetime) -> datetime:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from bot.config import ConfigError, LimitsConfig, Price, load_config
+from bot.llm.client import LLMClient
 from bot.usage import Prices, money
 from memory.usage import USAGE_FILE, Totals, UsageLog
 from tests.rigs.agent import ask, dm, make_agent, session_records, user_home
@@ -34,6 +35,35 @@ def costly(prompt: int, cached: int, written: int) -> Any:
     return lambda request: completion(
         "Here you are.", prompt_tokens=prompt, completion_tokens=written, cached_tokens=cached
     )
+
+
+# ---- what the client reads ------------------------------------------------------------------
+
+
+async def test_the_client_reads_the_model_and_cached_tokens_whole_and_streamed(
+    fake_llm: FakeOpenAI,
+) -> None:
+    fake_llm.default = costly(prompt=4000, cached=3000, written=500)
+    client = LLMClient(
+        model="fake-model", base_url=fake_llm.base_url, api_key="test", max_retries=0, timeout_s=5
+    )
+    asked = [{"role": "user", "content": "hello"}]
+    try:
+        whole = await client.chat(asked)
+        pieces: list[str] = []
+
+        async def keep(text: str) -> None:
+            pieces.append(text)
+
+        streamed = await client.stream(asked, on_text=keep)
+    finally:
+        await client.aclose()
+    assert fake_llm.streamed == 1 and "".join(pieces) == "Here you are."
+    for result in (whole, streamed):
+        assert (result.model, result.prompt_tokens, result.cached_prompt_tokens) == (
+            "fake-model", 4000, 3000,
+        )  # fmt: skip
+        assert result.completion_tokens == 500
 
 
 # ---- the usage file ----------------------------------------------------------------------------
@@ -140,6 +170,7 @@ async def test_usage_shows_the_cost_beside_the_tokens(
         assert (await ask(agent, dm("42", text))).text == "Here you are."
     usage = await ask(agent, dm("42", "/usage"))
     await agent.aclose()
+    assert fake_llm.streamed == 2  # the cached tokens came in the stream's usage chunk
     spent = cost_of(8000, 6000, 1000)  # $0.005 + $0.0075 + $0.01
     assert money(spent) == "$0.0225"
     shown = (

@@ -41,6 +41,7 @@ async def test_usage_and_lightgrep_usage_show_what_the_fake_reported_at_the_pric
     assert code == 0, err
     ada_calls = len(fake_llm.requests)
     assert ada_calls == 2  # the third message found today's $0.02 spent: no model call
+    assert fake_llm.streamed == 2  # the usage, cached tokens too, came as the stream's last chunk
     assert out.count("Noted.") == 2
     assert "You've used what I may spend on you today ($0.02). I didn't save this message" in out
     shown = (
