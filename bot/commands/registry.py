@@ -210,7 +210,10 @@ COMMANDS: tuple[Command, ...] = (
     Command("help", "What I can do", cmd_help),
     Command("status", "Model, context used, last consolidation", cmd_status),
     Command(
-        "usage", "Your token usage today and this month, and your limits", cmd_usage, private=True
+        "usage",
+        "Your tokens and their cost today and this month, and your limits",
+        cmd_usage,
+        private=True,
     ),
     Command(
         "privacy",
