@@ -66,6 +66,14 @@ class Period:
             return log.day_by_model(self.day)
         return log.month_by_model(self.year, self.month)
 
+    def forgotten(self) -> bool:
+        """Before the previous month: what memory.usage drops when it folds a file."""
+        from memory import clock
+
+        today = clock.now().date()
+        previous = (today.year, today.month - 1) if today.month > 1 else (today.year - 1, 12)
+        return (self.year, self.month) < previous
+
     def __str__(self) -> str:
         if self.day is not None:
             return f"on {self.day.isoformat()}"
@@ -80,6 +88,12 @@ def cmd_usage(args: argparse.Namespace) -> int:
     base = common.workspaces_dir(config)
     prices = Prices.of(config)
     period = _period(args)
+    if period.forgotten():
+        print(
+            f"lightgrep: the bot drops usage older than the previous month as it writes: the "
+            f"figures {period} may be partial or missing",
+            file=sys.stderr,
+        )
     out = Rows(sys.stdout, prices, as_csv=args.csv)
     out.title(period, base)
     failed = False

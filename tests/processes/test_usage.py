@@ -84,6 +84,9 @@ async def test_usage_and_lightgrep_usage_show_what_the_fake_reported_at_the_pric
 
     code, by_day, err = run_cli(child_env, "usage", "--config", str(config), "--day", str(today))
     assert code == 0 and by_day.replace(f"on {today}", f"in {today:%B %Y}") == table, err
+    code, old, err = run_cli(child_env, "usage", "--config", str(config), "--month", "2001-01")
+    assert code == 0 and old.startswith("Usage in January 2001 (UTC)")
+    assert "drops usage older than the previous month" in err and "January 2001" in err
     code, _, err = run_cli(child_env, "usage", "--config", str(config), "--month", "2026-13")
     assert code == 2 and "must be a month as YYYY-MM, not '2026-13'" in err
 
