@@ -264,6 +264,23 @@ async def test_global_cost_per_day_stops_everyone_but_admins(
     assert admin.text == "Here you are."
 
 
+async def test_global_cost_per_month_counts_the_whole_bots_month(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """The bot's own file holds the spending of people wiped since: it still counts."""
+    UsageLog(workspaces_dir / ".usage.jsonl").record(39_000, 100, model="fake-model")  # $0.0985
+    limits = LimitsConfig(global_cost_per_month=0.1)
+    agent = make_agent(fake_llm, workspaces_dir, limits=limits, prices=PRICES)
+    fake_llm.default = costly(prompt=1000, cached=0, written=0)  # $0.0025
+    first = await ask(agent, dm("42", "one"))  # $0.0985 spent: under the cap
+    second = await ask(agent, dm("7", "two"))  # $0.101 spent
+    await agent.aclose()
+    assert first.text == "Here you are."
+    assert "I've used all my operator allows me to spend this month, for everyone" in second.text
+    assert "when the month is over (on 1 " in second.text
+    assert len(fake_llm.requests) == 1
+
+
 async def test_a_turn_stops_its_tool_rounds_when_the_cost_cap_is_spent(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
