@@ -128,7 +128,8 @@ class Limits:
         return refusal
 
     def mid_turn(self, user_key: str) -> Refusal | None:
-        """The token limits inside a turn, before its next tool round: why it stops there."""
+        """The token and cost limits inside a turn, before its next tool round: why it stops
+        there."""
         if self.is_admin(user_key):
             return None
         spent = self._spent(user_key) or self._spent_by_all()
