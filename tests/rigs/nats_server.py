@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 import socket
@@ -39,6 +40,7 @@ class NatsServer:
         self.port = free_port()
         self.proc: asyncio.subprocess.Process | None = None
         self.extra: list[str] = []  # more options, e.g. ["--auth", TOKEN]
+        self.env: dict[str, str] = {}  # more environment, for a config's $VARIABLES
 
     @property
     def url(self) -> str:
@@ -52,6 +54,7 @@ class NatsServer:
                 nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(self.port),
                 "-sd", str(self.store), *self.extra,
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+                env={**os.environ, **self.env},
             )  # fmt: skip
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
