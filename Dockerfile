@@ -4,24 +4,33 @@
 # the config is mounted at /etc/lightgrep/config.toml, memory lives on the /data volume.
 #
 #   docker build -t lightgrep .                                  # python:3.12-slim
+#   docker build --build-arg EXTRAS=read-page -t lightgrep .     # with read_page's reader
 #   docker build --build-arg BASE=local/python:3.11-bookworm -t lightgrep .
 #
 # BASE is any Debian-like image with python3 (3.11 or newer) and its venv module.
 ARG BASE=python:3.12-slim
 
 FROM ${BASE} AS build
+# read_page's HTML reader (~60 MB more) is an extra: --build-arg EXTRAS=read-page to have it.
+ARG EXTRAS=""
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 # A venv of our own: the official images keep Python in /usr/local, Debian's in /usr.
 RUN python3 -m venv /opt/lightgrep
-# The dependencies in their own layer, rebuilt only when pyproject.toml changes.
-COPY pyproject.toml /src/pyproject.toml
-RUN python3 -c 'import tomllib; project = tomllib.load(open("/src/pyproject.toml", "rb"))["project"]; \
-extras = project["optional-dependencies"]; \
-print("\n".join(project["dependencies"] + extras["nkeys"] + extras["nats-server"]))' \
-      > /tmp/requirements.txt \
- && /opt/lightgrep/bin/pip install -r /tmp/requirements.txt
+# The dependencies as deploy/lock pinned them, each file checked against its sha256 (two builds
+# a month apart install the same), in their own layer: rebuilt only when a lock file changes.
+COPY deploy/requirements.lock deploy/requirements-read-page.lock /src/deploy/
+RUN case "${EXTRAS}" in \
+      "") lock=/src/deploy/requirements.lock ;; \
+      read-page) lock=/src/deploy/requirements-read-page.lock ;; \
+      *) echo "EXTRAS: empty or read-page, not ${EXTRAS}" >&2; exit 2 ;; \
+    esac \
+ && /opt/lightgrep/bin/pip install --require-hashes --no-deps -r "$lock"
 COPY . /src
+# Then the project itself, and pip and setuptools out of the venv: nothing installs at run time.
 RUN /opt/lightgrep/bin/pip install --no-deps /src \
+ && /opt/lightgrep/bin/pip check \
+ && /opt/lightgrep/bin/python -m pip uninstall --yes --quiet pip setuptools wheel \
+ && rm -f /opt/lightgrep/bin/[Aa]ctivate* \
  && /opt/lightgrep/bin/lightgrep --version
 
 FROM ${BASE}
@@ -29,7 +38,9 @@ COPY --from=build /opt/lightgrep /opt/lightgrep
 COPY deploy/docker-entrypoint /usr/local/bin/lightgrep-entrypoint
 COPY deploy/healthcheck.py /opt/lightgrep/healthcheck.py
 # A user of its own (no login, no shell); /data is its home and the only place it writes.
-RUN useradd --system --uid 10001 --user-group --home-dir /data --no-create-home \
+# Its group has a name too (`id`: uid=10001(lightgrep) gid=10001(lightgrep)).
+RUN groupadd --system --gid 10001 lightgrep \
+ && useradd --system --uid 10001 --gid lightgrep --home-dir /data --no-create-home \
       --shell /usr/sbin/nologin lightgrep \
  && mkdir -p /data /etc/lightgrep \
  && chown lightgrep:lightgrep /data \

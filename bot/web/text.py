@@ -6,7 +6,9 @@ WHY trafilatura: it is made for this (the readable text of a web page, boilerpla
 kept up, and ranks best among the open extractors in its and others' evaluations; a page's
 HTML is untrusted, and an HTML parser of our own (regexes) would be both worse and a risk.
 It runs in a media thread (bot/media/threads.py), never on the event loop: a large page takes
-seconds to parse, so the HTML it is given is bounded by [web] max_page_bytes.
+seconds to parse, so the HTML it is given is bounded by [web] max_page_bytes. It is an extra
+(`lightgrep[read-page]`, ~60 MB with lxml and its date and URL parsers): without it, an HTML
+page is an error naming the install, and plain text and PDFs are still read.
 """
 
 from __future__ import annotations
@@ -39,8 +41,17 @@ async def page_text(page: Page) -> str:
     return text
 
 
+NOT_INSTALLED = (
+    "read_page is not set up to read HTML (it needs the read-page extra: "
+    "pip install 'lightgrep[read-page]', or an image built with --build-arg EXTRAS=read-page)"
+)
+
+
 def _html_text(body: bytes, url: str) -> str:
-    import trafilatura  # (a few hundred ms to import: only when a page is read)
+    try:
+        import trafilatura  # (a few hundred ms to import: only when a page is read)
+    except ImportError:
+        raise NoText(NOT_INSTALLED) from None
 
     logging.getLogger("trafilatura").setLevel(logging.CRITICAL)  # a line per odd page
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -262,6 +263,26 @@ async def test_ddgs_without_its_package_says_how_to_install_it(
         'Error: web search is not set up ([web] search = "ddgs" needs the ddgs package: '
         "pip install 'lightgrep[ddgs]')."
     ]
+
+
+async def test_a_page_without_the_read_page_extra_says_how_to_install_it(
+    fake_llm: FakeOpenAI, site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """trafilatura is an extra (out of the default image): without it an HTML page is one
+    clear error naming the install, and a text page is still read."""
+    monkeypatch.setitem(sys.modules, "trafilatura", None)  # as if not installed
+    agent = web_agent(tmp_path / "bot", fake_llm, site)
+    try:
+        html = await read(agent, fake_llm, f"{site.base}/article.html")
+        plain = await read(agent, fake_llm, f"{site.base}/plain.txt")
+    finally:
+        await agent.aclose()
+    assert html == (
+        f"Error: I could not read {site.base}/article.html: read_page is not set up to read "
+        "HTML (it needs the read-page extra: pip install 'lightgrep[read-page]', or an image "
+        "built with --build-arg EXTRAS=read-page)."
+    )
+    assert "Opening hours: 9 to 17" in plain
 
 
 async def test_a_page_telling_the_model_to_wipe_the_memory_changes_nothing_on_its_own(
