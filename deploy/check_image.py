@@ -1,10 +1,15 @@
 """The container image run as an operator runs it, against fakes on 127.0.0.1 (deploy/check-image).
 
-Builds the image, then: its size and cold start; `doctor` and a piped `chat` against the fake
-model; compose.yaml with the fake Telegram (one message answered, a stop while a turn is under
-way finishes it, `down` and `up` again with the memory kept on the volume); compose.cluster.yaml
-(3 NATS nodes, an ingress, two workers, replicas = 3) with one NATS node SIGKILLed during
-traffic: every message persisted once and answered. One line per check, figures included; exit
+Builds the image, then: its size, what is in it (its user and group, no pip) and cold start;
+`doctor` and a piped `chat` against the fake model; compose.yaml with the fake Telegram (one
+message answered, a stop while a turn is under way finishes it, `down` and `up` again with the
+memory kept on the volume, log rotation and the memory limit applied, then `backup create`
+inside the running container while another person talks, `verify` and `restore` into a new
+volume, and `doctor` on it); compose.cluster.yaml (3 NATS nodes with the env files
+deploy/nats-passwords writes, an ingress and two workers each with its own NATS user,
+replicas = 3): a client without a role's user, an ingress publishing an answer and a worker
+changing what is not its own are refused by NATS, and one NATS node SIGKILLed during traffic:
+every message persisted once and answered. One line per check, figures included; exit
 1 on any failure. The fakes are bench/harness.py's, in this process; the containers reach them
 on the host network (../shared/CONTAINERS.md), which the compose files get from an override.
 """
@@ -102,7 +107,23 @@ class Check:
         took = time.monotonic() - started
         size = await self.image_mb(self.image)
         base = await self.image_mb(self.args.base)
-        say("OK", "build", f"{took:.0f} s; image {size:.0f} MB on a {base:.0f} MB base")
+        say("OK", "build", f"{took:.0f} s; image {size:.0f} MB on a {base:.0f} MB base "
+            f"(the project's layers {size - base:.0f} MB)")  # fmt: skip
+
+    async def contents(self) -> None:
+        """Its user and group by name, and nothing in its venv that installs packages."""
+        _, who = await sh("docker", "run", "--rm", "--entrypoint", "id", self.image)
+        found = (
+            "import importlib.util as u; "
+            "print([m for m in ('pip', 'setuptools') if u.find_spec(m)])"
+        )
+        _, pip = await sh(
+            "docker", "run", "--rm", "--entrypoint", "python3", self.image, "-c", found,
+        )  # fmt: skip
+        named = "uid=10001(lightgrep) gid=10001(lightgrep)" in who
+        if not named or pip.strip() != "[]":
+            raise CheckFailed(f"the image's user: {who.strip()}; in its venv: {pip.strip()}")
+        say("OK", "the image's user and venv", f"{who.strip()}; pip and setuptools: none")
 
     async def image_mb(self, name: str) -> float:
         _, out = await sh("docker", "image", "inspect", "-f", "{{.Size}}", name)
@@ -257,9 +278,71 @@ class Check:
             say("OK", "compose down, up", f"the third turn's prompt holds the first two; the "
                 f"volume holds {state_on_disk.persisted} user messages, each once: "
                 f"{not state_on_disk.duplicated}")  # fmt: skip
+            await self.limits(await self.container(SINGLE, "lightgrep"))
+            await self.backup_round_trip(compose, volume)
         finally:
             await sh(*compose("logs", "--no-color", "--tail", "5"), check=False)
             await sh(*compose("down", "-v"), check=False)
+
+    async def limits(self, cid: str) -> None:
+        """compose.yaml's log rotation and memory limit, as Docker applied them."""
+        log = json.loads(await self.inspect(cid, "{{json .HostConfig.LogConfig}}"))
+        memory = int(await self.inspect(cid, "{{.HostConfig.Memory}}"))
+        if not memory or not log.get("Config", {}).get("max-size"):
+            raise CheckFailed(f"no limits: memory {memory}, log {log}")
+        rotation = f"max-size {log['Config']['max-size']} x {log['Config'].get('max-file')}"
+        say("OK", "compose.yaml limits",
+            f"memory {memory / 2**20:.0f} MiB, logs {log['Type']} {rotation}")  # fmt: skip
+
+    async def backup_round_trip(self, compose: Callable[..., tuple[str, ...]], live: Path) -> None:
+        """`backup create -` in the running container (docs/running.md's way) while another
+        person talks; `verify`, `restore` into a new volume, `doctor` on it: every message
+        answered before the backup is in the restored copy, once."""
+        talker, before = 7002, []
+        for seq in range(3):
+            await self.answered(talker, seq)
+            before.append(f"LG{talker}m{seq}")
+        during = [self.telegram.send(talker, seq, self.rng) for seq in range(3, 6)]
+        archive = self.folder / "backups" / "lightgrep-backup.tar.gz"
+        archive.parent.mkdir(exist_ok=True)
+        archive.parent.chmod(0o755)
+        started = time.monotonic()
+        with archive.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                *compose("exec", "-T", "lightgrep", "lightgrep", "backup", "create", "-"),
+                stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            _, err = await asyncio.wait_for(proc.communicate(), STEP_S)
+        took = time.monotonic() - started
+        if proc.returncode:
+            raise CheckFailed(f"backup create exited {proc.returncode}: {err.decode()[-1500:]}")
+        archive.chmod(0o644)  # read by the container's user
+        await until(lambda: all(self.telegram.answers.get(n) for n in during), STEP_S,
+                    "answers to the messages sent during the backup")  # fmt: skip
+        restored = f"{SINGLE}-restored"
+        run = (
+            "docker", "run", "--rm", "--network", "host", "--read-only", *self.mounts(),
+            "-v", f"{archive.parent}:/backups:ro", "-v", f"{restored}:/data", self.image,
+        )  # fmt: skip
+        try:
+            _, verified = await sh(*run, "backup", "verify", f"/backups/{archive.name}")
+            _, restore = await sh(*run, "backup", "restore", f"/backups/{archive.name}")
+            code, doctor = await sh(*run, "doctor", check=False)
+            _, where = await sh("docker", "volume", "inspect", "-f", "{{.Mountpoint}}", restored)
+            copy = read_workspaces(Path(where.strip()) / "lightgrep" / "workspaces")
+            original = read_workspaces(live / "lightgrep" / "workspaces")
+        finally:
+            await sh("docker", "volume", "rm", "-f", restored, check=False)
+        missing = [n for n in before if copy.user_tokens.get(n) != 1]
+        if code or missing or copy.problems or copy.duplicated:
+            raise CheckFailed(f"restored copy: doctor exit {code}, not there once {missing}, "
+                              f"problems {copy.problems[:5]}:\n{doctor}")  # fmt: skip
+        say("OK", "backup in the running container", f"{archive.stat().st_size / 1e3:.0f} kB "
+            f"in {took:.1f} s while {len(during)} more messages came and were answered; "
+            f"verify: {verified.strip().splitlines()[-1][:160]}; restore: "
+            f"{restore.strip().splitlines()[-1][:120]}; the copy holds {copy.persisted} user "
+            f"messages (the live volume {original.persisted}), each of the {len(before)} "
+            f"answered before it once; doctor on it exits 0")  # fmt: skip
 
     def asked(self, name: str) -> dict | None:
         for request in self.llm.chat_requests:
@@ -285,16 +368,35 @@ class Check:
     async def cluster(self) -> None:
         ports = free_ports(12)
         client, route, monitor, metrics = ports[0:3], ports[3:6], ports[6:9], ports[9:12]
-        routes = ",".join(f"nats://127.0.0.1:{p}" for p in route)
+        secrets_of = env_file(self.folder / "nats.env")
+        routes = secrets_of["NATS_ROUTES"]
+        for i, port in enumerate(route):  # compose's host names, here 127.0.0.1 and a port each
+            routes = routes.replace(f"@nats-{i + 1}:6222", f"@127.0.0.1:{port}")
         services: dict[str, dict[str, object]] = {}
+        shipped = (ROOT / "deploy" / "nats.conf").read_text()
+        (self.folder / "deploy").mkdir(exist_ok=True)
+        for name in ("nats.conf", "nats-users.conf"):
+            shutil.copy(ROOT / "deploy" / name, self.folder / "deploy" / name)
         for i in range(3):
+            # The shipped config; only its route port differs (three nodes on one host here).
+            node = self.folder / f"nats-{i + 1}"
+            node.mkdir()
+            text = shipped.replace("  listen: 0.0.0.0:6222", f"  listen: 127.0.0.1:{route[i]}")
+            if text == shipped:
+                raise CheckFailed("deploy/nats.conf has no line '  listen: 0.0.0.0:6222'")
+            (node / "nats.conf").write_text(text)
+            shutil.copy(ROOT / "deploy" / "nats-users.conf", node / "nats-users.conf")
+            for path in (node, node / "nats.conf", node / "nats-users.conf"):
+                path.chmod(0o755 if path.is_dir() else 0o644)  # read by the container's user
             url = f"http://127.0.0.1:{monitor[i]}/healthz"
             services[f"nats-{i + 1}"] = {
                 "command": [
                     "nats-server", "--config", "/etc/nats/nats.conf", "-a", "127.0.0.1",
-                    "-p", str(client[i]), "--cluster", f"nats://127.0.0.1:{route[i]}",
-                    "--routes", routes, "-m", str(monitor[i]),
+                    "-p", str(client[i]), "-m", str(monitor[i]),
                 ],
+                "environment": {"NATS_NAME": f"nats-{i + 1}", "NATS_ROUTES": routes},
+                "volumes": [f"{node / 'nats.conf'}:/etc/nats/nats.conf:ro",
+                            f"{node / 'nats-users.conf'}:/etc/nats/nats-users.conf:ro"],
                 "healthcheck": {"test": ["CMD", "lightgrep-entrypoint", "healthcheck", url],
                                 "interval": "2s"},
             }  # fmt: skip
@@ -309,8 +411,6 @@ class Check:
                                 "interval": "2s"},
             }  # fmt: skip
         self.override(CLUSTER, services)
-        (self.folder / "deploy").mkdir(exist_ok=True)
-        shutil.copy(ROOT / "deploy" / "nats.conf", self.folder / "deploy" / "nats.conf")
         compose = lambda *a: self.compose(CLUSTER, *a)  # noqa: E731
         try:
             started = time.monotonic()
@@ -320,8 +420,10 @@ class Check:
                 "OK",
                 "compose.cluster.yaml up",
                 f"6 containers healthy "
-                f"{time.monotonic() - started:.0f} s after `up -d`; {self.streams(monitor[0])}",
+                f"{time.monotonic() - started:.0f} s after `up -d`; {self.streams(monitor[0])}; "
+                f"{self.routes(monitor[0])}",
             )
+            await self.refusals(f"nats://127.0.0.1:{client[0]}")
 
             traffic = Traffic(self.telegram, users=self.args.users, burst=2, seed=3)
             traffic.start()
@@ -342,6 +444,10 @@ class Check:
             await sh(*compose("stop"))
             codes = [await self.inspect(await self.container(CLUSTER, s), "{{.State.ExitCode}}")
                      for s in ("ingress", "worker-0", "worker-1")]  # fmt: skip
+            _, logs = await sh(*compose("logs", "--no-color", "ingress", "worker-0", "worker-1"))
+            if "permissions violation" in logs or "NATS refused" in logs:
+                refused = [line for line in logs.splitlines() if "refused" in line]
+                raise CheckFailed(f"a role's own job refused by NATS: {refused[:3]}")
 
             copies: dict[str, int] = {}
             problems: list[str] = []
@@ -379,6 +485,43 @@ class Check:
         ]
         return "streams " + ", ".join(f"{name} R{replicas}" for name, replicas in found)
 
+    def routes(self, monitor: int) -> str:
+        """Whom nats-1 has routes with (they got in with the route password)."""
+        found = self.monitoring(monitor, "/routez").get("routes") or []
+        names = sorted({str(r.get("remote_name")) for r in found})
+        return f"nats-1's routes: {', '.join(names)}"
+
+    async def refusals(self, url: str) -> None:
+        """What NATS refuses, asked with the env files' credentials from this machine: no
+        user; an ingress publishing an answer or changing who is whom; a worker changing which
+        ingresses run or deleting the people's messages."""
+        import nats  # the checkout's venv: the client the bot uses
+
+        async def quiet(exc: Exception) -> None:  # (the refusal is the finding, below)
+            pass
+
+        try:
+            await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0,
+                               connect_timeout=5, error_cb=quiet)  # fmt: skip
+        except nats.errors.Error as exc:
+            anonymous = str(exc)
+        else:
+            raise CheckFailed("NATS let a client without a user in")
+        said = []
+        for role, subject in [
+            ("ingress", "lightgrep.out.someone"),
+            ("ingress", "$KV.lightgrep-links.table"),
+            ("worker", "$KV.lightgrep-ingresses.someone"),
+            ("worker", "$JS.API.STREAM.DELETE.lightgrep-in"),
+        ]:
+            who = env_file(self.folder / f"{role}.env")
+            error = await violation(url, who["NATS_USER"], who["NATS_PASSWORD"], subject)
+            if f'permissions violation for publish to "{subject.lower()}"' not in error:
+                raise CheckFailed(f"{role} publishing to {subject}: {error or 'allowed'}")
+            said.append(f"{role} -> {subject}")
+        say("OK", "NATS refuses what a role may not do", f"no user: {anonymous}; "
+            f"a permissions violation for each of {', '.join(said)}")  # fmt: skip
+
     def meta_leader(self, monitor: int) -> str:
         return str(self.monitoring(monitor, "/jsz")["meta_cluster"]["leader"])
 
@@ -396,6 +539,7 @@ class Check:
             self.write_files()
             if not self.args.no_build:
                 await self.build()
+            await self.contents()
             await self.cold_start()
             await self.doctor()
             await self.piped_chat()
@@ -417,9 +561,36 @@ class Check:
         (self.folder / "lightgrep.env").write_text(
             f"TELEGRAM_BOT_TOKEN={TOKEN}\nLIGHTGREP_CLUSTER_SIGNING_KEY={secrets.token_hex(32)}\n"
         )
-        (self.folder / "nats.env").write_text(f"NATS_TOKEN={secrets.token_hex(16)}\n")
-        for path in (config, self.folder / "lightgrep.env", self.folder / "nats.env"):
+        for path in (config, self.folder / "lightgrep.env"):
             path.chmod(0o644)  # read by the containers' own user (10001)
+        # nats.env, ingress.env, worker.env: as docs/cluster.md makes them (read by compose)
+        subprocess.run([str(ROOT / "deploy" / "nats-passwords"), str(self.folder)],
+                       check=True, capture_output=True)  # fmt: skip
+
+
+def env_file(path: Path) -> dict[str, str]:
+    lines = path.read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+async def violation(url: str, user: str, password: str, subject: str) -> str:
+    """What NATS says when this user publishes to `subject` ("" if it says nothing)."""
+    import nats
+
+    said: asyncio.Queue[str] = asyncio.Queue()
+
+    async def error(exc: Exception) -> None:
+        said.put_nowait(str(exc).lower())
+
+    client = await nats.connect(url, user=user, password=password, error_cb=error)
+    try:
+        await client.publish(subject, b"{}")
+        await client.flush()
+        return await asyncio.wait_for(said.get(), 5)
+    except TimeoutError:
+        return ""
+    finally:
+        await client.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,6 @@ import os
 import shutil
 from pathlib import Path
 
-import nats
 import pytest
 
 from bot.cluster import wire
@@ -27,7 +26,7 @@ from bot.outbound import BufferedOutbound, Outbound, OutFile, Reply
 from tests.rigs import REPO
 from tests.rigs.agent import dm
 from tests.rigs.cluster import WAIT_S, serving, settings
-from tests.rigs.nats_auth import creds_user, nkey_user
+from tests.rigs.nats_auth import creds_user, nkey_user, violation
 from tests.rigs.nats_server import NatsServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -238,24 +237,3 @@ async def dead_ingress_with_an_answer(as_ingress: ClusterConfig, as_worker: Clus
     finally:
         await ingress.close()
         await worker.close()
-
-
-async def violation(cluster: ClusterConfig, subject: str, kind: str) -> str:
-    """What NATS says when a client with these credentials publishes or subscribes there."""
-    said: asyncio.Queue[str] = asyncio.Queue()
-
-    async def error(exc: Exception) -> None:
-        said.put_nowait(str(exc).lower())
-
-    client = await nats.connect(
-        cluster.nats_url[0], user=cluster.user, password=cluster.password, error_cb=error,
-    )  # fmt: skip
-    try:
-        if kind == "publish":
-            await client.publish(subject, b"{}")
-        else:
-            await client.subscribe(subject)
-        await client.flush()
-        return await asyncio.wait_for(said.get(), WAIT_S)
-    finally:
-        await client.close()

@@ -20,9 +20,9 @@ import pytest
 
 from bot.cluster.connection import Names, connect, ensure_streams
 from bot.config import ClusterConfig
-from tests.processes.test_cluster_auth import violation
 from tests.rigs import REPO
 from tests.rigs.cluster import WAIT_S, settings
+from tests.rigs.nats_auth import violation
 from tests.rigs.nats_server import NatsServer, free_port
 
 pytestmark = pytest.mark.timeout(90)

@@ -4,6 +4,7 @@ server options that accept them. Only for tests: real deployments make these wit
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -11,7 +12,11 @@ import os
 import time
 from pathlib import Path
 
+import nats
 import nkeys
+
+from bot.config import ClusterConfig
+from tests.rigs.cluster import WAIT_S
 
 UNLIMITED = {
     "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": True,
@@ -73,3 +78,24 @@ def _jwt(issuer: nkeys.KeyPair, subject: nkeys.KeyPair, name: str, nats: dict[st
 
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+async def violation(cluster: ClusterConfig, subject: str, kind: str) -> str:
+    """What NATS says when a client with these credentials publishes or subscribes there."""
+    said: asyncio.Queue[str] = asyncio.Queue()
+
+    async def error(exc: Exception) -> None:
+        said.put_nowait(str(exc).lower())
+
+    client = await nats.connect(
+        cluster.nats_url[0], user=cluster.user, password=cluster.password, error_cb=error,
+    )  # fmt: skip
+    try:
+        if kind == "publish":
+            await client.publish(subject, b"{}")
+        else:
+            await client.subscribe(subject)
+        await client.flush()
+        return await asyncio.wait_for(said.get(), WAIT_S)
+    finally:
+        await client.close()
