@@ -35,6 +35,8 @@ async def cmd_doctor(args: argparse.Namespace) -> int:
     report(*await _check_endpoint(config))
     report(*await _check_window(config))
     report(*_check_tokens())
+    if config.tools.read_page:
+        report(*_check_read_page())
     return 0 if all(results) else EXIT_FAILURE
 
 
@@ -90,6 +92,17 @@ def _endpoint_hint(reason: str) -> str:
     if "could not be reached" in reason:
         return " (is the server running, and is [llm] base_url right?)"
     return ""
+
+
+def _check_read_page() -> tuple[bool, str, str]:
+    """read_page is on: its HTML reader is an extra, which a default image leaves out."""
+    from bot.web.text import INSTALL
+
+    try:
+        import trafilatura  # noqa: F401  (a few hundred ms: only when read_page is on)
+    except ImportError:
+        return False, "read_page", f"on in [tools], but HTML pages cannot be read without {INSTALL}"
+    return True, "read_page", "reads HTML pages (trafilatura), plain text and PDFs"
 
 
 def _check_tokens() -> tuple[bool, str, str]:

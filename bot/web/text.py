@@ -41,10 +41,11 @@ async def page_text(page: Page) -> str:
     return text
 
 
-NOT_INSTALLED = (
-    "read_page is not set up to read HTML (it needs the read-page extra: "
-    "pip install 'lightgrep[read-page]', or an image built with --build-arg EXTRAS=read-page)"
+INSTALL = (
+    "the read-page extra: pip install 'lightgrep[read-page]', "
+    "or an image built with --build-arg EXTRAS=read-page"
 )
+NOT_INSTALLED = f"read_page is not set up to read HTML (it needs {INSTALL})"
 
 
 def _html_text(body: bytes, url: str) -> str:

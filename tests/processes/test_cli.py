@@ -293,6 +293,26 @@ async def test_doctor_against_a_working_endpoint(
     assert len(fake_llm.requests) == 1
 
 
+async def test_doctor_says_read_page_needs_its_extra(
+    fake_llm: FakeOpenAI, tmp_path: Path, clean_env: None, capsys, monkeypatch
+) -> None:
+    """read_page on, its HTML reader not installed (the default image): a FAIL naming the
+    install; installed, an OK line; read_page off, no line."""
+    config = write_config(tmp_path, fake_llm, "[tools]\nread_page = true\n")
+    assert await asyncio.to_thread(main, ["doctor", "--config", str(config)]) == 0
+    assert "OK    read_page: reads HTML pages" in capsys.readouterr().out
+    monkeypatch.setitem(sys.modules, "trafilatura", None)  # as if not installed
+    assert await asyncio.to_thread(main, ["doctor", "--config", str(config)]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "FAIL  read_page: on in [tools], but HTML pages cannot be read without the read-page "
+        "extra: pip install 'lightgrep[read-page]', or an image built with --build-arg "
+        "EXTRAS=read-page"
+    )
+    plain = write_config(tmp_path, fake_llm)
+    assert await asyncio.to_thread(main, ["doctor", "--config", str(plain)]) == 0
+    assert "read_page:" not in capsys.readouterr().out
+
+
 def test_doctor_against_a_closed_port(tmp_path: Path, clean_env: None, capsys) -> None:
     url = closed_port_url()
     config = write_config(tmp_path, url)
