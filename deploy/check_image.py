@@ -424,6 +424,7 @@ class Check:
                 f"{self.routes(monitor[0])}",
             )
             await self.refusals(f"nats://127.0.0.1:{client[0]}")
+            await self.rogue_node(route[0], monitor[0])
 
             traffic = Traffic(self.telegram, users=self.args.users, burst=2, seed=3)
             traffic.start()
@@ -521,6 +522,34 @@ class Check:
             said.append(f"{role} -> {subject}")
         say("OK", "NATS refuses what a role may not do", f"no user: {anonymous}; "
             f"a permissions violation for each of {', '.join(said)}")  # fmt: skip
+
+    async def rogue_node(self, route: int, monitor: int) -> None:
+        """A nats-server of this machine's (the checkout's venv) asking nats-1 for a route
+        without the route password: refused, so it never becomes a node."""
+        from tests.rigs.nats_server import nats_server_binary
+
+        client, listen = free_ports(2)
+        log = self.folder / "rogue.log"
+        with log.open("wb") as out:
+            rogue = await asyncio.create_subprocess_exec(
+                nats_server_binary(), "-n", "rogue", "-a", "127.0.0.1", "-p", str(client),
+                "--cluster_name", "lightgrep", "--cluster", f"nats://127.0.0.1:{listen}",
+                "--routes", f"nats://127.0.0.1:{route}", stdout=out, stderr=out,
+            )  # fmt: skip
+        try:
+            # it tries at once, then each second: a few tries are in nats-1's log by then
+            await asyncio.sleep(5)
+            found = self.monitoring(monitor, "/routez").get("routes") or []
+            names = {str(r.get("remote_name")) for r in found}
+        finally:
+            rogue.terminate()
+            await rogue.wait()
+        tried = "Error" in log.read_text() or "Authorization" in log.read_text()
+        if "rogue" in names or not tried:
+            raise CheckFailed(f"a node without the route password: routes {names}, "
+                              f"its log {log.read_text()[-800:]}")  # fmt: skip
+        say("OK", "a node without the route password", f"refused: nats-1's routes stay "
+            f"{', '.join(sorted(names))}")  # fmt: skip
 
     def meta_leader(self, monitor: int) -> str:
         return str(self.monitoring(monitor, "/jsz")["meta_cluster"]["leader"])
