@@ -126,6 +126,29 @@ class TranscriptionConfig(Section):
     timeout_s: float = setting(120.0, rule=Rule("a positive number of seconds", lambda v: v > 0))
 
 
+def _mode(value: str) -> bool:
+    return value in ("off", "auto", "always")
+
+
+@dataclass(repr=False)
+class VoiceConfig(Section):
+    """Answers also spoken, through an OpenAI-compatible /v1/audio/speech endpoint (the [llm]
+    endpoint and key unless set here), as OGG/Opus: what Telegram plays as a voice message."""
+
+    enabled: bool = False
+    base_url: str | None = setting(None, url=HTTP)
+    api_key: str | None = setting(None, secret=True)
+    model: str = setting("gpt-4o-mini-tts", rule=NON_EMPTY)
+    voice: str = setting("alloy", rule=NON_EMPTY)
+    # For whoever chose nothing with /voice: "auto" answers a voice message with a voice too.
+    mode: str = setting("auto", rule=Rule('"off", "auto" or "always"', _mode))
+    # Characters read aloud at most per answer (OpenAI takes 4,096); the rest stays text.
+    max_chars: int = setting(1500, rule=Rule("an integer from 1 to 4096", lambda v: 0 < v <= 4096))
+    # Characters a person may have read aloud per UTC day (admins: no limit); 0: no limit.
+    chars_per_day: int = setting(20_000, rule=NON_NEGATIVE_INT)
+    timeout_s: float = setting(30.0, rule=Rule("a positive number of seconds", lambda v: v > 0))
+
+
 @dataclass(repr=False)
 class MemoryConfig(Section):
     # Left unset, load_config puts it in the user's data folder: data_home() / "workspaces".
@@ -378,6 +401,7 @@ CORE_SECTIONS: dict[str, type[Section]] = {
     "metrics": MetricsConfig,
     "media": MediaConfig,
     "transcription": TranscriptionConfig,
+    "voice": VoiceConfig,
     "cluster": ClusterConfig,
 }
 
@@ -393,6 +417,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     media: MediaConfig = field(default_factory=MediaConfig)
     transcription: TranscriptionConfig = field(default_factory=TranscriptionConfig)
+    voice: VoiceConfig = field(default_factory=VoiceConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     # The `[<name>]` section of each platform plugin, by name (load_config fills in every
     # installed one); an adapter reads its own as config.platforms[name].
@@ -404,8 +429,8 @@ class Config:
     def sections(self) -> dict[str, Section]:
         core = {"llm": self.llm, "memory": self.memory, "agent": self.agent, "tools": self.tools}
         extra = {"web": self.web, "limits": self.limits, "metrics": self.metrics}
-        more = {"media": self.media, "transcription": self.transcription, "cluster": self.cluster}
-        return {**core, **extra, **more, **self.platforms}
+        more = {"media": self.media, "transcription": self.transcription, "voice": self.voice}
+        return {**core, **extra, **more, "cluster": self.cluster, **self.platforms}
 
     def redacted(self) -> dict[str, dict[str, Any]]:
         """Every setting by section, secrets replaced by '***' (or None when unset): safe to log."""

@@ -48,6 +48,9 @@ class OutFile:
     mime: str  # e.g. "text/markdown"
     data: bytes | None = None
     path: Path | None = None
+    # The answer read aloud (OGG/Opus): a platform sends it as a voice message where it has
+    # them (Telegram), else as an audio file.
+    voice: bool = False
 
     def __post_init__(self) -> None:
         if (self.data is None) == (self.path is None):

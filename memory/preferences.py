@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 PREFERENCES_FILE = "preferences.json"
 MEMORY_IN_GROUPS = "memory_in_groups"
 TIMEZONE = "timezone"  # the IANA zone of the person's reminders (/timezone)
+VOICE = "voice"  # whether answers are also spoken: "off", "auto" or "always" (/voice)
 
 
 class Preferences:

@@ -22,7 +22,7 @@ from typing import Any
 
 from memory import clock
 from memory.atomic import PRIVATE_FILE_MODE, atomic_write_text
-from memory.safefs import append_all, open_fd, read_bytes
+from memory.safefs import append_all, append_line, open_fd, read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -220,3 +220,47 @@ def _month_start(today: date, months_back: int = 0) -> date:
     month = today.month - months_back
     year = today.year + (month - 1) // 12
     return date(year, (month - 1) % 12 + 1, 1)
+
+
+SPEECH_FILE = "speech.jsonl"  # characters read aloud (voice replies): not tokens, a file apart
+
+
+class SpeechLog:
+    """Characters a person had read aloud ([voice]), summed per UTC day, kept beside usage.jsonl
+    but apart from it (the speech server counts characters, the model tokens). One appended line
+    per answer spoken, `{"at", "chars"}`; a torn last line is skipped when read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._days: dict[date, int] | None = None
+
+    def record(self, chars: int, when: datetime | None = None) -> None:
+        """Add one spoken answer. Raises OSError when it cannot be written (nothing is torn)."""
+        moment = clock.as_utc(when or clock.now())
+        days = self._load()
+        line = {"at": clock.iso(moment), "chars": chars}
+        append_line(self.path, json.dumps(line).encode("ascii") + b"\n", PRIVATE_FILE_MODE)
+        days[moment.date()] = days.get(moment.date(), 0) + chars
+
+    def day(self, when: date) -> int:
+        return self._load().get(when, 0)
+
+    def _load(self) -> dict[date, int]:
+        if self._days is None:
+            days: dict[date, int] = {}
+            try:
+                raw = read_bytes(self.path)
+            except FileNotFoundError:
+                raw = b""
+            for line in raw.splitlines():
+                try:
+                    record: Any = json.loads(line)
+                    moment = clock.parse(record["at"])
+                    chars = _count(record["chars"])
+                except (ValueError, TypeError, KeyError):
+                    continue  # a torn or foreign line
+                if moment is not None:
+                    day = clock.as_utc(moment).date()
+                    days[day] = days.get(day, 0) + chars
+            self._days = days
+        return self._days

@@ -17,7 +17,7 @@ from memory.reminders.records import REMINDERS_FILE, ReminderFile
 from memory.safefs import is_link, make_private_dir, read_bytes
 from memory.session import SessionStore
 from memory.store import HISTORY_FILE, MEMORY_FILE, VERSIONS_DIR, MemoryStore
-from memory.usage import USAGE_FILE
+from memory.usage import SPEECH_FILE, USAGE_FILE
 
 if TYPE_CHECKING:
     import asyncio
@@ -28,7 +28,15 @@ KEY_FILE = ".key"
 SESSIONS_DIR = "sessions"
 PRE_LINK_DIR = ".pre-link"  # while linked: what each account had before (control/link_snapshots)
 # Every name of a workspace that the bot opens; none of them may be a link.
-FILES = (MEMORY_FILE, HISTORY_FILE, KEY_FILE, PREFERENCES_FILE, USAGE_FILE, REMINDERS_FILE)
+FILES = (
+    MEMORY_FILE,
+    HISTORY_FILE,
+    KEY_FILE,
+    PREFERENCES_FILE,
+    USAGE_FILE,
+    SPEECH_FILE,
+    REMINDERS_FILE,
+)
 FOLDERS = (SESSIONS_DIR, VERSIONS_DIR, MEDIA_DIR)
 
 

@@ -119,14 +119,34 @@ class TelegramChat:
 
 
 async def send_files(bot: Bot, chat_id: int, files: tuple[OutFile, ...], upload_limit: int) -> None:
-    """Each file as a document; one over the Bot API's upload limit is named instead."""
+    """Each file as a document, an answer read aloud as a voice message; one over the Bot API's
+    upload limit is named instead."""
     for file in files:
         size = file.size()
         if size > upload_limit:
             notice = too_large_notice(file, size, upload_limit, "Telegram")
             await send_text(bot, chat_id, notice, markup=False)
             continue
+        if file.voice and await _send_voice(bot, chat_id, file):
+            continue
         await _send_document(bot, chat_id, InputFile(file.read(), filename=file.name))
+
+
+async def _send_voice(bot: Bot, chat_id: int, file: OutFile) -> bool:
+    """sendVoice (OGG/Opus); False when the person accepts no voice messages (a privacy setting
+    of theirs), so that it goes as a file instead. Refused otherwise, it is logged and left:
+    the answer's text is sent already, and is the answer."""
+    voice = InputFile(file.read(), filename=file.name)
+    try:
+        await flood_safe(lambda: bot.send_voice(chat_id, voice))
+    except BadRequest as exc:
+        if "VOICE_MESSAGES_FORBIDDEN" in exc.message.upper():
+            log.info("telegram: chat %s takes no voice messages; sending a file", chat_id)
+            return False
+        log.warning("telegram: the voice of an answer was refused: %s", exc.message)
+    except TelegramError as exc:
+        log.warning("telegram: the voice of an answer was not sent: %s", type(exc).__name__)
+    return True
 
 
 async def _send_document(bot: Bot, chat_id: int, document: InputFile) -> None:

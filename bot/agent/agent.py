@@ -42,7 +42,9 @@ from bot.limits import Limits
 from bot.llm.client import LLMClient
 from bot.media.attachments import AttachmentReader
 from bot.media.rules import MediaRules
+from bot.media.speech import Speaker
 from bot.media.transcribe import Transcriber
+from bot.media.voice import VoiceReplies
 from bot.outbound import (
     Outbound,
 )
@@ -114,6 +116,9 @@ class Agent:
             vision=config.llm.vision,
             max_seconds=config.transcription.max_seconds,
         )
+        self.voice = VoiceReplies(
+            config.voice, Speaker.from_config(config), self.workspaces, self.limits.is_admin
+        )
         self.consolidator = MemoryConsolidator(self.llm, self.estimator, shares=self.window.shares)
         if on_consolidation is not None:
             self.consolidator.on_outcome = on_consolidation
@@ -138,6 +143,7 @@ class Agent:
                 self.prompts.frozen,
                 self.news,
                 self.reminder_book,  # its forget_user also clears the scheduler after a /wipe
+                self.voice,
             ),
             work=self.consolidator,
             background=self.background,
@@ -170,6 +176,7 @@ class Agent:
             background=self.background,
             policy=self.policy,
             exclusive=self.residents.exclusive,
+            voice=self.voice,
         )
         # Sends each reminder at its time once run() (the CLI starts it) and send_with().
         self.reminders = Scheduler(self.reminder_book, self.turns.note_reminder)
@@ -204,6 +211,7 @@ class Agent:
             consolidator=self.consolidator,
             estimator=self.estimator,
             model=self.llm.model,
+            voice=self.voice,
         )
 
     # ---- entry points -------------------------------------------------------------------
@@ -274,6 +282,7 @@ class Agent:
         await self.llm.aclose()
         if self.transcriber is not None:
             await self.transcriber.aclose()
+        await self.voice.aclose()
 
     # ---- the conversation taken back: /undo, /retry (bot/agent/conversation.py) ---------------
 

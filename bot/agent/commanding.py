@@ -17,6 +17,7 @@ from bot.commands.context import ChatControl, CommandContext, NewSession, Sessio
 from bot.config import Config
 from bot.inbound import Inbound
 from bot.limits import Limits
+from bot.media.voice import VoiceReplies
 from bot.reminders.desk import PersonReminders, ReminderBook
 from bot.reminders.groupdesk import GroupReminders
 from bot.tools.toolbox import enabled_tools
@@ -61,8 +62,10 @@ class Commanding:
         consolidator: MemoryConsolidator,
         estimator: TokenEstimator,
         model: str,
+        voice: VoiceReplies | None = None,
     ) -> None:
         self._config = config
+        self._voice = voice
         self._turn = turn
         self._workspaces = workspaces
         self._sessions = sessions
@@ -103,6 +106,7 @@ class Commanding:
             group_reminders=None
             if inbound.is_private or inbound.chat_key is None
             else GroupReminders(self._reminders, inbound, inbound.chat_key),
+            voice=self._voice,
         )
 
     def _chat_control(self, inbound: Inbound, own: str) -> ChatControl:

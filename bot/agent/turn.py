@@ -19,7 +19,7 @@ import secrets
 import weakref
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bot import logsafe
@@ -40,6 +40,7 @@ from bot.llm.client import LLMImagesRefused
 from bot.llm.habits import ServerHabits, habits_of
 from bot.media.attachments import AttachmentReader, Prepared
 from bot.media.pictures import Pictures, load_pictures
+from bot.media.voice import VoiceReplies
 from bot.observe.metrics import count_limit_refusal
 from bot.outbound import CONSOLIDATING, BufferedOutbound, Outbound, Reply
 from bot.reminders.desk import PersonReminders, ReminderBook
@@ -158,8 +159,10 @@ class Turns:
         background: BackgroundWork,
         policy: ConsolidationPolicy,
         exclusive: Callable[[str], AbstractAsyncContextManager[None]],
+        voice: VoiceReplies | None = None,
     ) -> None:
-        """`exclusive`: a person's files held still (bot/agent/agent.py user_exclusive)."""
+        """`exclusive`: a person's files held still (bot/agent/agent.py user_exclusive);
+        `voice`: answers also read aloud ([voice])."""
         self.config = config
         self.llm = llm
         self.window = window
@@ -173,6 +176,7 @@ class Turns:
         self.policy = policy
         self._exclusive = exclusive
         self.prompts = prompts
+        self.voice = voice
         self.model = ModelCall(config, llm, window, estimator, limits, attachments)
         self.news = news  # told under a person's next private answer
         policy.consolidator.writer.on_event = self.news.note
@@ -197,6 +201,8 @@ class Turns:
         text = stream.rest_of(reply.text) if stream else reply.text
         if text:
             await out.add_text(text)
+        if self.voice is not None and isinstance(reply, Answered):
+            await self.voice.follow(inbound, reply.said, out)  # after the text, never in its way
         await out.finish()
 
     async def _answer(
@@ -471,7 +477,7 @@ class Turns:
         if self.policy.due(self.policy.estimate(prompt.frozen(), session)):
             await out.notice(CONSOLIDATING)
         self.policy.after_turn(workspace, session, prompt)
-        return Reply(text)
+        return Answered(text, said=text)
 
     def _too_long(
         self, user_message: dict[str, Any], workspace: Workspace, place: Place
@@ -733,6 +739,14 @@ def _llm_failed(session: Session, exc: LLMError) -> str:
     if isinstance(exc, LLMBadRequest):
         return LLM_REFUSED_REPLY
     return LLM_FAILED_REPLY
+
+
+@dataclass(frozen=True)
+class Answered(Reply):
+    """The model's answer to a turn (not a refusal, nor a failure's sentence); `said`: its words
+    alone, without the notes added under it, which is what a voice reply reads aloud."""
+
+    said: str = ""
 
 
 def _with_notes(reply: Reply, prepared: Prepared) -> Reply:

@@ -81,7 +81,7 @@ class RemoteTurnFailed(Exception):
 def to_plain(value: Any) -> Any:
     """A JSON-able copy of plain data (dataclasses, bytes, paths, tuples, dicts)."""
     if isinstance(value, OutFile) and value.path is not None:
-        value = OutFile(value.name, value.mime, data=value.read())
+        value = dataclasses.replace(value, data=value.read(), path=None)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, bytes):

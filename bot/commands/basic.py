@@ -1,4 +1,4 @@
-"""The everyday commands: /memory, /new, /privacy, /usage and /status."""
+"""The everyday commands: /memory, /new, /privacy, /voice, /usage and /status."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from decimal import Decimal
 from bot.commands.context import CommandContext, SessionStatus
 from bot.commands.control import held_text, memory_history, memory_undo
 from bot.usage import Cost, money
-from memory.preferences import MEMORY_IN_GROUPS
+from memory.preferences import MEMORY_IN_GROUPS, VOICE
 from memory.usage import Totals
 
 
@@ -68,6 +68,39 @@ async def cmd_privacy(ctx: CommandContext, args: str) -> str:
             "there, and what you tell me there can be noted but not read back"
         )
     return f"{state} ({why}). Private chats always use it.\n{PRIVACY_USAGE}"
+
+
+VOICE_USAGE = (
+    "Use /voice always to hear every answer, /voice auto to hear the answers to your voice "
+    "messages, /voice off for text only, /voice default for the bot's setting."
+)
+VOICE_MODES = {
+    "off": "my answers are text only",
+    "auto": "I answer a voice message with my voice too, after the text",
+    "always": "I read every answer aloud too, after the text",
+}
+
+
+async def cmd_voice(ctx: CommandContext, args: str) -> str:
+    """Whether the person's answers are also read aloud (a choice kept with their memory)."""
+    voice = ctx.voice
+    if voice is None or not voice.enabled:
+        return "I can't read my answers aloud on this bot: its operator has not set up a voice."
+    words = args.lower().split()
+    preferences = ctx.workspace.preferences
+    if words:
+        if len(words) != 1 or words[0] not in (*VOICE_MODES, "default"):
+            return f"I didn't understand that. {VOICE_USAGE}"
+        preferences.set(VOICE, None if words[0] == "default" else words[0])
+    mode, own = voice.mode_of(preferences)
+    why = "your choice" if own else "the bot's setting"
+    lines = [f"Voice: {mode} ({why}): {VOICE_MODES[mode]}."]
+    limit = voice.config.chars_per_day
+    spoken = voice.spoken_today(ctx.inbound.user_key)
+    if limit:
+        lines.append(f"Read aloud today: {spoken:,} of your {limit:,} characters (UTC day).")
+    lines.append(VOICE_USAGE)
+    return "\n".join(lines)
 
 
 async def cmd_usage(ctx: CommandContext, args: str) -> str:

@@ -16,6 +16,7 @@ from bot.commands.confirm import Confirmations
 from bot.commands.linking import LinkPort
 from bot.inbound import Inbound
 from bot.limits import UsageReport
+from bot.media.voice import VoiceReplies
 from bot.outbound import Reply
 from bot.reminders.desk import PersonReminders
 from bot.reminders.groupdesk import GroupReminders
@@ -109,6 +110,7 @@ class CommandContext:
     reminders: PersonReminders | None = None  # this person's reminders, set from this chat
     # In a group: everyone's reminders there (/reminders group, for whom chat.may_manage).
     group_reminders: GroupReminders | None = None
+    voice: VoiceReplies | None = None  # /voice: whether answers are read aloud too
 
 
 # A handler answers with text, or with a Reply carrying files or buttons too. The privacy is

@@ -10,7 +10,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bot.commands.basic import cmd_memory, cmd_new, cmd_privacy, cmd_status, cmd_usage
+from bot.commands.basic import (
+    cmd_memory,
+    cmd_new,
+    cmd_privacy,
+    cmd_status,
+    cmd_usage,
+    cmd_voice,
+)
 from bot.commands.context import CommandContext, Handler
 from bot.commands.control import cmd_export, cmd_forget, cmd_wipe
 from bot.commands.conversation import cmd_group, cmd_persona, cmd_retry, cmd_undo
@@ -221,6 +228,13 @@ COMMANDS: tuple[Command, ...] = (
         cmd_privacy,
         private=True,
         argument=Argument("choice", "groups on, groups off or groups default", required=False),
+    ),
+    Command(
+        "voice",
+        "Whether I read my answers aloud too: /voice off|auto|always",
+        cmd_voice,
+        private=True,
+        argument=Argument("mode", "off, auto (voice messages), always, or default", required=False),
     ),
 )
 _BY_NAME = {command.name: command for command in COMMANDS}

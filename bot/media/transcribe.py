@@ -63,7 +63,7 @@ class Transcriber:
                 model=self.model, file=(name, data, mime), response_format="json"
             )
         except openai.APIStatusError as exc:
-            raise TranscriptionError(f"HTTP {exc.status_code}: {_reason(exc)}") from exc
+            raise TranscriptionError(f"HTTP {exc.status_code}: {provider_reason(exc)}") from exc
         except openai.APITimeoutError as exc:
             raise TranscriptionError("timed out") from exc
         except openai.APIConnectionError as exc:
@@ -79,7 +79,8 @@ class Transcriber:
         await self._client.close()
 
 
-def _reason(exc: openai.APIStatusError) -> str:
+def provider_reason(exc: openai.APIStatusError) -> str:
+    """The reason a provider gave for refusing, masked and short: fit for the log."""
     body = exc.body
     message = body.get("message") if isinstance(body, dict) else None
     if not message and isinstance(body, dict) and isinstance(body.get("error"), dict):

@@ -38,12 +38,12 @@ from memory.control.wipe import delete, hide
 from memory.keys import decode_key
 from memory.links import LinkTable
 from memory.media import MEDIA_DIR
-from memory.preferences import MEMORY_IN_GROUPS, TIMEZONE
+from memory.preferences import MEMORY_IN_GROUPS, TIMEZONE, VOICE
 from memory.reminders.records import DELIVERED, ReminderFile
 from memory.safefs import make_private_dir, read_bytes
 from memory.search import history_index
 from memory.store import VERSIONS_DIR, merged_memory
-from memory.usage import USAGE_FILE
+from memory.usage import SPEECH_FILE, USAGE_FILE
 from memory.workspace import KEY_FILE, SESSIONS_DIR, Workspace, Workspaces
 
 log = logging.getLogger(__name__)
@@ -234,6 +234,7 @@ def _merge_files(source: Workspace, target: Workspace) -> Merged:
     entries = _merge_history(source, target)
     files = sum(_move_folder(source.root / name, target.root / name) for name in _MOVED_FOLDERS)
     _merge_usage(source.root / USAGE_FILE, target.root / USAGE_FILE)
+    _merge_usage(source.root / SPEECH_FILE, target.root / SPEECH_FILE)  # spoken: alike
     _merge_usage(source.reminders.path, target.reminders.path)  # records: the same union
     _merge_usage(source.root / NOTICES_FILE, target.root / NOTICES_FILE)  # and again
     _merge_preferences(source, target)
@@ -299,7 +300,7 @@ def _merge_usage(source: Path, target: Path) -> None:
 
 
 def _merge_preferences(source: Workspace, target: Workspace) -> None:
-    for name in (MEMORY_IN_GROUPS, TIMEZONE):
+    for name in (MEMORY_IN_GROUPS, TIMEZONE, VOICE):
         theirs = source.preferences.get(name)
         if theirs is not None and target.preferences.get(name) is None:
             target.preferences.set(name, theirs)

@@ -8,7 +8,7 @@ update below `offset` (the bot's acknowledgement, recorded in `acked_offset`), h
 `sendMessage` checks what Telegram checks and the tests care about: the HTML markup (allowed tags,
 nesting, escaping), the 4096-character limit (UTF-16, after parsing), and that a private chat
 exists (the user started the bot). `sendDocument` takes a multipart upload (recorded in
-`documents`) and refuses one over the 50 MB a bot may upload. Files people send (`photo`,
+`documents`) and refuses one over the 50 MB a bot may upload; `sendVoice` alike (`voices`). Files people send (`photo`,
 `document`, `voice`, `audio`) are served the way the cloud Bot API serves them: `getFile` gives a
 `file_path` (and refuses a file over 20 MB: "file is too big"), then `GET /file/bot<token>/<path>`
 returns the bytes; both are recorded (`file_requests`, `downloads`). `press` plays a person
@@ -150,7 +150,7 @@ class Edit:
 
 @dataclass
 class Document:
-    """One file the bot sent with sendDocument."""
+    """One file the bot sent with sendDocument (or sendVoice)."""
 
     chat_id: int
     filename: str
@@ -184,6 +184,7 @@ class FakeTelegram:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.sent: list[Sent] = []
         self.documents: list[Document] = []
+        self.voices: list[Document] = []  # sent with sendVoice
         self.max_upload = 50 * 1000 * 1000
         self.max_download = 20 * 1000 * 1000  # what getFile serves on the cloud Bot API
         self.files: dict[str, StoredFile] = {}
@@ -640,6 +641,8 @@ class FakeTelegram:
             return _error(failure.status, failure.description, extra)
         if method.lower() == "senddocument":
             return await self._send_document(params, files)
+        if method.lower() == "sendvoice":
+            return await self._send_document(params, files, "voice")
         handler = getattr(self, f"_m_{method.lower()}", None)
         if handler is None:
             return _error(404, "Not Found")
@@ -649,32 +652,34 @@ class FakeTelegram:
         return response
 
     async def _send_document(
-        self, params: dict[str, Any], files: dict[str, tuple[str, bytes]]
+        self, params: dict[str, Any], files: dict[str, tuple[str, bytes]], kind: str = "document"
     ) -> web.Response:
         chat_id = int(params["chat_id"])
         if chat_id > 0 and chat_id not in self.started_users:
             return _error(403, "Forbidden: bot can't initiate conversation with a user")
-        if "document" not in files:
-            return _error(400, "Bad Request: there is no document in the request")
-        filename, data = files["document"]
+        if kind not in files:
+            return _error(400, f"Bad Request: there is no {kind} in the request")
+        filename, data = files[kind]
         if len(data) > self.max_upload:
             return _error(413, "Request Entity Too Large")
         self._next_message += 1
-        self.documents.append(Document(chat_id, filename, data, params))
+        (self.voices if kind == "voice" else self.documents).append(
+            Document(chat_id, filename, data, params)
+        )
         await self._notify()
         chat = {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"}
-        document = {
-            "file_id": f"doc{self._next_message}",
-            "file_unique_id": "d",
-            "file_name": filename,
-        }
+        sent: dict[str, Any] = {"file_id": f"doc{self._next_message}", "file_unique_id": "d"}
+        if kind == "voice":
+            sent.update(duration=1, mime_type="audio/ogg")
+        else:
+            sent["file_name"] = filename
         return _ok(
             {
                 "message_id": self._next_message,
                 "date": int(time.time()),
                 "chat": chat,
                 "from": self.bot,
-                "document": document,
+                kind: sent,
             }
         )
 
