@@ -168,6 +168,7 @@ _EMPHASIS = re.compile(
     r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])|(?<!\w)_(?=\S)([^_\n]+?)(?<=\S)_(?!\w)"
 )
 _HTML_TAG = re.compile(r"</?[a-zA-Z][^>\n]*>")
+_LEFT_BEHIND = re.compile(r" +([,.;:!?])")  # where an address was taken out
 _SENTENCE_END = re.compile(r"[.!?…](?:[\"')\]]*)(?=\s)")
 
 
@@ -188,10 +189,17 @@ def speakable(text: str) -> str:
     text = _STRONG.sub(r"\2", text)
     text = _EMPHASIS.sub(lambda m: m.group(1) or m.group(2), text)
     text = _HTML_TAG.sub("", text)
-    text = text.replace("|", ", ")
-    lines = [" ".join(line.split()) for line in text.splitlines()]
+    lines = [_LEFT_BEHIND.sub(r"\1", " ".join(_cells(line).split())) for line in text.splitlines()]
     text = "\n".join(lines)
     return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def _cells(line: str) -> str:
+    """A table's row read as its cells, one after the other."""
+    if "|" not in line:
+        return line
+    cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+    return ", ".join(cell for cell in cells if cell)
 
 
 def spoken_part(text: str, max_chars: int) -> str:
@@ -199,7 +207,7 @@ def spoken_part(text: str, max_chars: int) -> str:
     line's, a word's) and a word that the rest is in the text."""
     if len(text) <= max_chars:
         return text
-    room = max_chars - len(REST_IN_TEXT)
+    room = max_chars - len(REST_IN_TEXT) - 1  # and an ellipsis
     if room < 20:
         return text[:max_chars]
     window = text[: room + 1]

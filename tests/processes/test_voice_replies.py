@@ -139,19 +139,26 @@ async def test_voice_replies_on_telegram_as_a_process(
         await voices(3)
         assert (await answer(7)).text == "(answer to: it works again)"
 
+        # A person who takes no voice messages (a Telegram privacy setting) gets a file.
+        tg.fail_next("sendVoice", 400, "Bad Request: VOICE_MESSAGES_FORBIDDEN")
+        tg.dm(ANA, "no voice messages for me")
+        await tg.wait_until(lambda: len(tg.documents) == 1, STEP_TIMEOUT)
+        assert tg.documents[0].filename == "answer.ogg" and is_ogg_opus(tg.documents[0].data)
+        assert (await answer(8)).text == "(answer to: no voice messages for me)"
+
         # /voice off: not even a voice message is answered with a voice.
         tg.dm(ANA, "/voice off")
-        assert "Voice: off (your choice)" in (await answer(8)).text
+        assert "Voice: off (your choice)" in (await answer(9)).text
         requests = len(speech.requests)
         tg.voice(ANA, ogg(2), duration=2)
-        assert "Enjoy the sun!" in (await answer(9)).text
+        assert "Enjoy the sun!" in (await answer(10)).text
         assert len(speech.requests) == requests and len(tg.voices) == 3
     finally:
         await stopped(proc)
     home = tmp_path / "workspaces" / encode_key(f"telegram-{ANA}")
     assert json.loads((home / "preferences.json").read_text())["voice"] == "off"
     spoken_lines = (home / "speech.jsonl").read_text().splitlines()
-    assert len(spoken_lines) == 3  # what was read aloud is counted, per answer
+    assert len(spoken_lines) == 4  # what was read aloud is counted, per answer
 
 
 DM = 600

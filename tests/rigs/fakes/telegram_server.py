@@ -6,13 +6,14 @@ updates (`dm`, `group`, `edited`, `photo`); `getUpdates` works like Telegram's: 
 update below `offset` (the bot's acknowledgement, recorded in `acked_offset`), hands out at most
 `limit` of the rest, long-polling until one arrives; `redeliver` plays a lost acknowledgement.
 `sendMessage` checks what Telegram checks and the tests care about: the HTML markup (allowed tags,
-nesting, escaping), the 4096-character limit (UTF-16, after parsing), and that a private chat
-exists (the user started the bot). `sendDocument` takes a multipart upload (recorded in
-`documents`) and refuses one over the 50 MB a bot may upload; `sendVoice` alike (`voices`). Files people send (`photo`,
-`document`, `voice`, `audio`) are served the way the cloud Bot API serves them: `getFile` gives a
-`file_path` (and refuses a file over 20 MB: "file is too big"), then `GET /file/bot<token>/<path>`
-returns the bytes; both are recorded (`file_requests`, `downloads`). `press` plays a person
-pressing an inline-keyboard button of a sent message (a `callback_query` update).
+nesting, escaping), the 4096-character limit (UTF-16, after parsing), and that a private chat exists
+(the user started the bot). `sendDocument` takes a multipart upload (recorded in `documents`) and
+refuses one over the 50 MB a bot may upload; `sendVoice` alike (`voices`). Files people send
+(`photo`, `document`, `voice`, `audio`) are served the way the cloud Bot API serves them: `getFile`
+gives a `file_path` (and refuses a file over 20 MB: "file is too big"), then `GET
+/file/bot<token>/<path>` returns the bytes; both are recorded (`file_requests`, `downloads`).
+`press` plays a person pressing an inline-keyboard button of a sent message (a `callback_query`
+update).
 Answers being written: `sendMessageDraft` (private chats only, draft_id non-zero, the same markup
 and length checks; recorded in `drafts`, never kept: a person sees a draft only until the final
 message) and `editMessageText` (a message the bot sent in that chat; refused as Telegram refuses:
