@@ -35,6 +35,9 @@ MODES = (OFF, AUTO, ALWAYS)
 FILE_NAME = "answer.ogg"
 MIME = "audio/ogg"
 REST_IN_TEXT = " The rest is in the text."
+# Of an answer, the first max_chars × SCANNED characters are looked at for what to read aloud:
+# enough for code and links left out, and little time on the event loop for any answer.
+SCANNED = 16
 FAILED = (
     "(I couldn't read this answer aloud: my voice server did not answer. You have it as text, "
     "and I'll keep trying with the next answers.)"
@@ -100,7 +103,8 @@ class VoiceReplies:
     async def _follow(self, inbound: Inbound, said: str, out: Outbound) -> None:
         if self.speaker is None or not self.wanted(inbound):
             return
-        text = spoken_part(speakable(said), self.config.max_chars)
+        cap = self.config.max_chars
+        text = spoken_part(speakable(said[: cap * SCANNED]), cap)
         if not text:
             return
         user = inbound.user_key
@@ -151,23 +155,30 @@ class VoiceReplies:
 
 # ---- what is read aloud -----------------------------------------------------------------------
 
+# Every pattern looks at most a bounded span ahead of where it starts, so an answer of any size
+# (a hostile one full of "__" or "[") is read in linear time, not held on the event loop.
 _FENCED = re.compile(r"^ {0,3}(```|~~~).*?(?:^ {0,3}\1[^\n]*$|\Z)", re.M | re.S)
-_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
-_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
-_AUTOLINK = re.compile(r"<(?:https?|mailto|ftp):[^>\s]*>", re.I)
+_IMAGE = re.compile(r"!\[([^\[\]\n]{0,200})\]\([^()\s]{0,2000}\)")
+_LINK = re.compile(r"\[([^\[\]\n]{1,200})\]\([^()\s]{0,2000}\)")
+_AUTOLINK = re.compile(r"<(?:https?|mailto|ftp):[^<>\s]{0,2000}>", re.I)
 _URL = re.compile(r"\b(?:https?://|ftp://|www\.)[^\s<>()\[\]]+", re.I)
-_INLINE_CODE = re.compile(r"`+([^`\n]*)`+")
+_INLINE_CODE = re.compile(r"`{1,3}([^`\n]{0,200})`{1,3}")
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+", re.M)
 _QUOTE = re.compile(r"^ {0,3}>[ \t]?", re.M)
 _BULLET = re.compile(r"^[ \t]*[-*+][ \t]+", re.M)
 _RULE = re.compile(r"^ {0,3}(?:[-*_][ \t]*){3,}$", re.M)
 _CELL_RULE = r"[ \t]*:?-{2,}:?[ \t]*"
 _TABLE_LINE = re.compile(rf"^[ \t]*\|?{_CELL_RULE}(?:\|{_CELL_RULE})*\|?[ \t]*$", re.M)
-_STRONG = re.compile(r"(\*\*|__|~~)(?=\S)(.+?)(?<=\S)\1", re.S)
-_EMPHASIS = re.compile(
-    r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])|(?<!\w)_(?=\S)([^_\n]+?)(?<=\S)_(?!\w)"
+_STRONG = re.compile(
+    r"\*\*(?=\S)([^*\n]{1,200}?)(?<=\S)\*\*"
+    r"|__(?=\S)([^_\n]{1,200}?)(?<=\S)__"
+    r"|~~(?=\S)([^~\n]{1,200}?)(?<=\S)~~"
 )
-_HTML_TAG = re.compile(r"</?[a-zA-Z][^>\n]*>")
+_EMPHASIS = re.compile(
+    r"(?<![\w*])\*(?=\S)([^*\n]{1,200}?)(?<=\S)\*(?![\w*])"
+    r"|(?<!\w)_(?=\S)([^_\n]{1,200}?)(?<=\S)_(?!\w)"
+)
+_HTML_TAG = re.compile(r"</?[a-zA-Z][^<>\n]{0,200}>")
 _LEFT_BEHIND = re.compile(r" +([,.;:!?])")  # where an address was taken out
 _SENTENCE_END = re.compile(r"[.!?…](?:[\"')\]]*)(?=\s)")
 
@@ -186,12 +197,17 @@ def speakable(text: str) -> str:
     text = _HEADING.sub("", text)
     text = _QUOTE.sub("", text)
     text = _BULLET.sub("", text)
-    text = _STRONG.sub(r"\2", text)
-    text = _EMPHASIS.sub(lambda m: m.group(1) or m.group(2), text)
+    text = _STRONG.sub(_inner, text)
+    text = _EMPHASIS.sub(_inner, text)
     text = _HTML_TAG.sub("", text)
     lines = [_LEFT_BEHIND.sub(r"\1", " ".join(_cells(line).split())) for line in text.splitlines()]
     text = "\n".join(lines)
     return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def _inner(match: re.Match[str]) -> str:
+    """What a pair of marks holds (whichever alternative matched)."""
+    return next(group for group in match.groups() if group is not None)
 
 
 def _cells(line: str) -> str:

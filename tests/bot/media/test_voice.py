@@ -72,8 +72,14 @@ def test_speech_counts_survive_a_torn_line(tmp_path: Path) -> None:
 @pytest.fixture
 async def speech() -> AsyncIterator[FakeSpeech]:
     server = await FakeSpeech().start()
+    made.clear()
     yield server
+    for replies in made:
+        await replies.aclose()
     await server.stop()
+
+
+made: list[VoiceReplies] = []  # closed after each test (their clients' connections)
 
 
 def voices(
@@ -88,7 +94,9 @@ def voices(
         timeout_s=config.timeout_s,
         max_retries=0,
     )
-    return VoiceReplies(config, speaker, Workspaces(tmp_path), lambda key: key in admins)
+    replies = VoiceReplies(config, speaker, Workspaces(tmp_path), lambda key: key in admins)
+    made.append(replies)
+    return replies
 
 
 def message(voice: bool = False, user: str = USER) -> Inbound:
