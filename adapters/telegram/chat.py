@@ -100,7 +100,8 @@ class TelegramChat:
     async def conclude(self) -> list[str]:
         assert self._answer is not None
         await self._answer.conclude()
-        await send_files(self.bot, self.place.chat_id, self._answer.reply.files, self.upload_limit)
+        files, place = self._answer.reply.files, self.place
+        await send_files(self.bot, place.chat_id, files, self.upload_limit, thread=place.thread)
         return [f"{self.place.chat_id}:{i}" for i in self._answer.surface.ids]
 
     async def send_privately(self, reply: Reply) -> bool:
@@ -118,27 +119,34 @@ class TelegramChat:
         return f"Open one with me (https://t.me/{self.username}), press Start, then ask again."
 
 
-async def send_files(bot: Bot, chat_id: int, files: tuple[OutFile, ...], upload_limit: int) -> None:
-    """Each file as a document, an answer read aloud as a voice message; one over the Bot API's
-    upload limit is named instead."""
+async def send_files(
+    bot: Bot,
+    chat_id: int,
+    files: tuple[OutFile, ...],
+    upload_limit: int,
+    *,
+    thread: int | None = None,
+) -> None:
+    """Each file as a document, an answer read aloud as a voice message (in the forum topic of
+    its text); one over the Bot API's upload limit is named instead."""
     for file in files:
         size = file.size()
         if size > upload_limit:
             notice = too_large_notice(file, size, upload_limit, "Telegram")
             await send_text(bot, chat_id, notice, markup=False)
             continue
-        if file.voice and await _send_voice(bot, chat_id, file):
+        if file.voice and await _send_voice(bot, chat_id, file, thread):
             continue
         await _send_document(bot, chat_id, InputFile(file.read(), filename=file.name))
 
 
-async def _send_voice(bot: Bot, chat_id: int, file: OutFile) -> bool:
+async def _send_voice(bot: Bot, chat_id: int, file: OutFile, thread: int | None) -> bool:
     """sendVoice (OGG/Opus); False when the person accepts no voice messages (a privacy setting
     of theirs), so that it goes as a file instead. Refused otherwise, it is logged and left:
     the answer's text is sent already, and is the answer."""
     voice = InputFile(file.read(), filename=file.name)
     try:
-        await flood_safe(lambda: bot.send_voice(chat_id, voice))
+        await flood_safe(lambda: bot.send_voice(chat_id, voice, message_thread_id=thread))
     except BadRequest as exc:
         if "VOICE_MESSAGES_FORBIDDEN" in exc.message.upper():
             log.info("telegram: chat %s takes no voice messages; sending a file", chat_id)

@@ -26,6 +26,7 @@ from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram, Sent
 from tests.rigs.media import ogg
 
 ANA = 42
+GROUP = -100777
 MARKDOWN_ANSWER = (
     "**Sunny** all day. See [the forecast](https://weather.example/lyon) or run `forecast`:\n"
     "```python\nprint(forecast('Lyon'))\n```\n"
@@ -125,6 +126,13 @@ async def test_voice_replies_on_telegram_as_a_process(
         assert len(spoken) <= 200 and spoken.endswith(" The rest is in the text.")
         assert spoken.startswith("Sentence number 0 is about the weather in Lyon.")
         assert len(speech.requests) == 2  # "hello there" was not spoken
+        # In a group's forum topic, the voice follows the text into the topic.
+        tg.group(GROUP, ANA, "@lightgrep_bot the weather here?", topic=7)
+        await tg.wait_until(lambda: len(tg.voices) >= 3, STEP_TIMEOUT)
+        [in_topic] = tg.sent_to(GROUP)
+        assert in_topic.params.get("message_thread_id") == "7"
+        assert tg.voices[2].chat_id == GROUP
+        assert tg.voices[2].params.get("message_thread_id") == "7"
 
         # The speech server fails: the text answer is whole, the person told once.
         speech.queue(Status(500, {"error": {"message": "overloaded"}}))
@@ -136,7 +144,7 @@ async def test_voice_replies_on_telegram_as_a_process(
         tg.dm(ANA, "second while it is down")
         assert (await answer(6)).text == "(answer to: second while it is down)"  # not again
         tg.dm(ANA, "it works again")
-        await voices(3)
+        await voices(4)
         assert (await answer(7)).text == "(answer to: it works again)"
 
         # A person who takes no voice messages (a Telegram privacy setting) gets a file.
@@ -152,13 +160,13 @@ async def test_voice_replies_on_telegram_as_a_process(
         requests = len(speech.requests)
         tg.voice(ANA, ogg(2), duration=2)
         assert "Enjoy the sun!" in (await answer(10)).text
-        assert len(speech.requests) == requests and len(tg.voices) == 3
+        assert len(speech.requests) == requests and len(tg.voices) == 4
     finally:
         await stopped(proc)
     home = tmp_path / "workspaces" / encode_key(f"telegram-{ANA}")
     assert json.loads((home / "preferences.json").read_text())["voice"] == "off"
     spoken_lines = (home / "speech.jsonl").read_text().splitlines()
-    assert len(spoken_lines) == 4  # what was read aloud is counted, per answer
+    assert len(spoken_lines) == 5  # what was read aloud is counted, per answer
 
 
 DM = 600
