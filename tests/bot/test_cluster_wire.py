@@ -310,3 +310,12 @@ def test_a_copy_is_refused_and_a_redelivery_taken() -> None:
     late = receiver.refusal("message", _delivered("lightgrep.in.3", stale, body, seq=9, late_s=61))
     assert late is not None and late.reason == "replayed"
     assert Signer("x" * 40).refusal("message", _delivered("lightgrep.in.3", headers, body))
+
+
+async def test_an_answer_read_aloud_crosses_as_a_voice() -> None:
+    """Between a worker and an ingress, a voice reply stays a voice (Telegram's sendVoice)."""
+    voice = OutFile("answer.ogg", "audio/ogg", data=b"OggS opus", voice=True)
+    calls = [wire.call("begin", False), wire.call("attach_file", voice), wire.call("finish")]
+    out = BufferedOutbound()
+    await wire.replay(wire.decode_calls(wire.encode_calls(calls)), out)
+    assert out.reply.files == (voice,)

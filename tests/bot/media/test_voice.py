@@ -10,12 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import VoiceConfig
+from bot.agent.agent import Agent
+from bot.config import Config, LLMConfig, MemoryConfig, VoiceConfig
 from bot.inbound import Attachment, Inbound
 from bot.media.speech import Speaker
 from bot.media.voice import FAILED, REST_IN_TEXT, VoiceReplies, speakable, spoken_part
 from bot.outbound import BufferedOutbound, Reply
 from memory import clock
+from memory.control.link import merge
+from memory.links import LinkTable
 from memory.preferences import VOICE
 from memory.usage import SPEECH_FILE, SpeechLog
 from memory.workspace import Workspaces
@@ -176,3 +179,56 @@ async def test_a_failing_speech_server_leaves_the_text_and_tells_once(
     # Failing again after a success: told again.
     speech.queue(item)
     assert FAILED in (await answered(replies, typed, "Down again.")).text
+
+
+def test_the_choice_and_the_count_follow_a_link(tmp_path: Path) -> None:
+    """/link: the joining account's /voice choice and what it had read aloud today move into
+    the shared memory (kept where the other made no choice; counts added)."""
+    workspaces = Workspaces(tmp_path)
+    joining, staying = workspaces.get("discord-7"), workspaces.get(USER)
+    joining.preferences.set(VOICE, "always")
+    SpeechLog(joining.root / SPEECH_FILE).record(300)
+    SpeechLog(staying.root / SPEECH_FILE).record(200)
+    merge(workspaces, LinkTable(tmp_path), "discord-7", USER)
+    shared = Workspaces(tmp_path).get(USER)
+    assert shared.preferences.get(VOICE) == "always"
+    assert SpeechLog(shared.root / SPEECH_FILE).day(clock.now().date()) == 500
+
+
+async def test_voice_says_so_where_the_operator_set_up_none(tmp_path: Path) -> None:
+    config = Config(
+        llm=LLMConfig(base_url="http://127.0.0.1:9/v1", model="m"),
+        memory=MemoryConfig(workspaces_dir=tmp_path),
+    )
+    agent = Agent(config)
+    try:
+        out = BufferedOutbound()
+        await agent.handle(Inbound("telegram", "telegram:dm:42", USER, "/voice always"), out)
+    finally:
+        await agent.aclose()
+    assert "its operator has not set up a voice" in out.reply.text
+    assert Workspaces(tmp_path).get(USER).preferences.get(VOICE) is None  # nothing kept
+
+
+async def test_voice_without_a_word_shows_the_mode_and_the_day(
+    speech: FakeSpeech, tmp_path: Path
+) -> None:
+    config = Config(
+        llm=LLMConfig(base_url="http://127.0.0.1:9/v1", model="m"),
+        memory=MemoryConfig(workspaces_dir=tmp_path),
+        voice=VoiceConfig(enabled=True, base_url=speech.base_url, chars_per_day=5000),
+    )
+    agent = Agent(config)
+    SpeechLog(Workspaces(tmp_path).get(USER).root / SPEECH_FILE).record(1234)
+    try:
+        said = []
+        for text in ("/voice", "/voice loud", "/voice default"):
+            out = BufferedOutbound()
+            await agent.handle(Inbound("telegram", "telegram:dm:42", USER, text), out)
+            said.append(out.reply.text)
+    finally:
+        await agent.aclose()
+    assert said[0].startswith("Voice: auto (the bot's setting)")
+    assert "Read aloud today: 1,234 of your 5,000 characters" in said[0]
+    assert said[1].startswith("I didn't understand that.")
+    assert said[2].startswith("Voice: auto (the bot's setting)")
