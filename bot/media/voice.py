@@ -226,7 +226,7 @@ def spoken_part(text: str, max_chars: int) -> str:
     room = max_chars - len(REST_IN_TEXT) - 1  # and an ellipsis
     if room < 20:
         return text[:max_chars]
-    window = text[: room + 1]
+    window = text[: room + 1]  # the space after a sentence that ends at `room`
     ends = [m.end() for m in _SENTENCE_END.finditer(window)]
     cut = ends[-1] if ends and ends[-1] > room // 3 else 0
     if not cut:
