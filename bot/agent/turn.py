@@ -477,7 +477,7 @@ class Turns:
         if self.policy.due(self.policy.estimate(prompt.frozen(), session)):
             await out.notice(CONSOLIDATING)
         self.policy.after_turn(workspace, session, prompt)
-        return Answered(text, said=text)
+        return Answered(text, said=text.removesuffix(f"\n\n{PICTURES_REFUSED}"))  # no note aloud
 
     def _too_long(
         self, user_message: dict[str, Any], workspace: Workspace, place: Place
