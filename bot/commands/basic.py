@@ -112,6 +112,10 @@ async def cmd_usage(ctx: CommandContext, args: str) -> str:
         f"Today ({report.day}, UTC): {_tokens(report.today)}{_cost(report.today_cost)}.",
         f"This month ({report.month_name}): {_tokens(report.month)}{_cost(report.month_cost)}.",
     ]
+    voice = ctx.voice if ctx.voice is not None and ctx.voice.enabled else None
+    if voice is not None:  # the speech server counts characters, not tokens (bot/media/voice.py)
+        spoken = voice.spoken_today(ctx.inbound.user_key)
+        lines.append(f"Read aloud today: {spoken:,} characters (/voice).")
     if report.admin:
         lines.append("You are an admin of this bot: no limits apply to you.")
     else:
@@ -130,6 +134,8 @@ async def cmd_usage(ctx: CommandContext, args: str) -> str:
             if cap and spent is not None:
                 remaining = max(Decimal(0), Decimal(repr(cap)) - spent.amount)
                 limits.append(f"{money(cap)} {every} ({money(remaining)} left; it resets {resets})")
+        if voice is not None and voice.config.chars_per_day:
+            limits.append(f"{voice.config.chars_per_day:,} characters read aloud a day")
         if report.messages_per_minute:
             limits.append(f"{report.messages_per_minute} messages a minute, commands included")
         if report.heavy_commands_per_hour:

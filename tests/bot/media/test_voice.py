@@ -222,7 +222,7 @@ async def test_voice_without_a_word_shows_the_mode_and_the_day(
     SpeechLog(Workspaces(tmp_path).get(USER).root / SPEECH_FILE).record(1234)
     try:
         said = []
-        for text in ("/voice", "/voice loud", "/voice default"):
+        for text in ("/voice", "/voice loud", "/voice default", "/usage"):
             out = BufferedOutbound()
             await agent.handle(Inbound("telegram", "telegram:dm:42", USER, text), out)
             said.append(out.reply.text)
@@ -232,3 +232,5 @@ async def test_voice_without_a_word_shows_the_mode_and_the_day(
     assert "Read aloud today: 1,234 of your 5,000 characters" in said[0]
     assert said[1].startswith("I didn't understand that.")
     assert said[2].startswith("Voice: auto (the bot's setting)")
+    assert "Read aloud today: 1,234 characters (/voice)." in said[3]
+    assert "5,000 characters read aloud a day" in said[3]
