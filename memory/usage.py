@@ -228,22 +228,40 @@ SPEECH_FILE = "speech.jsonl"  # characters read aloud (voice replies): not token
 class SpeechLog:
     """Characters a person had read aloud ([voice]), summed per UTC day, kept beside usage.jsonl
     but apart from it (the speech server counts characters, the model tokens). One appended line
-    per answer spoken, `{"at", "chars"}`; a torn last line is skipped when read."""
+    per answer spoken, `{"at", "chars"}`; a torn last line is skipped when read. As in usage.jsonl,
+    from COMPACT_AFTER_LINES lines on, or once days before the previous month are held, the next
+    record first folds the file into a line per day (`{"day", "chars"}`) from the previous
+    month on, atomically: the file stays small however long the person talks."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._days: dict[date, int] | None = None
+        self._lines = 0
 
     def record(self, chars: int, when: datetime | None = None) -> None:
         """Add one spoken answer. Raises OSError when it cannot be written (nothing is torn)."""
         moment = clock.as_utc(when or clock.now())
         days = self._load()
+        first = _month_start(moment.date(), months_back=1)
+        if self._lines >= COMPACT_AFTER_LINES or any(day < first for day in days):
+            days = self._compact(first)
         line = {"at": clock.iso(moment), "chars": chars}
         append_line(self.path, json.dumps(line).encode("ascii") + b"\n", PRIVATE_FILE_MODE)
         days[moment.date()] = days.get(moment.date(), 0) + chars
+        self._lines += 1
 
     def day(self, when: date) -> int:
         return self._load().get(when, 0)
+
+    def _compact(self, first: date) -> dict[date, int]:
+        days = {day: chars for day, chars in self._load().items() if day >= first}
+        text = "".join(
+            json.dumps({"day": day.isoformat(), "chars": chars}) + "\n"
+            for day, chars in sorted(days.items())
+        )
+        atomic_write_text(self.path, text)
+        self._days, self._lines = days, len(days)
+        return days
 
     def _load(self) -> dict[date, int]:
         if self._days is None:
@@ -252,15 +270,20 @@ class SpeechLog:
                 raw = read_bytes(self.path)
             except FileNotFoundError:
                 raw = b""
-            for line in raw.splitlines():
+            lines = raw.splitlines()
+            for line in lines:
                 try:
                     record: Any = json.loads(line)
-                    moment = clock.parse(record["at"])
+                    if "day" in record:
+                        day = date.fromisoformat(record["day"])
+                    else:
+                        moment = clock.parse(record["at"])
+                        if moment is None:
+                            continue
+                        day = clock.as_utc(moment).date()
                     chars = _count(record["chars"])
-                except (ValueError, TypeError, KeyError):
+                except (ValueError, TypeError, KeyError, AttributeError):
                     continue  # a torn or foreign line
-                if moment is not None:
-                    day = clock.as_utc(moment).date()
-                    days[day] = days.get(day, 0) + chars
-            self._days = days
+                days[day] = days.get(day, 0) + chars
+            self._days, self._lines = days, len(lines)
         return self._days

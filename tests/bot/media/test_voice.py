@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from memory import clock
 from memory.control.link import merge
 from memory.links import LinkTable
 from memory.preferences import VOICE
-from memory.usage import SPEECH_FILE, SpeechLog
+from memory.usage import COMPACT_AFTER_LINES, SPEECH_FILE, SpeechLog
 from memory.workspace import Workspaces
 from tests.rigs.fakes.openai_server import Delay, Status
 from tests.rigs.fakes.speech_server import FakeSpeech, is_ogg_opus
@@ -70,6 +71,21 @@ def test_speech_counts_survive_a_torn_line(tmp_path: Path) -> None:
     again.record(50)
     assert SpeechLog(path).day(today) == 150
     assert path.read_bytes().endswith(b', "chars": 50}\n')
+
+
+def test_the_speech_count_stays_small_however_long_one_talks(tmp_path: Path) -> None:
+    """Folded into a line per day from the previous month on, as usage.jsonl is: a person who
+    has been read aloud to for years costs a small file and a quick first read."""
+    path = tmp_path / SPEECH_FILE
+    log = SpeechLog(path)
+    start = datetime(2024, 1, 1, 9, tzinfo=UTC)
+    for number in range(COMPACT_AFTER_LINES + 10):  # ~14 years of a voice reply a day
+        log.record(100, when=start + timedelta(days=number))
+    now = start + timedelta(days=COMPACT_AFTER_LINES + 9)
+    assert len(path.read_bytes().splitlines()) < 80
+    again = SpeechLog(path)
+    assert again.day(now.date()) == 100
+    assert again.day((now - timedelta(days=20)).date()) == 100
 
 
 @pytest.fixture
