@@ -9,20 +9,22 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from bot.chats import ChatBook
 from bot.commands.confirm import Confirmations
 from bot.commands.linking import LinkPort
 from bot.inbound import Inbound
 from bot.limits import UsageReport
-from bot.media.voice import VoiceReplies
 from bot.outbound import Reply
 from bot.reminders.desk import PersonReminders
 from bot.reminders.groupdesk import GroupReminders
 from memory.control.versions import HeldUpdate
 from memory.session import Session
 from memory.workspace import Workspace
+
+if TYPE_CHECKING:  # its speech client loads openai, which /memory and /recall never need
+    from bot.media.voice import VoiceReplies
 
 # What /new did: "started" (the old conversation is being filed), "fresh" (there was nothing to
 # file), "waits" (the filing waits until the person's token limit lets the model be asked).
