@@ -142,6 +142,16 @@ class Limits:
             text += "usage."
         return Refusal(spent.kind, f"I had to stop before finishing: {text}")
 
+    def reminder_call(self, user_key: str) -> Refusal | None:
+        """Refuse this call of the model's `remind` tool, or count it: the model's reminder
+        changes share the person's /remind budget, or a message could set hundreds."""
+        if self.is_admin(user_key):
+            return None
+        refusal = self._reminders_per_minute(user_key)
+        if refusal is None and self.config.reminder_commands_per_minute:
+            self._reminding.setdefault(user_key, deque()).append(self._monotonic())
+        return refusal
+
     def outside_call(self, user_key: str) -> Refusal | None:
         """Refuse this call of a tool that reaches outside the bot, or count it."""
         if self.is_admin(user_key):

@@ -422,6 +422,7 @@ class Turns:
                 outside=Outside(
                     self.attachments.pdfs, self.limits, self.window.budget.prompt_limit
                 ),
+                limits=self.limits,
             )
             if outside_in(session.unconsolidated()):
                 turn.edits.read_outside("something from the web earlier in this conversation")

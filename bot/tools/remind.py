@@ -7,6 +7,7 @@ public it may only set one: the list could show private ones.
 
 from __future__ import annotations
 
+from bot.observe.metrics import count_limit_refusal
 from bot.tools.tool import REMINDERS, Arguments, Offer, Tool, ToolTurn
 
 FULL = Offer(
@@ -62,6 +63,10 @@ async def run(turn: ToolTurn, args: Arguments) -> str:
     (times in their zone)."""
     desk = turn.reminders
     action = args.get("action")
+    refusal = turn.limits.reminder_call(turn.workspace.user_key) if turn.limits else None
+    if refusal is not None:
+        count_limit_refusal(refusal.kind)
+        return f"Error: {refusal.text}"
     if action == "set":
         when, what = args.get("when"), args.get("what")
         if not isinstance(when, str) or not isinstance(what, str):

@@ -83,7 +83,8 @@ class ToolTurn:
     of the message), fixed when the turn starts. `public`: a group turn whose answer everyone
     reads and which must not see the person's memory; `group`: any group chat. `room`:
     MEMORY.md's budget (a real turn's consolidator; None: not bounded). `outside`: what the
-    tools reaching outside use (None: they are not offered)."""
+    tools reaching outside use (None: they are not offered). `limits`: the person's
+    per-minute reminder budget, which `remind` shares with /remind (None: not counted)."""
 
     workspace: Workspace
     reminders: PersonReminders
@@ -93,6 +94,7 @@ class ToolTurn:
     room: MemoryRoom | None = None
     group: bool = False
     outside: Outside | None = None
+    limits: Limits | None = None
     edits: TurnEdits = field(init=False)  # the turn's MEMORY.md edits and their guard
 
     def __post_init__(self) -> None:

@@ -27,7 +27,7 @@ from memory import clock
 from memory.reminders.records import ReminderFile
 from tests.rigs.agent import ask, make_agent
 from tests.rigs.agent import dm as private_message
-from tests.rigs.fakes.openai_server import FakeOpenAI, completion
+from tests.rigs.fakes.openai_server import FakeOpenAI, completion, tool_call
 
 ROOT = Path(__file__).resolve().parents[3]
 # What another person may wait beyond their slowest unloaded answer: far above the 0.5 s the
@@ -153,6 +153,31 @@ async def test_a_remind_flood_meets_the_limit_with_a_clear_answer(
     assert len(ReminderFile(workspaces_dir / "telegram-42").load()) == 20  # nothing more set
     other = await ask(agent, dm("43", "/remind in 1 hour mine"))  # one person's budget only
     assert other.text.startswith("OK")
+    await agent.aclose()
+
+
+async def test_the_models_remind_calls_share_the_persons_reminder_budget(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Two messages whose model calls `remind` 15 and 10 times (16 calls is a turn's most) set
+    20, the /remind budget of the minute, and /remind is then refused too: before, the tool was
+    not counted at all, so messages (or a page the model read) could set hundreds."""
+    agent = make_agent(fake_llm, workspaces_dir)  # [limits] as shipped: 20 a minute
+
+    async def calls_remind(times: int) -> list[str]:
+        sets = [{"action": "set", "when": "in 1 hour", "what": f"tea {n}"} for n in range(times)]
+        fake_llm.queue(completion(None, [tool_call("remind", one) for one in sets]))
+        fake_llm.queue(completion("Done."))
+        await ask(agent, dm("42", f"remind me of tea {times} times"))
+        return [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
+
+    first, second = await calls_remind(15), await calls_remind(10)
+    refusal = "Error: You're changing reminders faster than I take them"
+    assert not [r for r in first if r.startswith("Error")], first
+    assert [r.startswith(refusal) for r in second[-10:]] == [False] * 5 + [True] * 5, second
+    assert len(ReminderFile(workspaces_dir / "telegram-42").load()) == 20
+    by_hand = await ask(agent, dm("42", "/remind in 1 hour one more"))
+    assert by_hand.text.startswith("You're changing reminders faster"), by_hand.text
     await agent.aclose()
 
 
