@@ -188,13 +188,9 @@ class UsageLog:
 def _parse(line: bytes) -> tuple[date, str, Totals] | None:
     try:
         record: Any = json.loads(line)
-        if "day" in record:
-            day = date.fromisoformat(record["day"])
-        else:
-            moment = clock.parse(record["at"])
-            if moment is None:
-                return None
-            day = clock.as_utc(moment).date()
+        day = _day_of(record)
+        if day is None:
+            return None
         model = record.get("model", UNNAMED)
         if not isinstance(model, str):
             return None
@@ -208,6 +204,15 @@ def _parse(line: bytes) -> tuple[date, str, Totals] | None:
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
     return day, model, totals
+
+
+def _day_of(record: Any) -> date | None:
+    """The UTC day of a record: a folded line's "day", or the day of a call's "at" (None: a time
+    that does not parse). Raises on a record of another shape, as the callers expect."""
+    if "day" in record:
+        return date.fromisoformat(record["day"])
+    moment = clock.parse(record["at"])
+    return None if moment is None else clock.as_utc(moment).date()
 
 
 def _count(value: Any) -> int:
@@ -274,16 +279,11 @@ class SpeechLog:
             for line in lines:
                 try:
                     record: Any = json.loads(line)
-                    if "day" in record:
-                        day = date.fromisoformat(record["day"])
-                    else:
-                        moment = clock.parse(record["at"])
-                        if moment is None:
-                            continue
-                        day = clock.as_utc(moment).date()
+                    day = _day_of(record)
                     chars = _count(record["chars"])
                 except (ValueError, TypeError, KeyError, AttributeError):
                     continue  # a torn or foreign line
-                days[day] = days.get(day, 0) + chars
+                if day is not None:
+                    days[day] = days.get(day, 0) + chars
             self._days, self._lines = days, len(lines)
         return self._days
