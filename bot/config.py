@@ -93,6 +93,12 @@ class LLMConfig(Section):
     max_image_bytes_in_context: int = setting(20_000_000, rule=POSITIVE_INT)
     # What one picture counts for in the prompt-size estimate (providers count them differently).
     image_tokens: int = setting(765, rule=POSITIVE_INT)
+    # With [[llm.fallback]] endpoints (bot/llm/chain.py): an endpoint failing this many calls in
+    # a row is passed over for breaker_cooldown_s, then tried again with one call.
+    breaker_failures: int = setting(3, rule=POSITIVE_INT)
+    breaker_cooldown_s: float = setting(
+        30.0, rule=Rule("a positive number of seconds", lambda v: v > 0)
+    )
 
 
 @dataclass(repr=False)
@@ -307,6 +313,82 @@ class Price:
 PRICE_KEYS = ("input", "output", "cached_input")
 
 
+@dataclass(frozen=True, repr=False)
+class Endpoint:
+    """One more OpenAI-compatible endpoint of a chain: a `[[llm.fallback]]` (tried in order when
+    the ones before it fail) or a `[[consolidation.endpoints]]`. Its key is read from the
+    environment variable `api_key_env` names, never written in the file; its price is the
+    [prices] entry of its model."""
+
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api_key: str | None = None  # read from api_key_env
+    context_window_tokens: int | None = None  # None: as large as the prompt [llm] is sized for
+    max_output_tokens: int | None = None
+    vision: bool = False
+    timeout_s: float = 60.0
+    max_retries: int = 2
+
+    def __repr__(self) -> str:
+        return f"Endpoint(model={self.model!r}, base_url={self.base_url!r})"
+
+
+# An endpoint's keys: (kind, what a valid value is, the check).
+ENDPOINT_KEYS: dict[str, tuple[type, str, typing.Callable[[Any], bool]]] = {
+    "model": (str, "a non-empty string", lambda v: bool(v.strip())),
+    "base_url": (str, "a URL starting with http:// or https://", lambda v: _is_http(v)),
+    "api_key_env": (
+        str,
+        "an environment variable's name",
+        lambda v: re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v) is not None,
+    ),
+    "context_window_tokens": (int, "a positive integer", lambda v: v > 0),
+    "max_output_tokens": (int, "a positive integer", lambda v: v > 0),
+    "vision": (bool, "true or false", lambda v: True),
+    "timeout_s": (float, "a positive number of seconds", lambda v: v > 0),
+    "max_retries": (int, "an integer of 0 or more", lambda v: v >= 0),
+}
+
+
+def _is_http(value: str) -> bool:
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError:
+        return False
+    return parts.scheme in HTTP and bool(parts.hostname)
+
+
+def parse_endpoints(where: str, items: Any, env: Mapping[str, str]) -> list[Endpoint]:
+    """`[[…]]` tables of endpoints, checked key by key (errors name the table, its number and
+    the key); each key read from the variable its api_key_env names."""
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise ConfigError(f"{where} must be tables: [[{where.strip('[]')}]] with model = …")
+    endpoints = []
+    for number, item in enumerate(items, 1):
+        here = f"{where} #{number}"
+        for key, value in item.items():
+            if key not in ENDPOINT_KEYS:
+                hint = _suggest(key, ENDPOINT_KEYS, repr)
+                raise ConfigError(f"{here}: unknown key {key!r}{hint}")
+            kind, text, check = ENDPOINT_KEYS[key]
+            fits = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                fits, value = True, float(value)
+            if not fits or not check(value):
+                raise ConfigError(f"{here} {key} must be {text}, got {value!r}")
+            item = {**item, key: value}
+        if "model" not in item:
+            raise ConfigError(f"{here} has no model")
+        name = item.get("api_key_env")
+        key_value = env.get(name, "").strip() or None if name else None
+        if name and key_value is None:
+            raise ConfigError(f"{here} api_key_env: the environment has no {name}")
+        endpoints.append(Endpoint(**item, api_key=key_value))
+    return endpoints
+
+
 def is_host_port(value: str) -> bool:
     """ "host:port" (an IPv6 host in brackets), port 1-65535."""
     host, _, port = value.rpartition(":")
@@ -424,6 +506,10 @@ class Config:
     platforms: dict[str, Any] = field(default_factory=dict)
     # [prices]: a model's name (as [llm] model names it) → what its tokens cost.
     prices: dict[str, Price] = field(default_factory=dict)
+    # [[llm.fallback]]: the endpoints tried in order after [llm]'s (bot/llm/chain.py).
+    fallbacks: list[Endpoint] = field(default_factory=list)
+    # [[consolidation.endpoints]]: the chain consolidation asks; empty: the chat's.
+    consolidation: list[Endpoint] = field(default_factory=list)
     source: Path | None = None  # the file it was loaded from; None: defaults + environment
 
     def sections(self) -> dict[str, Section]:
@@ -438,7 +524,9 @@ class Config:
 
     def secrets(self) -> list[str]:
         """Every secret value set in any section (API key, plugins' tokens), for the redactor."""
-        return [value for section in self.sections().values() for value in section.secrets()]
+        sections = [value for section in self.sections().values() for value in section.secrets()]
+        keys = [e.api_key for e in (*self.fallbacks, *self.consolidation) if e.api_key]
+        return sections + keys
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{name}={section!r}" for name, section in self.sections().items())
@@ -450,6 +538,8 @@ class Config:
 
 
 PRICES = "prices"  # [prices]: keyed by model name, so not a Section (Loader._prices reads it)
+FALLBACK = "fallback"  # [[llm.fallback]]: tables in [llm], read by parse_endpoints
+CONSOLIDATION = "consolidation"  # [[consolidation.endpoints]], read by parse_endpoints
 
 
 def section_types(plugins: Mapping[str, PlatformPlugin] | None = None) -> dict[str, type[Section]]:
@@ -501,6 +591,7 @@ def load_config(
     if path is not None:
         loader.apply_file(_read_toml(path))
     loader.apply_env(env)
+    loader.read_endpoints(env)
     loader.resolve_workspaces(env, check_writable=writer)
     loader.validate()
     logsafe.hide(*loader.config.secrets())
@@ -651,6 +742,7 @@ class _Loader:
         self.kinds = {name: self._kinds_of(name, cls) for name, cls in self.types.items()}
         # (section, key) → where its value came from, for error messages.
         self.origin: dict[tuple[str, str], str] = {}
+        self.endpoint_tables: dict[str, Any] = {}  # [[llm.fallback]], [[consolidation.…]]
 
     def _kinds_of(self, name: str, cls: type) -> dict[str, tuple[Any, bool]]:
         kinds = _field_kinds(cls)
@@ -687,6 +779,19 @@ class _Loader:
             if name == PRICES:
                 self.config.prices = self._prices(table)
                 continue
+            if name == CONSOLIDATION:
+                unknown = (
+                    [key for key in table if key != "endpoints"] if isinstance(table, dict) else []
+                )
+                if not isinstance(table, dict) or unknown:
+                    raise ConfigError(
+                        f"{self.label}: [consolidation] holds only [[consolidation.endpoints]]"
+                    )
+                self.endpoint_tables["[consolidation.endpoints]"] = table.get("endpoints", [])
+                continue
+            if name == "llm" and isinstance(table, dict) and FALLBACK in table:
+                self.endpoint_tables["[llm.fallback]"] = table[FALLBACK]
+                table = {key: value for key, value in table.items() if key != FALLBACK}
             if name not in self.types:
                 if isinstance(table, dict):
                     hint = _suggest(name, [*self.types, PRICES], "[{}]".format)
@@ -707,6 +812,15 @@ class _Loader:
                     )
                 self.origin[(name, key)] = self.label
                 self._set(name, key, self._from_toml(name, key, value, *kinds[key]))
+
+    def read_endpoints(self, env: Mapping[str, str]) -> None:
+        """The chains' other endpoints, their keys from `env`."""
+        for where, items in self.endpoint_tables.items():
+            found = parse_endpoints(f"{self.label}: {where}", items, env)
+            if where.startswith("[llm"):
+                self.config.fallbacks = found
+            else:
+                self.config.consolidation = found
 
     def _prices(self, table: Any) -> dict[str, Price]:
         """[prices]: a table per model, `"gpt-4o-mini" = { input = 0.15, output = 0.6 }` or

@@ -39,7 +39,7 @@ from bot.commands.registry import (
 from bot.config import Config
 from bot.inbound import Inbound
 from bot.limits import Limits
-from bot.llm.client import LLMClient
+from bot.llm.chain import ChainLLM, chain_of, consolidation_chain, measure_by
 from bot.media.attachments import AttachmentReader
 from bot.media.rules import MediaRules
 from bot.media.speech import Speaker
@@ -82,6 +82,9 @@ class Agent:
         chats: ChatBook | None = None,
         confirmations: Confirmations | None = None,
         on_consolidation: Callable[[str], None] | None = None,
+        memory_llm: ChatLLM | None = None,
+        estimator: TokenEstimator | None = None,
+        in_use: Callable[[], tuple[str, bool]] | None = None,
     ) -> None:
         """writer=False: for a process without the folder lock, which must not write (only
         commands that read, like /recall, are then sent to it). `sizing`: the window and its
@@ -90,8 +93,11 @@ class Agent:
         link table, its codes, a person's files moving between workers, the chats' settings);
         None: the workspaces folder's own. `confirmations`: the questions /forget and /wipe
         wait on (their time to answer). `on_consolidation(outcome)`: each consolidation's
-        outcome, counted for /metrics."""
-        self.estimator = TokenEstimator(image_tokens=config.llm.image_tokens)
+        outcome, counted for /metrics. `memory_llm`: what consolidation asks (None: the
+        [[consolidation.endpoints]], else `llm`); `estimator`: the one the chains measure
+        requests with (bot/llm/chain.py); `in_use()`: the model answering now and whether it is
+        a fallback, for /status."""
+        self.estimator = estimator or TokenEstimator(image_tokens=config.llm.image_tokens)
         sizing = sizing or plan(config, estimator=self.estimator)
         # As configured: what is automatic is planned again when a smaller window is learnt.
         self.window = ContextWindow(config, sizing, self.estimator)
@@ -104,11 +110,18 @@ class Agent:
         # Every model call, the consolidator's too, is booked to the user it was made for.
         self.usage = UsageBook(self.workspaces)
         self.limits = Limits(config.limits, self.usage, prices=Prices.of(config))
-        self.llm = ChargedLLM(
-            llm or LLMClient.from_config(sizing.applied(config).llm),
-            self.usage,
-            partial(usage_estimate, self.estimator),
-        )
+        measure = measure_by(self.estimator)
+        if llm is None:
+            llm = chain_of(sizing.applied(config).llm, config.fallbacks, measure)
+            if isinstance(llm, ChainLLM):
+                in_use = in_use or llm.in_use
+        if memory_llm is None and config.consolidation:
+            memory_llm = consolidation_chain(config.llm, config.consolidation, measure)
+        self._in_use = in_use
+        estimate = partial(usage_estimate, self.estimator)
+        charged = partial(ChargedLLM, book=self.usage, estimate=estimate)
+        self.llm = charged(llm)
+        self.memory_llm = self.llm if memory_llm is None else charged(memory_llm)
         self.transcriber = Transcriber.from_config(config)
         self.attachments = AttachmentReader(
             MediaRules.from_config(config),
@@ -119,7 +132,9 @@ class Agent:
         self.voice = VoiceReplies(
             config.voice, Speaker.from_config(config), self.workspaces, self.limits.is_admin
         )
-        self.consolidator = MemoryConsolidator(self.llm, self.estimator, shares=self.window.shares)
+        self.consolidator = MemoryConsolidator(
+            self.memory_llm, self.estimator, shares=self.window.shares
+        )
         if on_consolidation is not None:
             self.consolidator.on_outcome = on_consolidation
         # Personas, group triggers: the folder's book, or the cluster's.
@@ -210,11 +225,18 @@ class Agent:
             reminders=self.reminder_book,
             consolidator=self.consolidator,
             estimator=self.estimator,
-            model=self.llm.model,
+            model=self.model_in_use,
             voice=self.voice,
         )
 
     # ---- entry points -------------------------------------------------------------------
+
+    def model_in_use(self) -> str:
+        """The model answering now, for /status: a fallback says so."""
+        if self._in_use is None:
+            return self.llm.model
+        model, fallback = self._in_use()
+        return f"{model} (a fallback: {self.llm.model} is not answering)" if fallback else model
 
     async def handle(self, inbound: Inbound, out: Outbound) -> None:
         """Answer one message through `out`: a command without the LLM, anything else as an LLM
@@ -280,6 +302,8 @@ class Agent:
         await self.turns.aclose()
         await self.people.aclose()
         await self.llm.aclose()
+        if self.memory_llm is not self.llm:
+            await self.memory_llm.aclose()
         if self.transcriber is not None:
             await self.transcriber.aclose()
         await self.voice.aclose()

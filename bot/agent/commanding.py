@@ -61,7 +61,7 @@ class Commanding:
         reminders: ReminderBook,
         consolidator: MemoryConsolidator,
         estimator: TokenEstimator,
-        model: str,
+        model: Callable[[], str],
         voice: VoiceReplies | None = None,
     ) -> None:
         self._config = config
@@ -151,7 +151,7 @@ class Commanding:
             when = "earlier (before this start-up)" if session.last_consolidated else "never"
         start = conversation_start(session)
         return SessionStatus(
-            model=self._model,
+            model=self._model(),
             context_tokens=self._turn.prompt_tokens(workspace, session, inbound)
             + sizing.budget.answer,
             answer_tokens=sizing.budget.answer,

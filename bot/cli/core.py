@@ -9,6 +9,7 @@ settings (bot/cluster/chats.py).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -55,22 +56,47 @@ def build_core(
     if role == "chat":
         agent = Agent(config, sizing=sizing)
         return BuiltCore(agent, agent)
-    from bot.llm.client import LLMClient
-    from bot.observe.metrics import MeteredCore, MeteredLLM, count_consolidation
+    from bot.llm.chain import ChainLLM, chain_of, consolidation_chain, measure_by
+    from bot.observe.metrics import (
+        MeteredCore,
+        MeteredLLM,
+        count_consolidation,
+        count_endpoint_call,
+        watch_breakers,
+    )
+    from memory.tokens import TokenEstimator
 
-    llm = MeteredLLM(LLMClient.from_config(sizing.applied(config).llm))
+    # The chains measure a request for a fallback's window with the agent's own estimate.
+    estimator = TokenEstimator(image_tokens=config.llm.image_tokens)
+    measure = measure_by(estimator)
+    chain = chain_of(sizing.applied(config).llm, config.fallbacks, measure, count_endpoint_call)
+    memory = None
+    if config.consolidation:
+        memory = consolidation_chain(config.llm, config.consolidation, measure, count_endpoint_call)
+        watch_breakers(memory)
+    in_use = None
+    if isinstance(chain, ChainLLM):
+        watch_breakers(chain)
+        in_use = chain.in_use
+    llm = MeteredLLM(chain)
+    make = functools.partial(
+        Agent,
+        config,
+        llm,
+        sizing=sizing,
+        on_consolidation=count_consolidation,
+        memory_llm=None if memory is None else MeteredLLM(memory),
+        estimator=estimator,
+        in_use=in_use,
+    )
     if cluster is None:
-        agent = Agent(config, llm, sizing=sizing, on_consolidation=count_consolidation)
+        agent = make()
     else:
         people = cluster.people
-        agent = Agent(
-            config,
-            llm,
-            sizing=sizing,
+        agent = make(
             links=people,
             codes=people.codes,
             moves=people,
             chats=cluster.chats,
-            on_consolidation=count_consolidation,
         )
     return BuiltCore(agent, MeteredCore(agent))

@@ -5,8 +5,9 @@ transcription builds it too), `stream` (assembling a streamed answer into a `Cha
 used by the usage and metrics wrappers), `http` (the aiohttp transport the SDK runs on) and
 `body` (a request's JSON, its pictures spliced in: `Spliced` marks a data URL that needs no
 escaping), `habits` (what a server was seen to do with tools: the turn asks in the shape that
-gets an answer). `sse` (the event-stream
+gets an answer), `chain` (endpoints in order, each with its window and its circuit breaker:
+`breaker`). `sse` (the event-stream
 reader) and `overflow` (the wording providers use for a context overflow) are its own.
 """
 
-__all__ = ["body", "client", "habits", "http", "stream"]
+__all__ = ["body", "breaker", "chain", "client", "habits", "http", "stream"]

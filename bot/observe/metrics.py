@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from bot.commands.registry import parse_command
+from bot.llm.breaker import STATE_VALUES, Breaker
+from bot.llm.chain import ChainLLM, failure_kind
 from bot.llm.stream import stream_or_chat
-from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMError
+from memory.llm import ChatLLM, ChatResult, LLMError
 
 if TYPE_CHECKING:
     from bot.inbound import Inbound
@@ -55,6 +57,28 @@ LLM_SECONDS = Histogram(
     "Duration of one model call, by purpose.",
     ["purpose"],
     buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120),
+    registry=REGISTRY,
+)
+ENDPOINT_CALLS = Counter(
+    "lightgrep_llm_endpoint_calls",
+    "Calls to each model endpoint of a chain ([[llm.fallback]], [[consolidation.endpoints]]), "
+    "by endpoint (model@host) and outcome: ok, an error kind, or passed_over (its window "
+    "could not hold the request, or it cannot see the pictures).",
+    ["endpoint", "outcome"],
+    registry=REGISTRY,
+)
+ENDPOINT_SECONDS = Histogram(
+    "lightgrep_llm_endpoint_seconds",
+    "Duration of one call of a chain's endpoint, until it answered or failed.",
+    ["endpoint"],
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120),
+    registry=REGISTRY,
+)
+BREAKER_STATE = Gauge(
+    "lightgrep_llm_endpoint_breaker",
+    "Each chain endpoint's circuit breaker: 0 closed (asked), 1 open (passed over), "
+    "2 half-open (one call probes it).",
+    ["endpoint"],
     registry=REGISTRY,
 )
 TOKENS = Counter(
@@ -142,6 +166,24 @@ CONSOLIDATION_TOOL = "save_memory"
 def count_consolidation(outcome: str) -> None:
     """ "consolidated" or "raw_archive": the consolidator's callback."""
     CONSOLIDATIONS.labels(outcome).inc()
+
+
+def count_endpoint_call(endpoint: str, outcome: str, seconds: float) -> None:
+    """One call of a chain's endpoint (bot.llm.chain.OnCall); a call passed over took none."""
+    ENDPOINT_CALLS.labels(endpoint, outcome).inc()
+    if outcome != "passed_over":
+        ENDPOINT_SECONDS.labels(endpoint).observe(seconds)
+
+
+def watch_breakers(chain: ChainLLM) -> None:
+    """Read each endpoint's breaker at every scrape."""
+    for link in chain.links:
+        read = functools.partial(_breaker_value, link.breaker)
+        BREAKER_STATE.labels(link.name).set_function(read)
+
+
+def _breaker_value(breaker: Breaker) -> float:
+    return float(STATE_VALUES[breaker.state])
 
 
 def count_limit_refusal(limit: str) -> None:
@@ -251,17 +293,8 @@ class MeteredLLM:
 
 def llm_error_kind(exc: LLMError) -> str:
     """bad_request, timeout, connection, http_<status>, or other."""
-    if isinstance(exc, LLMBadRequest):
-        return "bad_request"
-    status = getattr(exc.__cause__, "status_code", None)
-    if isinstance(status, int):
-        return f"http_{status}"
-    text = str(exc)
-    if "timed out" in text:
-        return "timeout"
-    if "could not be reached" in text:
-        return "connection"
-    return "other"
+    kind = failure_kind(exc)
+    return "bad_request" if kind == "context_overflow" else kind
 
 
 class MeteredCore:
