@@ -79,6 +79,12 @@ LLM_FAILED_REPLY = (
     "Sorry, I couldn't reach my language model just now. Your message is saved; please try "
     "again in a moment."
 )
+# A streamed answer broken off once part of it was shown: never begun again on another model
+# unasked (the person has read the start of this one).
+LLM_CUT_REPLY = (
+    "(My answer was cut off: I lost my language model part way. Your message is saved; "
+    "/retry asks again.)"
+)
 PICTURES_REFUSED = (
     "(My language model turned out not to take pictures, so it only read the text and the "
     "captions. Your picture is saved.)"
@@ -474,6 +480,9 @@ class Turns:
             return Reply(TOO_LONG_REPLY)
         except LLMError as exc:
             self.policy.after_turn(workspace, session, prompt)
+            if isinstance(out, AnswerStream) and out.shown:
+                _llm_failed(session, exc)  # logged
+                return Reply(LLM_CUT_REPLY)
             return Reply(_llm_failed(session, exc))
         if self.policy.due(self.policy.estimate(prompt.frozen(), session)):
             await out.notice(CONSOLIDATING)

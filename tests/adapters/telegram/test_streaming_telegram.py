@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from adapters.intake.texts import FAILED
-from bot.agent.turn import LLM_FAILED_REPLY
+from bot.agent.turn import LLM_CUT_REPLY
 from bot.config import AgentConfig
 from tests.rigs.fakes.openai_server import FakeOpenAI, Streamed, pieces_of, tool_call
 from tests.rigs.fakes.telegram_server import FakeTelegram
@@ -122,11 +122,11 @@ async def test_a_stream_cut_mid_answer_keeps_the_message_and_says_so(
     fake_llm.queue(slow("One two three four five six seven eight", every_s=0.1, cut_after=4))
     async with running(make_config(tg, fake_llm, workspaces_dir)):
         tg.group(GROUP, 7, "@lightgrep_bot count for me")
-        await _until_answered(tg, GROUP, "One two three four\n\n" + LLM_FAILED_REPLY)
+        await _until_answered(tg, GROUP, "One two three four\n\n" + LLM_CUT_REPLY)
         fake_llm.queue(slow("Five six.", every_s=0.01))
         tg.group(GROUP, 7, "@lightgrep_bot go on")
         await tg.wait_until(lambda: len(tg.sent_to(GROUP)) == 2, 10)
-        await _until_answered(tg, GROUP, "One two three four\n\n" + LLM_FAILED_REPLY, index=0)
+        await _until_answered(tg, GROUP, "One two three four\n\n" + LLM_CUT_REPLY, index=0)
     lines = session_lines(workspaces_dir, "telegram-7", f"telegram:group:{GROUP}:7")
     users = [m["content"] for m in lines if m.get("role") == "user"]
     assert [u.rpartition("\n")[2] for u in users] == ["count for me", "go on"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.agent.turn import LLM_FAILED_REPLY
+from bot.agent.turn import LLM_CUT_REPLY, LLM_FAILED_REPLY
 from tests.rigs.agent import answer, dm, make_agent, session_records, user_home
 from tests.rigs.fakes.openai_server import (
     FakeOpenAI,
@@ -70,7 +70,7 @@ async def test_a_stream_cut_mid_answer_keeps_the_message_and_nothing_half_writte
     fake_llm.queue(Streamed(pieces_of("One two three four five"), cut_after=3))
     out = await answer(agent, dm("1", "count"))
     await agent.aclose()
-    assert out.reply.text == "One two three\n\n" + LLM_FAILED_REPLY
+    assert out.reply.text == "One two three\n\n" + LLM_CUT_REPLY
     records = [r for r in session_records(workspaces_dir, "1") if "role" in r]
     assert [r["role"] for r in records] == ["user"]  # the message, not the broken answer
     assert records[0]["content"].endswith("count")
@@ -83,7 +83,7 @@ async def test_an_error_event_mid_stream_is_an_outage_not_an_answer(
     fake_llm.queue(Streamed(["Half ", {"error": {"message": "overloaded"}}]))
     out = await answer(agent, dm("1", "hi"))
     await agent.aclose()
-    assert out.reply.text.endswith(LLM_FAILED_REPLY)
+    assert out.reply.text.endswith(LLM_CUT_REPLY)
 
 
 async def test_a_refusal_before_the_stream_is_told_plainly(
@@ -201,7 +201,7 @@ async def test_an_error_event_reaches_the_log_with_the_providers_reason(
     agent = make_agent(fake_llm, workspaces_dir)
     out = await answer(agent, dm("1", "hi"))
     await agent.aclose()
-    assert out.reply.text == "Half\n\n" + LLM_FAILED_REPLY
+    assert out.reply.text == "Half\n\n" + LLM_CUT_REPLY
     assert "broke off its answer: overloaded" in caplog.text
 
 
