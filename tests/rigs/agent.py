@@ -12,7 +12,7 @@ import pytest
 
 from bot.agent.agent import Agent
 from bot.commands.confirm import Confirmations
-from bot.config import Config, LimitsConfig, LLMConfig, MediaConfig, MemoryConfig, Price
+from bot.config import Config, Endpoint, LimitsConfig, LLMConfig, MediaConfig, MemoryConfig, Price
 from bot.inbound import Inbound
 from bot.keys import session_key, user_key
 from bot.llm.client import LLMClient
@@ -36,6 +36,8 @@ def make_agent(
     people: SharedPeople | None = None,
     confirmations: Confirmations | None = None,
     prices: dict[str, Price] | None = None,
+    fallbacks: list[Endpoint] | None = None,
+    consolidation: list[Endpoint] | None = None,
     **settings: Any,
 ) -> Agent:
     """An Agent whose real openai client talks to `llm` (a fake server or its base URL).
@@ -44,7 +46,8 @@ def make_agent(
     and max_output_tokens=None: both automatic, bot/agent/sizing.py). `memory`: [memory] keys
     besides the folder; `media`: [media] keys. `people`: a worker's link table, codes and
     moves (the cluster's), as bot/cli/core.py gives them; `confirmations`: the questions of
-    /forget and /wipe (a short time to answer); `prices`: [prices]."""
+    /forget and /wipe (a short time to answer); `prices`: [prices]; `fallbacks`:
+    [[llm.fallback]]; `consolidation`: [[consolidation.endpoints]]."""
     base_url = llm if isinstance(llm, str) else llm.base_url
     options: dict[str, Any] = {
         "max_retries": 0,
@@ -64,6 +67,8 @@ def make_agent(
         limits=limits or LimitsConfig(),
         media=MediaConfig(**(media or {})),
         prices=prices or {},
+        fallbacks=fallbacks or [],
+        consolidation=consolidation or [],
     )
     if people is None:
         return Agent(config, confirmations=confirmations)

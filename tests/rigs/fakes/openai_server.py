@@ -45,6 +45,7 @@ class Status:
     code: int
     body: Any = None
     content_type: str = "application/json"
+    headers: dict[str, str] | None = None  # e.g. a 429's Retry-After
 
 
 @dataclass
@@ -324,7 +325,9 @@ class FakeOpenAI:
             item = _streamable(item)  # a raw completion body is streamed like any other
         if isinstance(item, Status):
             text = item.body if isinstance(item.body, str) else json.dumps(item.body or {})
-            return web.Response(status=item.code, text=text, content_type=item.content_type)
+            return web.Response(
+                status=item.code, text=text, content_type=item.content_type, headers=item.headers
+            )
         if body.get("stream") is True:
             streamed = item if isinstance(item, Streamed) else _as_streamed(item)
             if streamed is not None:
