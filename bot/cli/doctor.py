@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from bot import logsafe
 from bot.cli.common import EXIT_FAILURE, NO_KEY, describe_endpoint, load, workspaces_dir
-from bot.config import Config, ConfigError
+from bot.config import Config, ConfigError, Endpoint
+
+if TYPE_CHECKING:
+    from bot.llm.client import LLMClient
 
 log = logging.getLogger("lightgrep")
 
@@ -33,6 +38,8 @@ async def cmd_doctor(args: argparse.Namespace) -> int:
     report(True, "config", f"{source}; {describe_endpoint(config)}; platforms: {platforms}")
     report(*_check_workspaces(config))
     report(*await _check_endpoint(config))
+    for name, endpoint in _other_endpoints(config):
+        report(*await _check_other(name, endpoint, config))
     report(*await _check_window(config))
     report(*_check_tokens())
     if config.tools.read_page:
@@ -55,7 +62,6 @@ def _check_workspaces(config: Config) -> tuple[bool, str, str]:
 
 async def _check_endpoint(config: Config) -> tuple[bool, str, str]:
     from bot.llm.client import LLMClient
-    from memory.llm import LLMError
 
     where = config.llm.base_url or "https://api.openai.com/v1"
     if not config.llm.base_url and not config.llm.api_key:
@@ -65,16 +71,40 @@ async def _check_endpoint(config: Config) -> tuple[bool, str, str]:
     client = LLMClient.from_config(
         config.llm, timeout_s=min(config.llm.timeout_s, 30.0), max_retries=0
     )
+    return await _probe("endpoint", client, where, config.llm.model)
+
+
+def _other_endpoints(config: Config) -> list[tuple[str, Endpoint]]:
+    """[[llm.fallback]] and [[consolidation.endpoints]], each with the name of its check."""
+    fallbacks = [(f"fallback {n}", one) for n, one in enumerate(config.fallbacks, 1)]
+    memory = [(f"memory endpoint {n}", one) for n, one in enumerate(config.consolidation, 1)]
+    return fallbacks + memory
+
+
+async def _check_other(name: str, endpoint: Endpoint, config: Config) -> tuple[bool, str, str]:
+    """A chain's endpoint asked as [llm]'s is: one tiny request, no retries."""
+    from bot.llm.breaker import Breaker
+    from bot.llm.chain import link_of
+
+    where = endpoint.base_url or "https://api.openai.com/v1"
+    client = link_of(replace(endpoint, max_retries=0), config.llm, Breaker()).client
+    return await _probe(name, client, where, endpoint.model)
+
+
+async def _probe(check: str, client: LLMClient, where: str, model: str) -> tuple[bool, str, str]:
+    """One tiny chat request to `client`: whether it answered, and how long it took."""
+    from memory.llm import LLMError
+
     started = time.monotonic()
     try:
         await client.chat([{"role": "user", "content": "Reply with the word OK."}], max_tokens=16)
     except LLMError as exc:
         reason = logsafe.mask(str(exc))  # the provider may quote a key, ours or another
-        return False, "endpoint", f"{where}: {reason}{_endpoint_hint(reason)}"
+        return False, check, f"{where}: {reason}{_endpoint_hint(reason)}"
     finally:
         await client.aclose()
     took = (time.monotonic() - started) * 1000
-    return True, "endpoint", f"{where} answered with model {config.llm.model} in {took:.0f} ms"
+    return True, check, f"{where} answered with model {model} in {took:.0f} ms"
 
 
 async def _check_window(config: Config) -> tuple[bool, str, str]:

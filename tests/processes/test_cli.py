@@ -313,6 +313,23 @@ async def test_doctor_says_read_page_needs_its_extra(
     assert "read_page:" not in capsys.readouterr().out
 
 
+async def test_doctor_checks_each_endpoint_of_the_chains(
+    fake_llm: FakeOpenAI, tmp_path: Path, clean_env: None, capsys
+) -> None:
+    """A fallback that cannot be reached fails its own line; the memory endpoint answers."""
+    url = closed_port_url()
+    extra = (
+        f'[[llm.fallback]]\nbase_url = "{url}"\nmodel = "small"\n'
+        f'[[consolidation.endpoints]]\nbase_url = "{fake_llm.base_url}"\nmodel = "careful"\n'
+    )
+    config = write_config(tmp_path, fake_llm, extra)
+    assert await asyncio.to_thread(main, ["doctor", "--config", str(config)]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL  fallback 1: {url}: the model provider could not be reached" in out
+    assert f"OK    memory endpoint 1: {fake_llm.base_url} answered with model careful" in out
+    assert [r["model"] for r in fake_llm.requests] == ["fake-model", "careful"]
+
+
 def test_doctor_against_a_closed_port(tmp_path: Path, clean_env: None, capsys) -> None:
     url = closed_port_url()
     config = write_config(tmp_path, url)

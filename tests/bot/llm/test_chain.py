@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from bot.observe.metrics import REGISTRY
 from bot.outbound import BufferedOutbound
 from memory.tokens import TokenEstimator
 from tests.rigs.agent import answer, ask, dm, make_agent, session_records
+from tests.rigs.cli import closed_port_url
 from tests.rigs.fakes.openai_server import (
     FakeOpenAI,
     Held,
@@ -48,14 +48,6 @@ async def backup() -> AsyncIterator[FakeOpenAI]:
         habits.forget_all()
 
 
-def dead_url() -> str:
-    """A URL on 127.0.0.1 where nothing listens: the connection is refused."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"
-
-
 def endpoint(server: FakeOpenAI, model: str = "backup-model", **keys: Any) -> Endpoint:
     return Endpoint(model=model, base_url=server.base_url, max_retries=0, timeout_s=5, **keys)
 
@@ -68,7 +60,7 @@ def messages_of(workspaces: Path, user: str) -> list[tuple[str, str]]:
 async def test_a_refused_connection_is_answered_by_the_next_endpoint(
     backup: FakeOpenAI, workspaces_dir: Path
 ) -> None:
-    agent = make_agent(dead_url(), workspaces_dir, fallbacks=[endpoint(backup)])
+    agent = make_agent(closed_port_url(), workspaces_dir, fallbacks=[endpoint(backup)])
     reply = await ask(agent, dm("1", "hello"))
     await agent.aclose()
     assert reply.text == FALLBACK
@@ -158,7 +150,7 @@ async def test_a_small_window_behind_a_large_one_never_gets_an_over_window_reque
     (its answer's limit lowered to what is left); a message the large window would take and
     the small one cannot is not sent to it."""
     small = endpoint(backup, context_window_tokens=2048)
-    agent = make_agent(dead_url(), workspaces_dir, window=32_000, fallbacks=[small])
+    agent = make_agent(closed_port_url(), workspaces_dir, window=32_000, fallbacks=[small])
     short = await ask(agent, dm("1", "hi"))
     long = await ask(agent, dm("1", "tell me about this: " + "word " * 3000))
     await agent.aclose()
