@@ -62,6 +62,7 @@ class ChatSettings:
     words: tuple[str, ...] = ()  # the keyword trigger's words
     persona: str | None = None  # extra instructions for the model in this chat
     owner: str | None = None  # a private chat's person (user key): /wipe removes it with them
+    model: str | None = None  # the only model answered with here (/model only), None: any
 
 
 class ChatBook:
@@ -294,6 +295,8 @@ def plain(settings: ChatSettings) -> dict[str, Any]:
         plain["persona"] = settings.persona
     if settings.owner:
         plain["owner"] = settings.owner
+    if settings.model:
+        plain["model"] = settings.model
     return plain
 
 
@@ -351,8 +354,9 @@ def settings_of(value: dict[str, Any]) -> ChatSettings:
     """One chat's settings as this module writes them (`plain`); anything else: the default."""
     trigger = value.get("trigger")
     words = value.get("words")
-    persona, owner = value.get("persona"), value.get("owner")
+    persona, owner, model = value.get("persona"), value.get("owner"), value.get("model")
     return ChatSettings(
+        model=model if isinstance(model, str) and model else None,
         trigger=trigger if trigger in TRIGGERS else None,
         words=tuple(str(w) for w in words) if isinstance(words, list) else (),
         persona=persona if isinstance(persona, str) and persona else None,

@@ -20,6 +20,7 @@ PREFERENCES_FILE = "preferences.json"
 MEMORY_IN_GROUPS = "memory_in_groups"
 TIMEZONE = "timezone"  # the IANA zone of the person's reminders (/timezone)
 VOICE = "voice"  # whether answers are also spoken: "off", "auto" or "always" (/voice)
+MODEL = "model"  # the model asked first for the person's answers (/model)
 
 
 class Preferences:

@@ -24,8 +24,9 @@ from bot.agent.people import People
 from bot.agent.residency import Residents
 from bot.agent.sizing import Sizing, plan
 from bot.agent.turn import UNSAFE_WORKSPACE_REPLY, Turns, refused, usage_estimate
-from bot.chats import ChatBook
+from bot.chats import ChatBook, chat_of
 from bot.commands.confirm import Confirmations
+from bot.commands.context import ModelChoice
 from bot.commands.linking import Codes, LinkCodes, PersonMoves
 from bot.commands.registry import (
     ParsedCommand,
@@ -39,7 +40,7 @@ from bot.commands.registry import (
 from bot.config import Config
 from bot.inbound import Inbound
 from bot.limits import Limits
-from bot.llm.chain import ChainLLM, chain_of, consolidation_chain, measure_by
+from bot.llm.chain import ChainLLM, chain_of, consolidation_chain, measure_by, preferring
 from bot.media.attachments import AttachmentReader
 from bot.media.rules import MediaRules
 from bot.media.speech import Speaker
@@ -57,6 +58,7 @@ from memory.links import LinkTable
 from memory.llm import (
     ChatLLM,
 )
+from memory.preferences import MODEL
 from memory.text import valid_text
 from memory.tokens import TokenEstimator
 from memory.workspace import UnsafeWorkspaceError, Workspaces
@@ -84,7 +86,7 @@ class Agent:
         on_consolidation: Callable[[str], None] | None = None,
         memory_llm: ChatLLM | None = None,
         estimator: TokenEstimator | None = None,
-        in_use: Callable[[], tuple[str, bool]] | None = None,
+        in_use: Callable[[], tuple[str, str | None]] | None = None,
     ) -> None:
         """writer=False: for a process without the folder lock, which must not write (only
         commands that read, like /recall, are then sent to it). `sizing`: the window and its
@@ -227,6 +229,7 @@ class Agent:
             estimator=self.estimator,
             model=self.model_in_use,
             voice=self.voice,
+            models=self.models(),
         )
 
     # ---- entry points -------------------------------------------------------------------
@@ -235,8 +238,23 @@ class Agent:
         """The model answering now, for /status: a fallback says so."""
         if self._in_use is None:
             return self.llm.model
-        model, fallback = self._in_use()
-        return f"{model} (a fallback: {self.llm.model} is not answering)" if fallback else model
+        model, instead_of = self._in_use()
+        return f"{model} (a fallback: {instead_of} is not answering)" if instead_of else model
+
+    def models(self) -> ModelChoice:
+        """The models a person may pick with /model: [llm]'s and each fallback's."""
+        listed = [self.config.llm.model, *(one.model for one in self.config.fallbacks)]
+        return ModelChoice(tuple(dict.fromkeys(listed)))
+
+    def model_for(self, inbound: Inbound) -> str | None:
+        """The model asked first for this message: the chat's (`/model only`), else the
+        person's choice while the operator still offers it, else None (the chain's order)."""
+        allowed = self.models().allowed
+        only = self.chats.get(chat_of(inbound)).model
+        if only in allowed:
+            return only
+        chosen = self.workspaces.get(inbound.user_key).preferences.get(MODEL)
+        return chosen if chosen in allowed else None
 
     async def handle(self, inbound: Inbound, out: Outbound) -> None:
         """Answer one message through `out`: a command without the LLM, anything else as an LLM
@@ -255,7 +273,8 @@ class Agent:
             return
         command = parse_command(inbound.text)
         user = inbound.user_key
-        with charged_to(user):  # also the consolidation this message starts
+        # Both hold for the consolidation this message starts, too.
+        with charged_to(user), preferring(self.model_for(inbound)):
             if await self._refused_unsafe(inbound, command, out):
                 return
             if command is not None:

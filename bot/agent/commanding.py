@@ -13,7 +13,14 @@ from bot.agent.residency import LoadedSessions, Residents
 from bot.agent.sizing import Sizing
 from bot.chats import ChatBook, chat_of
 from bot.commands.confirm import Confirmations
-from bot.commands.context import ChatControl, CommandContext, NewSession, SessionStatus, Taken
+from bot.commands.context import (
+    ChatControl,
+    CommandContext,
+    ModelChoice,
+    NewSession,
+    SessionStatus,
+    Taken,
+)
 from bot.config import Config
 from bot.inbound import Inbound
 from bot.limits import Limits
@@ -63,9 +70,11 @@ class Commanding:
         estimator: TokenEstimator,
         model: Callable[[], str],
         voice: VoiceReplies | None = None,
+        models: ModelChoice | None = None,
     ) -> None:
         self._config = config
         self._voice = voice
+        self._models = models
         self._turn = turn
         self._workspaces = workspaces
         self._sessions = sessions
@@ -107,6 +116,7 @@ class Commanding:
             if inbound.is_private or inbound.chat_key is None
             else GroupReminders(self._reminders, inbound, inbound.chat_key),
             voice=self._voice,
+            models=self._models,
         )
 
     def _chat_control(self, inbound: Inbound, own: str) -> ChatControl:

@@ -113,6 +113,14 @@ class CommandContext:
     # In a group: everyone's reminders there (/reminders group, for whom chat.may_manage).
     group_reminders: GroupReminders | None = None
     voice: VoiceReplies | None = None  # /voice: whether answers are read aloud too
+    models: ModelChoice | None = None  # /model: the models the operator offers
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The models /model offers, in the chain's order (the first is the bot's own)."""
+
+    allowed: tuple[str, ...]
 
 
 # A handler answers with text, or with a Reply carrying files or buttons too. The privacy is

@@ -22,6 +22,7 @@ from bot.commands.context import CommandContext, Handler
 from bot.commands.control import cmd_export, cmd_forget, cmd_wipe
 from bot.commands.conversation import cmd_group, cmd_persona, cmd_retry, cmd_undo
 from bot.commands.link import cmd_link, cmd_unlink
+from bot.commands.model import cmd_model
 from bot.commands.recall import cmd_recall
 from bot.commands.reminders import cmd_remind, cmd_reminders, cmd_timezone
 from bot.outbound import Outbound, Reply
@@ -213,6 +214,13 @@ COMMANDS: tuple[Command, ...] = (
         argument=Argument("setting", "trigger mention, always or keyword <words>", required=False),
         chat_admin=lambda args: True,
         works_in=GROUPS,
+    ),
+    Command(
+        "model",
+        "Which model answers you: /model NAME, /model default; a chat's admins: /model only NAME",
+        cmd_model,
+        argument=Argument("name", "A model's name, default, only NAME, or any", required=False),
+        chat_admin=lambda args: _first(args) in ("only", "any"),
     ),
     Command("help", "What I can do", cmd_help),
     Command("status", "Model, context used, last consolidation", cmd_status),

@@ -15,10 +15,12 @@ is passed over, so a small local window never receives a prompt sized for a larg
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -40,6 +42,21 @@ NONE_LEFT = "no model endpoint could take the request"
 
 # (messages, tools) → the request's prompt tokens as the provider would count them
 Measure = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None], int]
+# The model the person being answered chose (/model), asked first; None: the chain's order.
+_preferred: ContextVar[str | None] = ContextVar("preferred_model", default=None)
+
+
+@contextlib.contextmanager
+def preferring(model: str | None) -> Iterator[None]:
+    """Within it (a message's handling, the consolidation it starts), `model`'s endpoint is
+    asked first, then the others in their order."""
+    token = _preferred.set(model)
+    try:
+        yield
+    finally:
+        _preferred.reset(token)
+
+
 # (endpoint, outcome, seconds): each call of an endpoint (bot/observe/metrics.py counts them)
 OnCall = Callable[[str, str, float], None]
 
@@ -97,14 +114,25 @@ class ChainLLM:
     def model(self) -> str:
         return self.links[0].client.model
 
-    def in_use(self) -> tuple[str, bool]:
-        """The model answering now and whether it is a fallback (for /status): the newest
-        answer's endpoint, or the first whose breaker is not open."""
-        link = self.answered_by
-        if link is None or link.breaker.state == "open":
-            open_ = [one for one in self.links if one.breaker.state != "open"]
-            link = open_[0] if open_ else self.links[0]
-        return link.client.model, link is not self.links[0]
+    @property
+    def models(self) -> list[str]:
+        """The endpoints' models, in order, each once: what /model offers."""
+        return list(dict.fromkeys(link.client.model for link in self.links))
+
+    def in_use(self) -> tuple[str, str | None]:
+        """The model that answers now (for /status), and the one it stands in for when it is a
+        fallback: the first endpoint in this context's order whose breaker is not open."""
+        order = self._order()
+        link = next((one for one in order if one.breaker.state != "open"), order[0])
+        return link.client.model, None if link is order[0] else order[0].client.model
+
+    def _order(self) -> list[Link]:
+        """The endpoints in the order to ask them: the preferred model's first."""
+        model = _preferred.get()
+        if model is None or model == self.links[0].client.model:
+            return self.links
+        chosen = [link for link in self.links if link.client.model == model]
+        return chosen + [link for link in self.links if link not in chosen]
 
     async def aclose(self) -> None:
         for link in self.links:
@@ -163,9 +191,10 @@ class ChainLLM:
     ) -> ChatResult:
         """The first endpoint's answer that can be had; the last failure if none."""
         failure: LLMError | None = None
-        for index, link in enumerate(self.links):
+        order = self._order()
+        for index, link in enumerate(order):
             limit = max_tokens
-            if index or not self._first_sized:
+            if link is not self.links[0] or not self._first_sized:
                 fits, limit = self._fits(link, messages, tools, max_tokens)
                 if not fits:
                     self._count(link, "passed_over", 0.0)
@@ -178,7 +207,7 @@ class ChainLLM:
             except LLMContextOverflow as exc:  # a working server, a window too small
                 link.breaker.succeeded()
                 self._count(link, "context_overflow", time.monotonic() - started)
-                if shown() or index == len(self.links) - 1:
+                if shown() or index == len(order) - 1:
                     raise
                 failure = exc
                 continue

@@ -38,7 +38,7 @@ from memory.control.wipe import delete, hide
 from memory.keys import decode_key
 from memory.links import LinkTable
 from memory.media import MEDIA_DIR
-from memory.preferences import MEMORY_IN_GROUPS, TIMEZONE, VOICE
+from memory.preferences import MEMORY_IN_GROUPS, MODEL, TIMEZONE, VOICE
 from memory.reminders.records import DELIVERED, ReminderFile
 from memory.safefs import make_private_dir, read_bytes
 from memory.search import history_index
@@ -300,7 +300,7 @@ def _merge_usage(source: Path, target: Path) -> None:
 
 
 def _merge_preferences(source: Workspace, target: Workspace) -> None:
-    for name in (MEMORY_IN_GROUPS, TIMEZONE, VOICE):
+    for name in (MEMORY_IN_GROUPS, TIMEZONE, VOICE, MODEL):
         theirs = source.preferences.get(name)
         if theirs is not None and target.preferences.get(name) is None:
             target.preferences.set(name, theirs)

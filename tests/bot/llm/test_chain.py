@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,16 @@ from bot.agent.sizing import plan
 from bot.agent.turn import LLM_CUT_REPLY, LLM_FAILED_REPLY
 from bot.cli.core import build_core
 from bot.config import Endpoint
+from bot.inbound import Inbound
 from bot.llm import habits
 from bot.observe.metrics import REGISTRY
 from bot.outbound import BufferedOutbound
+from memory.control.link import merge
+from memory.links import LinkTable
+from memory.preferences import MODEL
 from memory.tokens import TokenEstimator
-from tests.rigs.agent import answer, ask, dm, make_agent, session_records
+from memory.workspace import Workspaces
+from tests.rigs.agent import answer, ask, dm, group, make_agent, session_records
 from tests.rigs.cli import closed_port_url
 from tests.rigs.fakes.openai_server import (
     FakeOpenAI,
@@ -204,3 +210,54 @@ async def test_each_endpoint_is_counted_in_the_metrics(
     assert sample("lightgrep_llm_endpoint_calls_total", endpoint=second, outcome="ok") >= 1
     assert sample("lightgrep_llm_endpoint_breaker", endpoint=first) == 1.0  # open
     assert sample("lightgrep_llm_endpoint_breaker", endpoint=second) == 0.0
+
+
+async def test_a_model_picked_with_slash_model_answers_and_survives_a_restart(
+    fake_llm: FakeOpenAI, backup: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir, fallbacks=[endpoint(backup)])
+    listed = (await ask(agent, dm("1", "/model"))).text
+    assert "Models: fake-model, backup-model" in listed and "Yours: fake-model." in listed
+    assert "not one of" in (await ask(agent, dm("1", "/model gpt-9"))).text
+    assert (
+        "Yours: backup-model (your choice)"
+        in (await ask(agent, dm("1", "/model backup-model"))).text
+    )
+    assert (await ask(agent, dm("1", "hello"))).text == FALLBACK
+    assert (await ask(agent, dm("2", "hello"))).text == "ok"  # another person: the default
+    assert "Model: backup-model\n" in (await ask(agent, dm("1", "/status"))).text
+    await agent.aclose()
+    again = make_agent(fake_llm, workspaces_dir, fallbacks=[endpoint(backup)])  # a restart
+    assert (await ask(again, dm("1", "still you?"))).text == FALLBACK
+    await ask(again, dm("1", "/model default"))
+    assert (await ask(again, dm("1", "and now?"))).text == "ok"
+    await again.aclose()
+    assert [r["model"] for r in backup.chat_requests] == ["backup-model"] * 2
+    assert len(fake_llm.chat_requests) == 2
+
+
+async def test_a_chat_admin_restricts_the_model_for_everyone_there(
+    fake_llm: FakeOpenAI, backup: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    agent = make_agent(fake_llm, workspaces_dir, fallbacks=[endpoint(backup)])
+
+    def in_group(user: str, text: str, admin: bool = False) -> Inbound:
+        return replace(group("g1", user, text), chat_key="telegram:g1", chat_admin=admin)
+
+    member = in_group("2", "/model only backup-model")
+    assert "Only this chat's admins" in (await ask(agent, member)).text
+    admin = in_group("3", "/model only backup-model", admin=True)
+    assert "everyone is answered by backup-model" in (await ask(agent, admin)).text
+    assert (await ask(agent, in_group("2", "hi all"))).text == FALLBACK
+    assert (await ask(agent, dm("2", "hi in private"))).text == "ok"  # elsewhere: their own
+    await ask(agent, in_group("3", "/model any", admin=True))
+    assert (await ask(agent, in_group("2", "hi again"))).text == "ok"
+    await agent.aclose()
+
+
+def test_the_model_chosen_follows_a_link(tmp_path: Path) -> None:
+    """/link: the joining account's /model choice is kept where the other made none."""
+    workspaces = Workspaces(tmp_path)
+    workspaces.get("discord-7").preferences.set(MODEL, "backup-model")
+    merge(workspaces, LinkTable(tmp_path), "discord-7", "telegram-1")
+    assert Workspaces(tmp_path).get("telegram-1").preferences.get(MODEL) == "backup-model"
