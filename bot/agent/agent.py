@@ -250,6 +250,8 @@ class Agent:
         """The model asked first for this message: the chat's (`/model only`), else the
         person's choice while the operator still offers it, else None (the chain's order)."""
         allowed = self.models().allowed
+        if len(allowed) < 2:
+            return None  # one model: nothing to choose, nothing read
         only = self.chats.get(chat_of(inbound)).model
         if only in allowed:
             return only

@@ -108,7 +108,6 @@ class ChainLLM:
         self._measure = measure
         self.on_call = on_call
         self._first_sized = first_sized
-        self.answered_by: Link | None = None  # the endpoint of the newest answer
 
     @property
     def model(self) -> str:
@@ -228,7 +227,6 @@ class ChainLLM:
                 raise
             link.breaker.succeeded()
             self._count(link, "ok", time.monotonic() - started)
-            self.answered_by = link
             return result
         raise failure or LLMError(NONE_LEFT)
 

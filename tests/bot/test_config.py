@@ -315,3 +315,68 @@ def test_a_bad_line_in_the_secrets_file_is_named(tmp_path: Path) -> None:
     message = error_of(path, {})
     assert message.endswith("lightgrep.env, line 2: not a KEY=value line")
     assert "sk-1" not in message
+
+
+def test_fallbacks_and_memory_endpoints_are_read_with_keys_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    path = write(
+        tmp_path,
+        """
+[llm]
+model = "local"
+[[llm.fallback]]
+base_url = "https://api.example.com/v1"
+api_key_env = "HOSTED_KEY"
+model = "hosted"
+context_window_tokens = 2048
+timeout_s = 5
+[[consolidation.endpoints]]
+model = "careful"
+""",
+    )
+    config = load_config(path, {"HOSTED_KEY": "sk-hosted-secret"})
+    [hosted] = config.fallbacks
+    assert (hosted.model, hosted.api_key, hosted.context_window_tokens) == (
+        "hosted",
+        "sk-hosted-secret",
+        2048,
+    )
+    assert hosted.timeout_s == 5.0 and hosted.max_retries == 2
+    assert [one.model for one in config.consolidation] == ["careful"]
+    assert "sk-hosted-secret" in config.secrets()  # masked in logs
+    assert "sk-hosted-secret" not in repr(config.fallbacks)
+
+
+@pytest.mark.parametrize(
+    ("table", "env", "expected"),
+    [
+        (
+            '[[llm.fallback]]\nmodel = "b"\nwindow = 2',
+            {},
+            "[llm.fallback] #1: unknown key 'window'",
+        ),
+        ('[[llm.fallback]]\nbase_url = "http://x/v1"', {}, "[llm.fallback] #1 has no model"),
+        (
+            '[[llm.fallback]]\nmodel = "b"\napi_key_env = "NOPE"',
+            {},
+            "[llm.fallback] #1 api_key_env: the environment has no NOPE",
+        ),
+        (
+            '[[llm.fallback]]\nmodel = "b"\nbase_url = "ftp://x"',
+            {},
+            "[llm.fallback] #1 base_url must be a URL starting with http:// or https://",
+        ),
+        (
+            '[[consolidation.endpoints]]\nmodel = "c"\ncontext_window_tokens = 0',
+            {},
+            "[consolidation.endpoints] #1 context_window_tokens must be a positive integer",
+        ),
+        ('[consolidation]\nmodel = "c"', {}, "[consolidation] holds only"),
+    ],
+)
+def test_an_endpoint_that_is_wrong_is_named_in_one_line(
+    tmp_path: Path, table: str, env: dict[str, str], expected: str
+) -> None:
+    path = write(tmp_path, f'[llm]\nmodel = "a"\n{table}\n')
+    assert expected in error_of(path, env)
