@@ -11,6 +11,7 @@ Sizing: the agent builds the prompt for `[llm]`'s window. A fallback with a wind
 is given the request only if the request fits it (prompt as the estimate counts it, and an
 answer of at least MIN_ANSWER tokens, the answer's limit lowered to what is left); otherwise it
 is passed over, so a small local window never receives a prompt sized for a large hosted one.
+A fallback's window is configured, or learnt from its first refusal (the window its server names).
 """
 
 from __future__ import annotations
@@ -206,6 +207,7 @@ class ChainLLM:
             except LLMContextOverflow as exc:  # a working server, a window too small
                 link.breaker.succeeded()
                 self._count(link, "context_overflow", time.monotonic() - started)
+                self._learn(link, exc, messages, tools, limit)
                 if shown() or index == len(order) - 1:
                     raise
                 failure = exc
@@ -247,6 +249,29 @@ class ChainLLM:
         if room < min(MIN_ANSWER, wanted):
             return False, max_tokens
         return True, min(wanted, room)
+
+    def _learn(
+        self,
+        link: Link,
+        exc: LLMContextOverflow,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        limit: int | None,
+    ) -> None:
+        """A fallback's refusal sizes it: the window its server named, else at most what it
+        refused, so a request as large is passed over from now on instead of asked and refused
+        each time. (The first endpoint's window is the agent's to learn: bot/agent/sizing.py.)"""
+        if link is self.links[0] and self._first_sized:
+            return
+        if exc.window:
+            window = exc.window
+        elif self._measure is not None:
+            window = self._measure(messages, tools) + (limit or 0)
+        else:
+            return
+        if link.window is None or window < link.window:
+            log.warning("model endpoint %s: a window of %d tokens (its refusal)", link.name, window)
+            link.window = window
 
     def _count(self, link: Link, outcome: str, seconds: float) -> None:
         if self.on_call is not None:

@@ -29,6 +29,7 @@ from memory.workspace import Workspaces
 from tests.rigs.agent import answer, ask, dm, group, make_agent, session_records
 from tests.rigs.cli import closed_port_url
 from tests.rigs.fakes.openai_server import (
+    ContextLimited,
     FakeOpenAI,
     Held,
     Reset,
@@ -167,6 +168,31 @@ async def test_a_small_window_behind_a_large_one_never_gets_an_over_window_reque
     for request in backup.requests:
         prompt = count.raw_request_tokens(request["messages"], json.dumps(request.get("tools")))
         assert prompt + request["max_tokens"] <= 2048
+
+
+async def test_a_fallback_without_a_window_learns_it_from_its_first_refusal(
+    backup: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """[llm] is down; the fallback's window is not configured, and its server holds 2,048
+    tokens. It refuses the first long message, naming its window; the next long message is not
+    sent to it at all (before, each was sent and refused), and a short one is answered with an
+    answer's limit that fits."""
+    limited = ContextLimited(2048, lambda request: completion(FALLBACK), server="openai")
+    backup.default = limited
+    fallbacks = [endpoint(backup)]
+    agent = make_agent(closed_port_url(), workspaces_dir, window=32_000, fallbacks=fallbacks)
+    first = await ask(agent, dm("1", "tell me about this: " + "word " * 3000))
+    refused = len(limited.rejected)
+    second = await ask(agent, dm("2", "and about this: " + "word " * 3000))
+    short = await ask(agent, dm("3", "hi"))
+    await agent.aclose()
+    assert first.text.startswith("Sorry, this conversation has grown too long"), first.text
+    assert second.text == LLM_FAILED_REPLY  # as when its window is configured
+    assert refused >= 1
+    assert len(limited.rejected) == refused  # the second long one was passed over
+    assert short.text == FALLBACK
+    answered = [r for r in backup.chat_requests if r not in limited.rejected]
+    assert answered and all(limited.prompt_tokens(r) + r["max_tokens"] <= 2048 for r in answered)
 
 
 async def test_consolidation_goes_to_its_own_endpoint(
