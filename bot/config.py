@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bot import logsafe
+from bot.mcp.settings import McpServer, McpSettingError, read_servers
 from bot.platform import PlatformPlugin, PluginError, installed_plugins
 from bot.settings import (
     HTTP,
@@ -217,6 +218,8 @@ class ToolsConfig(Section):
     web_search: bool = False
     read_page: bool = False
     web_in_groups: bool = False
+    # The tools of MCP servers ([[mcp.servers]], docs/mcp.md) offered in group chats too.
+    mcp_in_groups: bool = False
 
 
 def _search_backend(value: str) -> bool:
@@ -510,6 +513,8 @@ class Config:
     fallbacks: list[Endpoint] = field(default_factory=list)
     # [[consolidation.endpoints]]: the chain consolidation asks; empty: the chat's.
     consolidation: list[Endpoint] = field(default_factory=list)
+    # [[mcp.servers]]: the MCP servers whose allowed tools the model may call (bot/mcp/).
+    mcp: tuple[McpServer, ...] = ()
     source: Path | None = None  # the file it was loaded from; None: defaults + environment
 
     def sections(self) -> dict[str, Section]:
@@ -526,7 +531,7 @@ class Config:
         """Every secret value set in any section (API key, plugins' tokens), for the redactor."""
         sections = [value for section in self.sections().values() for value in section.secrets()]
         keys = [e.api_key for e in (*self.fallbacks, *self.consolidation) if e.api_key]
-        return sections + keys
+        return sections + keys + [value for server in self.mcp for value in server.secrets()]
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{name}={section!r}" for name, section in self.sections().items())
@@ -540,6 +545,7 @@ class Config:
 PRICES = "prices"  # [prices]: keyed by model name, so not a Section (Loader._prices reads it)
 FALLBACK = "fallback"  # [[llm.fallback]]: tables in [llm], read by parse_endpoints
 CONSOLIDATION = "consolidation"  # [[consolidation.endpoints]], read by parse_endpoints
+MCP = "mcp"  # [[mcp.servers]]: a list of tables (bot/mcp/settings.py reads it)
 
 
 def section_types(plugins: Mapping[str, PlatformPlugin] | None = None) -> dict[str, type[Section]]:
@@ -592,6 +598,7 @@ def load_config(
         loader.apply_file(_read_toml(path))
     loader.apply_env(env)
     loader.read_endpoints(env)
+    loader.resolve_mcp(env)
     loader.resolve_workspaces(env, check_writable=writer)
     loader.validate()
     logsafe.hide(*loader.config.secrets())
@@ -743,6 +750,7 @@ class _Loader:
         # (section, key) → where its value came from, for error messages.
         self.origin: dict[tuple[str, str], str] = {}
         self.endpoint_tables: dict[str, Any] = {}  # [[llm.fallback]], [[consolidation.…]]
+        self.mcp_table: Any = None  # [mcp] as written; read with the environment (resolve_mcp)
 
     def _kinds_of(self, name: str, cls: type) -> dict[str, tuple[Any, bool]]:
         kinds = _field_kinds(cls)
@@ -792,9 +800,12 @@ class _Loader:
             if name == "llm" and isinstance(table, dict) and FALLBACK in table:
                 self.endpoint_tables["[llm.fallback]"] = table[FALLBACK]
                 table = {key: value for key, value in table.items() if key != FALLBACK}
+            if name == MCP:
+                self.mcp_table = table
+                continue
             if name not in self.types:
                 if isinstance(table, dict):
-                    hint = _suggest(name, [*self.types, PRICES], "[{}]".format)
+                    hint = _suggest(name, [*self.types, PRICES, MCP], "[{}]".format)
                     raise ConfigError(f"{self.label}: unknown section [{name}]{hint}")
                 raise ConfigError(
                     f"{self.label}: unknown key {name!r} outside any section "
@@ -950,6 +961,15 @@ class _Loader:
             raise ConfigError(f"environment {name}: [{section}] has no key {key!r}{hint}")
         self.origin[(section, key)] = f"environment {name}"
         self._set(section, key, self._from_env(section, key, text, *kinds[key]))
+
+    def resolve_mcp(self, env: Mapping[str, str]) -> None:
+        """[[mcp.servers]], their env and headers read from the environment (secrets)."""
+        if self.mcp_table is None:
+            return
+        try:
+            self.config.mcp = read_servers(self.mcp_table, env)
+        except McpSettingError as exc:
+            raise ConfigError(f"{self.label}: {exc}") from None
 
     def resolve_workspaces(self, env: Mapping[str, str], check_writable: bool = True) -> None:
         """Absolute, ~ expanded, relative to the config file's folder; unset: the data folder's

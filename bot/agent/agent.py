@@ -41,6 +41,7 @@ from bot.config import Config
 from bot.inbound import Inbound
 from bot.limits import Limits
 from bot.llm.chain import ChainLLM, chain_of, consolidation_chain, measure_by, preferring
+from bot.mcp.hub import McpHub
 from bot.media.attachments import AttachmentReader
 from bot.media.rules import MediaRules
 from bot.media.speech import Speaker
@@ -102,7 +103,9 @@ class Agent:
         self.estimator = estimator or TokenEstimator(image_tokens=config.llm.image_tokens)
         sizing = sizing or plan(config, estimator=self.estimator)
         # As configured: what is automatic is planned again when a smaller window is learnt.
-        self.window = ContextWindow(config, sizing, self.estimator)
+        # The MCP servers' tools (bot/mcp/): started in the background by `start`.
+        self.mcp = McpHub(config.mcp)
+        self.window = ContextWindow(config, sizing, self.estimator, self.mcp.tools)
         self.config = config
         self.workspaces = Workspaces(
             config.memory.workspaces_dir,
@@ -216,6 +219,7 @@ class Agent:
                 retry=self.turns.retry_last,
                 prompt_tokens=self.turns.prompt_tokens,
                 sizing=lambda: self.window.sizing,
+                tools=lambda: self.window.tools,
             ),
             workspaces=self.workspaces,
             sessions=self.sessions,
@@ -261,6 +265,7 @@ class Agent:
     async def handle(self, inbound: Inbound, out: Outbound) -> None:
         """Answer one message through `out`: a command without the LLM, anything else as an LLM
         turn (see bot.outbound for the order of the calls)."""
+        self.start()  # (once: the CLI starts it before the first message)
         own = inbound.user_key
         inbound = replace(inbound, text=valid_text(inbound.text))  # lone surrogates → U+FFFD
         inbound, out = await self.people.receive(inbound, out)  # the person's key from here
@@ -306,6 +311,10 @@ class Agent:
             return True
         return False
 
+    def start(self) -> None:
+        """Start what runs beside the turns: the MCP servers, in the background."""
+        self.mcp.start()
+
     def stopping(self) -> None:
         """The process is stopping: work that can be cut short ends now (PDFs being read)."""
         self.attachments.stop()
@@ -328,6 +337,7 @@ class Agent:
         if self.transcriber is not None:
             await self.transcriber.aclose()
         await self.voice.aclose()
+        await self.mcp.aclose()
 
     # ---- the conversation taken back: /undo, /retry (bot/agent/conversation.py) ---------------
 

@@ -4,7 +4,7 @@ what the turn does for /new, /undo, /retry and the figures of /status."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from bot.agent.conversation import conversation_start
@@ -27,7 +27,7 @@ from bot.limits import Limits
 from bot.media.voice import VoiceReplies
 from bot.reminders.desk import PersonReminders, ReminderBook
 from bot.reminders.groupdesk import GroupReminders
-from bot.tools.toolbox import enabled_tools
+from bot.tools.tool import Tool
 from memory.consolidation.consolidator import MemoryConsolidator
 from memory.control.versions import held_update
 from memory.session import Session
@@ -48,6 +48,7 @@ class TurnCommands:
     retry: Callable[[Inbound], Awaitable[Taken]]
     prompt_tokens: Callable[[Workspace, Session, Inbound], int]
     sizing: Callable[[], Sizing]
+    tools: Callable[[], Sequence[Tool]]  # on now: [tools]'s and the MCP servers' running
 
 
 class Commanding:
@@ -177,7 +178,7 @@ class Commanding:
             margin_tokens=sizing.budget.margin,
             tools=tuple(
                 tool.name
-                for tool in enabled_tools(self._config)
+                for tool in self._turn.tools()
                 if inbound.is_private or tool.in_groups is None or tool.in_groups(self._config)
             ),
         )

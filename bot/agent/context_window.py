@@ -39,15 +39,36 @@ class ContextWindow:
     """The window and its shares (bot/agent/sizing.py plans them); `shares` is the part
     consolidation reads (the same object: memory/consolidation/budget.py)."""
 
-    def __init__(self, asked: Config, sizing: Sizing, estimator: TokenEstimator) -> None:
+    def __init__(
+        self,
+        asked: Config,
+        sizing: Sizing,
+        estimator: TokenEstimator,
+        live: Callable[[], tuple[Tool, ...]] = tuple,
+    ) -> None:
         """`asked`: the config as written (what is automatic is planned again when a smaller
-        window is learnt; an explicit setting always wins)."""
+        window is learnt; an explicit setting always wins). `live`: the tools offered now of
+        the MCP servers running (bot/mcp/hub.py), which come and go."""
         self._asked = asked
         self._estimator = estimator
         self.sizing = sizing
         self.shares = Shares(sizing.budget, sizing.memory)
-        self.tools: tuple[Tool, ...] = tuple(enabled_tools(asked))  # those [tools] switches on
-        self.tools_text = tools_text(self.tools, sizing.form)  # as the estimate counts them
+        self._own: tuple[Tool, ...] = tuple(enabled_tools(asked))  # those [tools] switches on
+        self._live = live
+        self._text: tuple[tuple[Tool, ...], PromptForm, str] = ((), sizing.form, "")
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        """The tools on now: those [tools] switches on, then the MCP servers' running now."""
+        return self._own + self._live()
+
+    @property
+    def tools_text(self) -> str:
+        """The schemas of `tools` in the window's form, as the estimate counts them."""
+        tools, form = self.tools, self.sizing.form
+        if self._text[:2] != (tools, form):
+            self._text = (tools, form, tools_text(tools, form))
+        return self._text[2]
 
     @property
     def tokens(self) -> int:
@@ -81,7 +102,6 @@ class ContextWindow:
         log.warning("context window: %s", describe(sizing))
         self.sizing = sizing
         self.shares.budget, self.shares.memory = sizing.budget, sizing.memory
-        self.tools_text = tools_text(self.tools, sizing.form)
         return True
 
 

@@ -105,6 +105,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         chats = SharedChats(workspaces_dir(config))
         built = build_core(config, sizing, "worker", ClusterParts(people, chats))
         agent = built.agent
+        agent.start()
         try:
             me = this_worker(workspaces_dir(config))
             worker = Worker(

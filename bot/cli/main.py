@@ -117,6 +117,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     sizing = await sized(config)
     with only_writer(config):
         built = build_core(config, sizing, "chat")
+        built.agent.start()
         try:
             adapter = factory(config, built.core, user=args.user, log_file=args.log_file)
             owns = None
@@ -158,6 +159,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     sizing = await sized(config)
     with only_writer(config):
         built = build_core(config, sizing, "run")
+        built.agent.start()
         try:
             adapters = [factories[name](config, built.core) for name in names]
             for adapter in adapters:  # reminders go out through them

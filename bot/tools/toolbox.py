@@ -125,7 +125,8 @@ class Toolbox:
             log.info("limit %s refused a %s call", refusal.kind, tool.name)
             return f"Error: {refusal.text}"
         # Held before it runs: what it returns is in the model's hands from then on.
-        turn.edits.read_outside(f"the result of {tool.name} (from the web)")
+        where = listed([reach.thing for reach in tool.reaches if not reach.own])
+        turn.edits.read_outside(f"the result of {tool.name} (from {where})")
         result = await tool.run(turn, args)
         if result.startswith("Error:"):
             return result  # our own words
