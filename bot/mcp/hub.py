@@ -1,53 +1,51 @@
-"""The MCP servers of [[mcp.servers]], run in a thread with its own event loop, and the tools
-they offer now.
+"""The MCP servers of [[mcp.servers]], run by a process of their own (bot/mcp/child.py), and the
+tools they offer now, as records the toolbox takes like any other.
 
-WHY a thread of their own: what a server sends is read and parsed by the SDK where its client
-runs, and a server may list 10,000 tools or answer with megabytes; in the bot's loop that would
-pause every person's answer. Only bounded text and small records cross to the bot's loop. A
-call from a turn waits in the bot's loop (asyncio) for the other loop's answer, with its own
-time limit, so even a stuck server thread cannot hold a turn for longer than the timeout.
+WHY a process of its own: what a server sends is read and parsed by the SDK where its client
+runs, and a server may list 10,000 tools or answer with megabytes. In the bot's process, even
+in another thread, that parsing holds the interpreter for up to a second (measured:
+bench/mcp_bench.py) and every person's answer with it. Only checked, bounded lines cross to
+the bot: the allowed tools, and each result already cut to its share. A call from a turn waits
+for its line with its own time limit; a child that dies is started again, its tools absent
+meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
+import json
 import logging
-import threading
+import sys
 from collections.abc import Sequence
-from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from dataclasses import asdict
+from typing import Any
 
-from bot.mcp.records import Call, McpCallError
+from bot.mcp.records import Call, Listed, McpCallError, record
 from bot.mcp.settings import McpServer
 from bot.tools.tool import Arguments, Tool
-
-if TYPE_CHECKING:
-    from bot.mcp.link import ServerLink
 
 log = logging.getLogger(__name__)
 
 GRACE_S = 2.0  # the bot's own wait for a call: the server's timeout and this
 CLOSE_S = 10.0  # the longest wait for the servers to stop at the end
+RESTART_S = 5.0  # a child process that ended is started again after this
+MAX_LINE = 8_000_000  # a line from the child: results are cut there, far below this
 
 
 class McpHub:
     """The servers, started in the background by `start`, and `tools()` they offer now."""
 
     def __init__(self, servers: Sequence[McpServer]) -> None:
-        self._servers = tuple(server for server in servers if server.tools)
-        self._links: dict[str, ServerLink] = {}
-        if self._servers:
-            from bot.mcp.link import ServerLink  # (the SDK: the mcp extra's, only when used)
-
-            self._links = {
-                s.name: ServerLink(s, self._offered, self._caller) for s in self._servers
-            }
+        self._servers = {server.name: server for server in servers if server.tools}
         self._by_server: dict[str, tuple[Tool, ...]] = {}
         self._tools: tuple[Tool, ...] = ()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._child: asyncio.subprocess.Process | None = None
+        self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self._closing = False
         for server in servers:
             if not server.tools:
                 log.warning(
@@ -61,40 +59,56 @@ class McpHub:
         return self._tools
 
     def start(self) -> None:
-        """Start the servers in the background (once; nothing to do without servers)."""
-        if self._thread is not None or not self._servers:
+        """Start the servers in the background (once; nothing to do without servers). Called
+        in the bot's running loop."""
+        if self._task is not None or not self._servers:
             return
-        names = ", ".join(server.name for server in self._servers)
+        names = ", ".join(self._servers)
         log.info("MCP: starting %d server(s) in the background: %s", len(self._servers), names)
-        self._thread = threading.Thread(target=self._main, name="mcp-servers", daemon=True)
-        self._thread.start()
-        self._ready.wait(5)
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="mcp-servers")
 
     async def aclose(self) -> None:
-        """Stop the servers (a stdio server's process ends) and the thread."""
-        thread, loop, stop = self._thread, self._loop, self._stop
-        if thread is None or loop is None or stop is None:
-            return
-        loop.call_soon_threadsafe(stop.set)
-        await asyncio.to_thread(thread.join, CLOSE_S)
-        if thread.is_alive():
-            log.warning("MCP: the servers did not stop within %g s", CLOSE_S)
+        """Stop the servers (the child ends at the end of its stdin) and wait for it."""
+        self._closing = True
+        child, task = self._child, self._task
+        if child is not None and child.stdin is not None:
+            child.stdin.close()
+        if task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(task), CLOSE_S)
+            except TimeoutError:
+                log.warning("MCP: the servers did not stop within %g s", CLOSE_S)
+                if child is not None and child.returncode is None:
+                    child.kill()
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def call(self, server: str, tool: str, args: Arguments, budget: int) -> str:
-        """A call of `tool` on `server`, from the bot's loop: its result as text, or
-        McpCallError (not running, timed out, broke)."""
-        link, loop = self._links[server], self._loop
-        if loop is None or not loop.is_running():
-            raise McpCallError(f"the {server} MCP server is not running now")
-        future: Future[str] = asyncio.run_coroutine_threadsafe(link.call(tool, args, budget), loop)
+        """A call of `tool` on `server`: its result as text, or McpCallError (not running,
+        timed out, broke)."""
+        child = self._child
+        timeout = self._servers[server].timeout_s
+        if child is None or child.stdin is None or child.returncode is not None:
+            raise McpCallError(f"the {server} MCP server is not running now; try later")
+        number = next(self._ids)
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[number] = answer
+        request = {"id": number, "server": server, "tool": tool, "args": args, "budget": budget}
         try:
-            waited = asyncio.wrap_future(future)
-            return await asyncio.wait_for(waited, link.server.timeout_s + GRACE_S)
+            child.stdin.write(json.dumps(request).encode() + b"\n")
+            got = await asyncio.wait_for(answer, timeout + GRACE_S)
         except TimeoutError:
-            future.cancel()
             raise McpCallError(
-                f"the {server} MCP server did not answer within {link.server.timeout_s:g} s"
+                f"the {server} MCP server did not answer within {timeout:g} s"
             ) from None
+        except (ConnectionError, RuntimeError):
+            raise McpCallError(f"the {server} MCP server stopped during the call") from None
+        finally:
+            self._waiting.pop(number, None)
+        if "error" in got:
+            raise McpCallError(str(got["error"]))
+        return str(got["text"])
 
     def _caller(self, server: str) -> Call:
         async def call(tool: str, args: Arguments, budget: int) -> str:
@@ -102,23 +116,57 @@ class McpHub:
 
         return call
 
-    def _offered(self, server: str, tools: tuple[Tool, ...]) -> None:
-        """A server's tools now (in the hub's thread): the tuple the bot reads is replaced
-        whole, never changed in place."""
-        self._by_server[server] = tools
-        order = [s.name for s in self._servers]
-        self._tools = tuple(t for name in order for t in self._by_server.get(name, ()))
+    def _offer(self, server: str, listed: list[dict[str, Any]]) -> None:
+        """A server's tools now: the tuple the turns read is replaced whole."""
+        config = self._servers.get(server)
+        if config is None:
+            return
+        made = tuple(record(config, Listed(**tool), self._caller(server)) for tool in listed)
+        self._by_server[server] = made
+        self._tools = tuple(t for name in self._servers for t in self._by_server.get(name, ()))
 
-    def _main(self) -> None:
-        asyncio.run(self._serve())
+    async def _run(self) -> None:
+        """The child, started again whenever it ends, until closing."""
+        while not self._closing:
+            try:
+                await self._one_child()
+            except Exception:  # logged; the servers are started again
+                log.exception("MCP: the servers' process failed")
+            self._by_server.clear()
+            self._tools = ()
+            for waiting in self._waiting.values():
+                if not waiting.done():
+                    waiting.set_exception(ConnectionError("the servers' process ended"))
+            if self._closing:
+                return
+            log.warning("MCP: the servers' process ended; started again in %g s", RESTART_S)
+            await asyncio.sleep(RESTART_S)
 
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = stop = asyncio.Event()
-        self._ready.set()
-        tasks = [asyncio.ensure_future(link.run(stop)) for link in self._links.values()]
-        await stop.wait()
-        await asyncio.wait(tasks, timeout=CLOSE_S / 2)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    async def _one_child(self) -> None:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot.mcp.child",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, limit=MAX_LINE,
+        )  # fmt: skip
+        self._child = child
+        assert child.stdin is not None and child.stdout is not None
+        servers = [asdict(server) for server in self._servers.values()]
+        child.stdin.write(json.dumps({"servers": servers}).encode() + b"\n")
+        try:
+            while line := await child.stdout.readline():
+                self._heard(json.loads(line))
+        finally:
+            if child.returncode is None and not self._closing:
+                child.kill()
+            await child.wait()
+            self._child = None
+
+    def _heard(self, message: dict[str, Any]) -> None:
+        if "log" in message:
+            log.log(int(message["log"]), "%s", message["text"])
+        elif "tools" in message:
+            self._offer(str(message["tools"]), message["list"])
+        else:
+            waiting = self._waiting.get(int(message["id"]))
+            if waiting is not None and not waiting.done():
+                waiting.set_result(message)

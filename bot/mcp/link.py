@@ -1,5 +1,5 @@
-"""One MCP server's connection, run in the hub's own loop (bot/mcp/hub.py): connected with the
-official SDK's `Client` (a command over stdio, or a URL over streamable HTTP), its tools listed
+"""One MCP server's connection, in the servers' own process (bot/mcp/child.py): connected with
+the official SDK's `Client` (a command over stdio, or a URL over streamable HTTP), its tools listed
 once and bounded, watched with a ping, and restarted with back-off when it ends; its tools are
 absent until it is back. A call is timed out; a huge result is cut before it leaves this loop.
 """
@@ -23,9 +23,9 @@ from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from bot.mcp.records import Call, McpCallError, Refused, record, result_text
+from bot.mcp.records import Listed, McpCallError, Refused, listed, result_text
 from bot.mcp.settings import McpServer
-from bot.tools.tool import Arguments, Tool
+from bot.tools.tool import Arguments
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +36,16 @@ PING_S = 15.0  # how often an idle connection is checked
 MAX_PAGES = 20  # pages of a tool listing read at most…
 MAX_LISTED = 5000  # …and tools listed at most (those beyond are not read)
 
-# Offered tools of a server, as the hub hears of them: (server name, its records now).
-OnTools = Callable[[str, tuple[Tool, ...]], None]
+# Offered tools of a server, as the bot hears of them: (server name, its allowed tools now).
+OnTools = Callable[[str, tuple[Listed, ...]], None]
 
 
 class ServerLink:
     """The life of one server's connection; `run` until stopped."""
 
-    def __init__(self, server: McpServer, on_tools: OnTools, call: Callable[[str], Call]) -> None:
-        """`call(server name)`: the call the records use (the hub's, from the bot's loop)."""
+    def __init__(self, server: McpServer, on_tools: OnTools) -> None:
         self.server = server
         self._on_tools = on_tools
-        self._call = call(server.name)
         self._client: Client | None = None
         self._broken = asyncio.Event()
         self.restarts = 0
@@ -85,11 +83,11 @@ class ServerLink:
         async with client:
             try:
                 with anyio.fail_after(server.timeout_s):
-                    listed = await self._listed(client)
-                tools = self._records(listed)
+                    found = await self._listed(client)
+                tools = self._allowed(found)
                 self._client, self._broken = client, asyncio.Event()
                 self._on_tools(server.name, tools)
-                names = ", ".join(tool.name for tool in tools) or "none"
+                names = ", ".join(f"{server.name}_{tool.name}" for tool in tools) or "none"
                 log.info("MCP server %s: connected; tools offered: %s", server.name, names)
                 await self._watch(client, stop)
             finally:
@@ -125,10 +123,10 @@ class ServerLink:
             )  # fmt: skip
         return found[:MAX_LISTED]
 
-    def _records(self, listed: list[Any]) -> tuple[Tool, ...]:
-        """The allowed tools the server lists, as records; each one refused is logged."""
+    def _allowed(self, found: list[Any]) -> tuple[Listed, ...]:
+        """The allowed tools the server lists, checked; each one refused is logged."""
         server = self.server
-        by_name = {tool.name: tool for tool in listed if tool.name in server.tools}
+        by_name = {tool.name: tool for tool in found if tool.name in server.tools}
         records = []
         for name in server.tools:
             tool = by_name.get(name)
@@ -136,13 +134,13 @@ class ServerLink:
                 log.warning("MCP server %s does not list the allowed tool %r", server.name, name)
                 continue
             try:
-                records.append(record(server, tool, self._call))
+                records.append(listed(tool))
             except Refused as exc:
                 log.warning("MCP server %s: tool %r not offered: %s", server.name, name, exc)
-        if len(listed) > len(by_name):
+        if len(found) > len(by_name):
             log.info(
                 "MCP server %s lists %d tools; %d not in its allow list are not offered",
-                server.name, len(listed), len(listed) - len(by_name),
+                server.name, len(found), len(found) - len(by_name),
             )  # fmt: skip
         return tuple(records)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bot.mcp.settings import McpServer
@@ -41,11 +42,26 @@ def reach(server: McpServer) -> Reach:
     return Reach(f"the {server.name} MCP server", own=False)
 
 
-def record(server: McpServer, listed: mcp_types.Tool, call: Call) -> Tool:
-    """The `Tool` offering `listed` as `<server>_<tool>`, or Refused."""
-    schema = input_schema(listed.input_schema)
+@dataclass(frozen=True)
+class Listed:
+    """A tool as its server lists it, checked (`listed`): what crosses from the servers'
+    process to the bot's."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+
+
+def listed(tool: mcp_types.Tool) -> Listed:
+    """The SDK's tool, its schema checked (Refused) and its description cut."""
+    description = " ".join((tool.description or tool.title or "").split())
+    return Listed(tool.name, _cut(description, MAX_DESCRIPTION), input_schema(tool.input_schema))
+
+
+def record(server: McpServer, listed: Listed, call: Call) -> Tool:
+    """The `Tool` offering `listed` as `<server>_<tool>`."""
+    schema, description = listed.schema, listed.description
     name = f"{server.name}_{listed.name}"
-    description = " ".join((listed.description or listed.title or "").split())
     full_text = f"{_cut(description, MAX_DESCRIPTION)} (from the {server.name} MCP server)"
     full = Offer(_schema(name, full_text.strip(), schema))
     compact = Offer(_schema(name, _cut(description, COMPACT_DESCRIPTION) or name, schema))
