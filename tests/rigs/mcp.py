@@ -49,7 +49,7 @@ def mcp_agent(
     return Agent(load_config(path, env=env or {}))
 
 
-async def offered(agent: Agent, count: int, within: float = 30.0) -> list[str]:
+async def offered(agent: Agent, count: int, within: float = 60.0) -> list[str]:
     """The MCP tools' names once `count` of them are offered (the servers start in the
     background), or AssertionError after `within` seconds."""
     agent.start()

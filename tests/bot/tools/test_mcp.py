@@ -69,7 +69,7 @@ async def test_a_stdio_servers_allowed_tools_are_offered_and_called(
     assert "tok-s3cret-42" not in caplog.text
 
 
-async def test_an_http_server_gets_its_header_from_the_environment(
+async def test_an_http_server_gets_its_header_and_may_be_offered_in_groups(
     fake_llm: FakeOpenAI, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
@@ -77,13 +77,19 @@ async def test_an_http_server_gets_its_header_from_the_environment(
         entry = http_entry(
             "wiki", url, ["lookup", "whoami"], 'headers = { Authorization = "WA" }\n'
         )
-        agent = mcp_agent(tmp_path, fake_llm.base_url, entry, env={"WA": "Bearer h3ader-s3cret"})
+        agent = mcp_agent(
+            tmp_path, fake_llm.base_url, entry, tools="mcp_in_groups = true\n",
+            env={"WA": "Bearer h3ader-s3cret"},
+        )  # fmt: skip
         try:
             assert await offered(agent, 2) == ["wiki_lookup", "wiki_whoami"]
             result = await call(agent, fake_llm, "wiki_lookup", {"word": "otter"})
             who = await call(agent, fake_llm, "wiki_whoami", {})
+            fake_llm.queue(completion("Hi."))
+            await ask(agent, group("g1", "7", "hello"))
         finally:
             await agent.aclose()
+    assert {"wiki_lookup", "wiki_whoami"} <= set(sent_tools(chat_requests(fake_llm)[-1]))
     assert "otter: a small glossary entry about otter" in result
     assert "auth=Bearer h3ader-s3cret" in who
     assert "h3ader-s3cret" not in caplog.text
