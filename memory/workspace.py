@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 KEY_FILE = ".key"
 SESSIONS_DIR = "sessions"
+IMPORTED_FILE = "imported.jsonl"  # the conversations imported (memory/importing/history.py)
 PRE_LINK_DIR = ".pre-link"  # while linked: what each account had before (control/link_snapshots)
 # Every name of a workspace that the bot opens; none of them may be a link.
 FILES = (
@@ -36,6 +37,7 @@ FILES = (
     USAGE_FILE,
     SPEECH_FILE,
     REMINDERS_FILE,
+    IMPORTED_FILE,
 )
 FOLDERS = (SESSIONS_DIR, VERSIONS_DIR, MEDIA_DIR)
 

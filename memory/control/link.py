@@ -44,7 +44,7 @@ from memory.safefs import make_private_dir, read_bytes
 from memory.search import history_index
 from memory.store import VERSIONS_DIR, merged_memory
 from memory.usage import SPEECH_FILE, USAGE_FILE
-from memory.workspace import KEY_FILE, SESSIONS_DIR, Workspace, Workspaces
+from memory.workspace import IMPORTED_FILE, KEY_FILE, SESSIONS_DIR, Workspace, Workspaces
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +216,13 @@ def absorb(workspaces: Workspaces, bundle: bytes, person: str) -> Merged:
     return _absorb_from(workspaces, source, person)
 
 
+def absorb_folder(workspaces: Workspaces, source: Path, person: str) -> Merged:
+    """Merge an unpacked workspace at `source` (a folder named `.arriving-…` beside the
+    workspaces: an imported /export archive) into the person's, journalled as `absorb` is."""
+    _write_journal(workspaces.base_dir, {"action": "absorb", "source": source.name, "into": person})
+    return _absorb_from(workspaces, source, person)
+
+
 def _absorb_from(workspaces: Workspaces, source: Path, person: str) -> Merged:
     merged = Merged()
     if source.name.startswith(ARRIVING_PREFIX) and source.is_dir():
@@ -237,6 +244,7 @@ def _merge_files(source: Workspace, target: Workspace) -> Merged:
     _merge_usage(source.root / SPEECH_FILE, target.root / SPEECH_FILE)  # spoken: alike
     _merge_usage(source.reminders.path, target.reminders.path)  # records: the same union
     _merge_usage(source.root / NOTICES_FILE, target.root / NOTICES_FILE)  # and again
+    _merge_usage(source.root / IMPORTED_FILE, target.root / IMPORTED_FILE)  # imports' ids
     _merge_preferences(source, target)
     return Merged(facts, entries, files)
 

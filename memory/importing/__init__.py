@@ -1,0 +1,10 @@
+"""Bringing a person's past in: ChatGPT and Claude exports become dated HISTORY.md entries, and
+a LightGrep /export archive restores (or merges into) a workspace. Pure files, no network.
+
+Public: `sources` (opening an export: zip or JSON, hostile files refused in one line),
+`formats` (the services' conversation shapes read one conversation at a time), `history` (a
+conversation's entries appended through memory.store, each conversation's id recorded so a
+re-import adds nothing) and `restore` (a LightGrep archive).
+"""
+
+__all__ = ["formats", "history", "restore", "sources"]
