@@ -50,10 +50,7 @@ def restore(workspaces: Workspaces, person: str, archive: Path) -> Restored:
     root = workspaces.root_of(person)
     if _empty(root):
         workspace = workspaces.get(person)  # made, with its key file when the name is short
-        for name in sorted(os.listdir(arriving)):
-            if not (root / name).exists():
-                os.rename(arriving / name, root / name)
-        fsync_dir(root)
+        _move_in(arriving, root)
         workspaces.forget_user(person)
         delete(arriving)
         history_index.drop(workspace.history_path)
@@ -95,10 +92,32 @@ def _unpack(archive: Path, target: Path) -> int:
     return count
 
 
+def _move_in(source: Path, target: Path) -> None:
+    """Every file of `source` renamed into `target` (a folder both hold: file by file)."""
+    for name in sorted(os.listdir(source)):
+        there = target / name
+        if there.is_dir() and not there.is_symlink() and (source / name).is_dir():
+            _move_in(source / name, there)
+        elif not there.exists():
+            os.rename(source / name, there)
+    fsync_dir(target)
+
+
 def _empty(root: Path) -> bool:
-    """No workspace yet, or one holding nothing but its key file."""
+    """No workspace yet, or one holding nothing but its key file and empty folders."""
     try:
         names = os.listdir(root)
     except FileNotFoundError:
         return True
-    return all(name == KEY_FILE for name in names)
+    for name in names:
+        path = root / name
+        if path.is_dir() and not path.is_symlink():
+            if not _empty_folder(path):
+                return False
+        elif name != KEY_FILE:
+            return False
+    return True
+
+
+def _empty_folder(path: Path) -> bool:
+    return not any(True for _ in path.iterdir())
