@@ -2,9 +2,10 @@
 a LightGrep /export archive restores (or merges into) a workspace. Pure files, no network.
 
 Public: `sources` (opening an export: zip or JSON, hostile files refused in one line),
-`formats` (the services' conversation shapes read one conversation at a time), `history` (a
-conversation's entries appended through memory.store, each conversation's id recorded so a
-re-import adds nothing) and `restore` (a LightGrep archive).
+`depth` (JSON nesting capped before the parser), `formats` (the services' conversation shapes,
+read one conversation at a time), `history` (a conversation's entries appended through
+memory.store, each conversation's id recorded so a re-import adds nothing) and `restore` (a
+LightGrep archive).
 """
 
-__all__ = ["formats", "history", "restore", "sources"]
+__all__ = ["depth", "formats", "history", "restore", "sources"]

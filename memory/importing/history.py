@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from memory.control.history_merge import entries as history_entries
 from memory.importing.formats import NAMES, Conversation, Turn
 from memory.safefs import append_line, open_binary
-from memory.store import MemoryStore
+from memory.store import ENTRY_STAMP, MemoryStore
 from memory.workspace import IMPORTED_FILE
 
 MAX_ENTRY_CHARS = 3000
 _PART = re.compile(r"\((\d+)/(\d+); import (\S+)\)$")
+_STAMPED = re.compile(ENTRY_STAMP)
 
 
 @dataclass
@@ -150,10 +150,15 @@ def _pieces(turn: Turn, speaker: str, budget: int) -> list[str]:
 
 def _parts_present(history: Path, key: str) -> set[int]:
     """The part numbers of `key` that HISTORY.md holds (after an import stopped mid-way)."""
-    found = set()
-    for entry in history_entries(history):
-        first = entry.split("\n", 1)[0]
-        match = _PART.search(first)
-        if match and match.group(3) == key:
-            found.add(int(match.group(1)))
+    found: set[int] = set()
+    try:
+        file = open_binary(history)
+    except FileNotFoundError:
+        return found
+    with file:  # a line at a time: HISTORY.md may be large
+        for raw in file:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            match = _PART.search(line) if _STAMPED.match(line) else None
+            if match and match.group(3) == key:
+                found.add(int(match.group(1)))
     return found
