@@ -110,6 +110,8 @@ class MediaConfig(Section):
     max_images_per_message: int = setting(4, rule=POSITIVE_INT)
     max_text_file_bytes: int = setting(100_000, rule=POSITIVE_INT)
     max_pdf_bytes: int = setting(10_000_000, rule=POSITIVE_INT)
+    # An export sent with /import (a ChatGPT or Claude zip, docs/import.md); larger: the CLI.
+    max_import_bytes: int = setting(20_000_000, rule=POSITIVE_INT)
     # Reading one PDF (in a child process, bot/media/sandbox.py): at most this long, in this much
     # memory; and one person's PDFs at most this many seconds an hour.
     pdf_seconds: float = setting(15.0, rule=Rule("a positive number of seconds", lambda v: v > 0))

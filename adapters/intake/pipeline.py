@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 from adapters.intake import texts
 from adapters.intake.throttle import PerChatInterval
 from bot.access import is_allowed
-from bot.commands.registry import in_conversation, needs_chat_admin
+from bot.commands.registry import in_conversation, needs_chat_admin, takes_file
 from bot.inbound import Delivered, Inbound
 from bot.media.rules import Candidate, MediaRules, collect
 from bot.outbound import BufferedOutbound, Outbound, Reply
@@ -181,7 +181,9 @@ class Intake:
         try:
             async with repeating(chat.show_typing, chat.typing_every_s, until=out.shown):
                 if media:
-                    found = await collect(media, self.media, self.download_limit)
+                    found = await collect(
+                        media, self.media, self.download_limit, importing=takes_file(inbound.text)
+                    )
                     inbound = replace(inbound, attachments=found)
                 await self.core.handle(inbound, out)
             reply = out.reply

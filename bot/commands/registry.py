@@ -21,6 +21,7 @@ from bot.commands.basic import (
 from bot.commands.context import CommandContext, Handler
 from bot.commands.control import cmd_export, cmd_forget, cmd_wipe
 from bot.commands.conversation import cmd_group, cmd_persona, cmd_retry, cmd_undo
+from bot.commands.importing import cmd_import
 from bot.commands.link import cmd_link, cmd_unlink
 from bot.commands.model import cmd_model
 from bot.commands.recall import cmd_recall
@@ -81,6 +82,8 @@ class Command:
     chat_admin: Callable[[str], bool] = lambda args: False
     # Its answer is part of the conversation (/retry's): the adapter sends its receipt.
     in_conversation: bool = False
+    # A file sent with it is its input (/import's export), downloaded within its own limit.
+    takes_file: bool = False
 
 
 async def cmd_help(ctx: CommandContext, args: str) -> str:
@@ -130,6 +133,15 @@ COMMANDS: tuple[Command, ...] = (
         cmd_export,
         private=True,
         heavy=lambda args: True,
+    ),
+    Command(
+        "import",
+        "Bring in your ChatGPT or Claude conversations: send the export with /import",
+        cmd_import,
+        private=True,
+        heavy=lambda args: True,
+        takes_file=True,
+        details="the export's zip or its conversations.json, as a file with /import as caption",
     ),
     Command(
         "wipe",
@@ -283,6 +295,13 @@ def in_conversation(text: str) -> bool:
     parsed = parse_command(text)
     command = _BY_NAME.get(parsed.name) if parsed is not None else None
     return parsed is None or (command is not None and command.in_conversation)
+
+
+def takes_file(text: str) -> bool:
+    """Whether `text` is a command whose attached file is its input (Command.takes_file)."""
+    parsed = parse_command(text)
+    command = _BY_NAME.get(parsed.name) if parsed is not None else None
+    return command is not None and command.takes_file
 
 
 def needs_chat_admin(text: str) -> bool:

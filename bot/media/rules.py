@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 IMAGE, AUDIO, TEXT, PDF, OTHER = "image", "audio", "text", "pdf", "other"
+EXPORT = "export"  # a file sent with /import: another service's export, not read as a message
 # Why an attachment was not downloaded (Attachment.skipped).
 TOO_LARGE, TOO_MANY = "too_large", "too_many"
 UNSUPPORTED, UNAVAILABLE = "unsupported", "unavailable"
@@ -138,6 +139,7 @@ class MediaRules:
     max_text_file_bytes: int = 100_000
     max_pdf_bytes: int = 10_000_000
     max_audio_bytes: int = 20_000_000
+    max_import_bytes: int = 20_000_000  # a file sent with /import (bot/commands/importing.py)
     # Reading one PDF (bot/media/sandbox.py): seconds, address space, a person's seconds per hour.
     pdf_seconds: float = 15.0
     pdf_memory_bytes: int = 400_000_000
@@ -152,6 +154,7 @@ class MediaRules:
             max_text_file_bytes=media.max_text_file_bytes,
             max_pdf_bytes=media.max_pdf_bytes,
             max_audio_bytes=config.transcription.max_bytes,
+            max_import_bytes=media.max_import_bytes,
             pdf_seconds=media.pdf_seconds,
             pdf_memory_bytes=media.pdf_memory_bytes,
             pdf_seconds_per_hour=media.pdf_seconds_per_hour,
@@ -200,15 +203,23 @@ class Candidate:
 
 
 async def collect(
-    candidates: Sequence[Candidate], rules: MediaRules, platform_limit: int | None = None
+    candidates: Sequence[Candidate],
+    rules: MediaRules,
+    platform_limit: int | None = None,
+    *,
+    importing: bool = False,
 ) -> tuple[Attachment, ...]:
     """Download what will be used, within the limits (`platform_limit`: the most the platform
-    lets a bot download); everything else comes back with the reason it was skipped."""
+    lets a bot download); everything else comes back with the reason it was skipped.
+    `importing`: the message is /import, and a file (a zip or JSON) is its export, taken up to
+    [media] max_import_bytes."""
     attachments = []
     images = 0
     for candidate in candidates:
         kind = kind_of(candidate.mime, candidate.name)
         limit = rules.max_bytes(kind)
+        if importing and kind in (TEXT, OTHER):
+            kind, limit = EXPORT, rules.max_import_bytes
         if platform_limit is not None:
             limit = min(limit, platform_limit)
         skipped: str | None = None

@@ -10,15 +10,18 @@ path from `current_node` up to the root. Claude keeps a plain list (`chat_messag
 from __future__ import annotations
 
 import hashlib
+import itertools
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 import ijson
 
 from memory.importing.depth import DepthGuard
-from memory.importing.sources import ImportRefused
+from memory.importing.sources import ImportRefused, checked_zip, open_json
 
 SERVICES = ("chatgpt", "claude")
 NAMES = {"chatgpt": "ChatGPT", "claude": "Claude"}
@@ -66,6 +69,30 @@ def conversations(
         raise ImportRefused(
             f"{name} holds no list of conversations: is it a {NAMES[service]} export?"
         )
+
+
+def detect(path: Path) -> str:
+    """Which export `path` is, from its first conversation's keys (or a LightGrep archive's
+    files): "chatgpt", "claude" or "lightgrep"; ImportRefused when it is none of them."""
+    if zipfile.is_zipfile(path):
+        with checked_zip(path) as archive:
+            names = [PurePosixPath(info.filename).parts for info in archive.infolist()]
+        if any(parts[1:] in (("MEMORY.md",), ("HISTORY.md",)) for parts in names):
+            return "lightgrep"
+    with open_json(path) as opened:
+        try:
+            events = ijson.parse(DepthGuard(opened.stream, path.name))
+            for prefix, event, value in itertools.islice(events, 100_000):
+                if prefix == "item" and event == "map_key":
+                    if value in ("mapping", "current_node"):
+                        return "chatgpt"
+                    if value in ("chat_messages", "uuid"):
+                        return "claude"
+                if prefix == "item" and event == "end_map":
+                    break  # the first conversation said nothing of either
+        except ijson.common.JSONError:
+            pass
+    raise ImportRefused(f"{path.name} is not an export I know (ChatGPT's or Claude's)")
 
 
 def chatgpt(item: Any, service: str = "ChatGPT") -> Conversation | None:

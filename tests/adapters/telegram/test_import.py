@@ -1,0 +1,73 @@
+"""/import through the real Telegram bot: python-telegram-bot against the fake Bot API, the real
+Agent. An export sent with /import as its caption lands in HISTORY.md, /recall finds it, the
+same file again adds nothing; too large a file is refused before it is downloaded."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+from memory.keys import encode_key
+from tests.rigs.exports import chatgpt_conversation, claude_conversation, zipped
+from tests.rigs.fakes.openai_server import FakeOpenAI
+from tests.rigs.fakes.telegram_server import FakeTelegram
+from tests.rigs.telegram import make_config, running
+
+
+async def _reply(tg: FakeTelegram, count: int) -> str:
+    return (await tg.wait_sent(42, count))[-1].text
+
+
+async def test_an_export_sent_with_import_is_found_by_recall_and_not_added_twice(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path, tmp_path: Path
+) -> None:
+    items = [chatgpt_conversation(n, 2, "the quokka sanctuary" if n == 1 else "") for n in range(3)]
+    export = zipped(tmp_path / "export.zip", iter(items)).read_bytes()
+    async with running(make_config(tg, fake_llm, workspaces_dir)):
+        tg.document(42, export, "chatgpt-export.zip", "application/zip", caption="/import")
+        first = await _reply(tg, 1)
+        tg.dm(42, "/recall quokka")
+        found = await _reply(tg, 2)
+        tg.document(42, export, "chatgpt-export.zip", "application/zip", caption="/import")
+        again = await _reply(tg, 3)
+    assert first.startswith("Imported 3 ChatGPT conversations into your history (3 entries")
+    assert "Conversation 1" in found and "2023-03-29" in found and "Conversation 2" not in found
+    assert again == "Nothing new: every conversation of that ChatGPT export is in your history."
+    history = (workspaces_dir / encode_key("telegram-42") / "HISTORY.md").read_text()
+    assert history.count("import chatgpt:") == 3
+    assert fake_llm.requests == []  # an import asks no model
+
+
+async def test_claude_json_and_a_broken_file(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    import json
+
+    claude = json.dumps([claude_conversation(n) for n in range(2)]).encode()
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("conversations.json", b"[" + b" " * (30 << 20) + b"]")
+    async with running(make_config(tg, fake_llm, workspaces_dir)):
+        tg.document(42, claude, "conversations.json", "application/json", caption="/import")
+        imported = await _reply(tg, 1)
+        tg.document(42, bomb.getvalue(), "export.zip", "application/zip", caption="/import")
+        refused = await _reply(tg, 2)
+        tg.dm(42, "/import")
+        how = await _reply(tg, 3)
+    assert imported.startswith("Imported 2 Claude conversations")
+    assert refused.startswith("I couldn't import that file: export.zip looks like a zip bomb")
+    assert refused.endswith("Nothing was added.")
+    assert how.startswith("Send your export as a file with /import as its caption")
+
+
+async def test_an_export_larger_than_the_chat_takes_is_refused_before_downloading(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    async with running(make_config(tg, fake_llm, workspaces_dir)):
+        tg.document(42, b"PK", "export.zip", "application/zip", caption="/import", size=90_000_000)
+        said = await _reply(tg, 1)
+    assert "90 MB, more than I take in a chat (20 MB)" in said
+    assert "lightgrep import chatgpt|claude FILE --user telegram-42" in said
+    assert tg.downloads == []
+    assert not (workspaces_dir / encode_key("telegram-42") / "HISTORY.md").exists()
