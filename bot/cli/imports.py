@@ -12,10 +12,13 @@ import argparse
 import sys
 import unicodedata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.cli import common
 from bot.cli.control import folder_held, open_workspaces
+
+if TYPE_CHECKING:
+    from memory.workspace import Workspaces
 
 KINDS = ("chatgpt", "claude", "lightgrep")
 
@@ -55,7 +58,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             raise common.UserError(f"nothing imported: {exc}") from None
 
 
-def _conversations(workspaces: Any, person: str, service: str, path: Path) -> int:
+def _conversations(workspaces: Workspaces, person: str, service: str, path: Path) -> int:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     from memory.importing.depth import DepthGuard
@@ -104,7 +107,7 @@ def _conversations(workspaces: Any, person: str, service: str, path: Path) -> in
     return 0
 
 
-def _restore(workspaces: Any, person: str, path: Path) -> int:
+def _restore(workspaces: Workspaces, person: str, path: Path) -> int:
     from bot.reminders.index import DueIndex
     from memory import clock
     from memory.importing.restore import restore

@@ -45,7 +45,8 @@ def restore(workspaces: Workspaces, person: str, archive: Path) -> Restored:
     try:
         files = _unpack(archive, arriving)
     except BaseException:
-        delete(arriving) if arriving.exists() else None
+        if arriving.exists():
+            delete(arriving)
         raise
     root = workspaces.root_of(person)
     if _empty(root):
