@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import time
 from dataclasses import replace
@@ -14,8 +15,11 @@ from bot.config import Config, ConfigError, Endpoint
 
 if TYPE_CHECKING:
     from bot.llm.client import LLMClient
+    from bot.mcp.settings import McpServer
 
 log = logging.getLogger("lightgrep")
+
+MCP_WAIT_S = 20.0  # a server starting (a Python one, on a loaded machine, takes seconds)
 
 
 async def cmd_doctor(args: argparse.Namespace) -> int:
@@ -44,7 +48,60 @@ async def cmd_doctor(args: argparse.Namespace) -> int:
     report(*_check_tokens())
     if config.tools.read_page:
         report(*_check_read_page())
+    if config.mcp:
+        for line in await _check_mcp(config):
+            report(*line)
     return 0 if all(results) else EXIT_FAILURE
+
+
+async def _check_mcp(config: Config) -> list[tuple[bool, str, str]]:
+    """Each [[mcp.servers]] entry started as the bot starts it (bot/mcp/hub.py): the allowed
+    tools it offers, or why it did not connect (its first warning), within MCP_WAIT_S."""
+    from bot.mcp.hub import McpHub  # only with MCP servers configured: the SDK is an extra
+
+    heard = _ServerWarnings()
+    hub_log = logging.getLogger("bot.mcp.hub")
+    hub_log.addHandler(heard)
+    hub = McpHub(config.mcp)
+    hub.start()
+    try:
+        for _ in range(int(MCP_WAIT_S / 0.1)):  # the hub tells no event: it is looked at
+            if all(hub.offered(name) or name in heard.why for name in hub.started):
+                break
+            await asyncio.sleep(0.1)
+        return [_mcp_line(server, hub.offered(server.name), heard.why) for server in config.mcp]
+    finally:
+        hub_log.removeHandler(heard)
+        await hub.aclose()
+
+
+def _mcp_line(
+    server: McpServer, offered: tuple[str, ...], why: dict[str, str]
+) -> tuple[bool, str, str]:
+    check = f"MCP {server.name}"
+    missing = [tool for tool in server.tools if f"{server.name}_{tool}" not in offered]
+    if not server.tools:
+        return False, check, "offers no tool: name those it may offer in its tools list"
+    if not offered:
+        reason = why.get(server.name, f"no answer within {MCP_WAIT_S:g} s")
+        return False, check, f"not connected: {reason} (docs/mcp.md)"
+    if missing:
+        listed = ", ".join(offered)
+        return False, check, f"offers {listed}; not listed by the server: {', '.join(missing)}"
+    return True, check, f"offers {', '.join(offered)}"
+
+
+class _ServerWarnings(logging.Handler):
+    """The first warning of each server ("MCP server NAME: why"), as the hub logs it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.why: dict[str, str] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        name, colon, why = record.getMessage().removeprefix("MCP server ").partition(": ")
+        if colon and " " not in name:
+            self.why.setdefault(name, why)
 
 
 def _check_workspaces(config: Config) -> tuple[bool, str, str]:

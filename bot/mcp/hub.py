@@ -58,6 +58,15 @@ class McpHub:
         """The records of the allowed tools of the servers running now, in the config's order."""
         return self._tools
 
+    def offered(self, server: str) -> tuple[str, ...]:
+        """The names of the tools `server` offers now (none while it is not connected)."""
+        return tuple(tool.name for tool in self._by_server.get(server, ()))
+
+    @property
+    def started(self) -> tuple[str, ...]:
+        """The servers it starts: those with an allow list."""
+        return tuple(self._servers)
+
     def start(self) -> None:
         """Start the servers in the background (once; nothing to do without servers). Called
         in the bot's running loop."""

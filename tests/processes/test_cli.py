@@ -40,6 +40,7 @@ from tests.rigs.fakes.openai_server import (
     tool_call,
 )
 from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram
+from tests.rigs.mcp import stdio_entry
 
 pytestmark = pytest.mark.usefixtures("keep_logging")
 
@@ -328,6 +329,28 @@ async def test_doctor_checks_each_endpoint_of_the_chains(
     assert f"FAIL  fallback 1: {url}: the model provider could not be reached" in out
     assert f"OK    memory endpoint 1: {fake_llm.base_url} answered with model careful" in out
     assert [r["model"] for r in fake_llm.requests] == ["fake-model", "careful"]
+
+
+async def test_doctor_starts_each_mcp_server_and_names_what_it_offers(
+    fake_llm: FakeOpenAI, tmp_path: Path, clean_env: None, capsys
+) -> None:
+    """A working server: the allowed tools it offers; an allowed tool it does not list, and a
+    command that starts no server (with why), each a FAIL on the server's own line (before:
+    doctor said nothing of MCP, and a broken server was found only in the bot's log)."""
+    servers = (
+        stdio_entry("notes", ["lookup", "whoami"])
+        + stdio_entry("typo", ["lookup", "lokup"])
+        + '[[mcp.servers]]\nname = "gone"\ncommand = "/nonexistent/mcp-server"\ntools = ["x"]\n'
+    )
+    config = write_config(tmp_path, fake_llm, servers)
+    assert await asyncio.to_thread(main, ["doctor", "--config", str(config)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3:] == [
+        "OK    MCP notes: offers notes_lookup, notes_whoami",
+        "FAIL  MCP typo: offers typo_lookup; not listed by the server: lokup",
+        "FAIL  MCP gone: not connected: FileNotFoundError: [Errno 2] No such file or "
+        "directory: '/nonexistent/mcp-server' (docs/mcp.md)",
+    ]
 
 
 def test_doctor_against_a_closed_port(tmp_path: Path, clean_env: None, capsys) -> None:
