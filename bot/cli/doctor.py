@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import time
 from dataclasses import replace
@@ -57,6 +56,8 @@ async def cmd_doctor(args: argparse.Namespace) -> int:
 async def _check_mcp(config: Config) -> list[tuple[bool, str, str]]:
     """Each [[mcp.servers]] entry started as the bot starts it (bot/mcp/hub.py): the allowed
     tools it offers, or why it did not connect (its first warning), within MCP_WAIT_S."""
+    import asyncio  # (not at the top: `lightgrep memory` imports this module and no asyncio)
+
     from bot.mcp.hub import McpHub  # only with MCP servers configured: the SDK is an extra
 
     heard = _ServerWarnings()
