@@ -159,6 +159,21 @@ class VoiceConfig(Section):
 
 
 @dataclass(repr=False)
+class SearchConfig(Section):
+    """/recall and search_history also ranked by meaning, through an OpenAI-compatible
+    /v1/embeddings endpoint (the [llm] endpoint and key unless set here; docs/recall.md)."""
+
+    embeddings: bool = False
+    base_url: str | None = setting(None, url=HTTP)
+    api_key: str | None = setting(None, secret=True)
+    model: str = setting("text-embedding-3-small", rule=NON_EMPTY)  # entries' passages
+    query_model: str | None = setting(None, rule=NON_EMPTY)  # questions; unset: `model`
+    batch_size: int = setting(32, rule=POSITIVE_INT)
+    # A question's embedding: past it, keywords alone (and the endpoint left alone a minute).
+    timeout_s: float = setting(5.0, rule=Rule("a positive number of seconds", lambda v: v > 0))
+
+
+@dataclass(repr=False)
 class MemoryConfig(Section):
     # Left unset, load_config puts it in the user's data folder: data_home() / "workspaces".
     workspaces_dir: Path = Path("workspaces")
@@ -489,6 +504,7 @@ CORE_SECTIONS: dict[str, type[Section]] = {
     "media": MediaConfig,
     "transcription": TranscriptionConfig,
     "voice": VoiceConfig,
+    "search": SearchConfig,
     "cluster": ClusterConfig,
 }
 
@@ -505,6 +521,7 @@ class Config:
     media: MediaConfig = field(default_factory=MediaConfig)
     transcription: TranscriptionConfig = field(default_factory=TranscriptionConfig)
     voice: VoiceConfig = field(default_factory=VoiceConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     # The `[<name>]` section of each platform plugin, by name (load_config fills in every
     # installed one); an adapter reads its own as config.platforms[name].
@@ -523,7 +540,8 @@ class Config:
         core = {"llm": self.llm, "memory": self.memory, "agent": self.agent, "tools": self.tools}
         extra = {"web": self.web, "limits": self.limits, "metrics": self.metrics}
         more = {"media": self.media, "transcription": self.transcription, "voice": self.voice}
-        return {**core, **extra, **more, "cluster": self.cluster, **self.platforms}
+        last = {"search": self.search, "cluster": self.cluster}
+        return {**core, **extra, **more, **last, **self.platforms}
 
     def redacted(self) -> dict[str, dict[str, Any]]:
         """Every setting by section, secrets replaced by '***' (or None when unset): safe to log."""

@@ -12,6 +12,7 @@ from pathlib import Path
 from memory import clock
 from memory.atomic import PRIVATE_FILE_MODE, atomic_write_text
 from memory.safefs import append_all, make_private_dir, open_fd, read_bytes
+from memory.search import meaning
 
 # The sections of MEMORY.md, in order: the template, the agent's tool and the consolidation
 # prompt are all built from this one tuple.
@@ -182,6 +183,7 @@ class MemoryStore:
             append_all(fd, (separator + text + "\n").encode("utf-8"))
         finally:
             os.close(fd)
+        meaning.written(self.history_path)  # embedded in the background, when that is on
 
     # --- edits for the agent's edit_memory tool ----------------------------------------------
 

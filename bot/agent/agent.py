@@ -11,6 +11,7 @@ the next message tries again. A consolidation that cannot be written never holds
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -41,6 +42,7 @@ from bot.config import Config
 from bot.inbound import Inbound
 from bot.limits import Limits
 from bot.llm.chain import ChainLLM, chain_of, consolidation_chain, measure_by, preferring
+from bot.llm.embeddings import meaning_of
 from bot.mcp.hub import McpHub
 from bot.media.attachments import AttachmentReader
 from bot.media.rules import MediaRules
@@ -60,6 +62,7 @@ from memory.llm import (
     ChatLLM,
 )
 from memory.preferences import MODEL
+from memory.search import meaning
 from memory.text import valid_text
 from memory.tokens import TokenEstimator
 from memory.workspace import UnsafeWorkspaceError, Workspaces
@@ -137,6 +140,10 @@ class Agent:
         self.voice = VoiceReplies(
             config.voice, Speaker.from_config(config), self.workspaces, self.limits.is_admin
         )
+        # [search] embeddings: every history search of this process ranks by meaning too.
+        self.meaning = meaning_of(config)
+        if self.meaning is not None:
+            meaning.install(self.meaning)
         self.consolidator = MemoryConsolidator(
             self.memory_llm, self.estimator, shares=self.window.shares
         )
@@ -338,6 +345,9 @@ class Agent:
             await self.transcriber.aclose()
         await self.voice.aclose()
         await self.mcp.aclose()
+        if self.meaning is not None and meaning.current is self.meaning:
+            # (waits for the batch being embedded: off the loop)
+            await asyncio.to_thread(meaning.install, None)
 
     # ---- the conversation taken back: /undo, /retry (bot/agent/conversation.py) ---------------
 

@@ -168,6 +168,7 @@ _WHY = {
     "date": "{} (date)",
     "number": "{} (number)",
     "typo": "{} (spelled like it)",
+    "meaning": "close in meaning{}",  # no shared keyword: [search] embeddings found it
 }
 
 

@@ -3,6 +3,7 @@
 Public: `client` (`LLMClient`, its errors, and `sdk_client`: the SDK's client as voice
 transcription builds it too), `stream` (assembling a streamed answer into a `ChatResult`, also
 used by the usage and metrics wrappers), `http` (the aiohttp transport the SDK runs on) and
+`embeddings` (the [search] endpoint that ranks history by meaning),
 `body` (a request's JSON, its pictures spliced in: `Spliced` marks a data URL that needs no
 escaping), `habits` (what a server was seen to do with tools: the turn asks in the shape that
 gets an answer), `chain` (endpoints in order, each with its window and its circuit breaker:
@@ -10,4 +11,4 @@ gets an answer), `chain` (endpoints in order, each with its window and its circu
 reader) and `overflow` (the wording providers use for a context overflow) are its own.
 """
 
-__all__ = ["body", "breaker", "chain", "client", "habits", "http", "stream"]
+__all__ = ["body", "breaker", "chain", "client", "embeddings", "habits", "http", "stream"]

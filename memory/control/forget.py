@@ -39,7 +39,7 @@ from typing import Any
 from memory.atomic import atomic_write_text, remove_stale_temp_files
 from memory.media import MEDIA_DIR, is_ref, referenced_files
 from memory.safefs import LinkRefusedError, read_bytes
-from memory.search import history_index, transcripts
+from memory.search import history_index, meaning, transcripts
 from memory.session import CONVERSATION_RECORDS, METADATA_TYPE, REPLY_TO, as_written, read_lines
 from memory.store import ENTRY_STAMP, HISTORY_FILE, MEMORY_FILE
 from memory.workspace import PRE_LINK_DIR, Workspace
@@ -229,6 +229,7 @@ def _forget_entries(path: Path, pattern: re.Pattern[str], apply: bool) -> list[s
         kept = [entry.strip("\n") for entry in entries if not pattern.search(entry)]
         atomic_write_text(path, "\n\n".join(kept) + "\n" if kept else "")
         history_index.drop(path)  # its words of the removed entries go with it
+        meaning.prune(path)  # and their vectors
     return removed
 
 

@@ -41,7 +41,7 @@ from memory.media import MEDIA_DIR
 from memory.preferences import MEMORY_IN_GROUPS, MODEL, TIMEZONE, VOICE
 from memory.reminders.records import DELIVERED, ReminderFile
 from memory.safefs import make_private_dir, read_bytes
-from memory.search import history_index
+from memory.search import history_index, meaning
 from memory.store import VERSIONS_DIR, merged_memory
 from memory.usage import SPEECH_FILE, USAGE_FILE
 from memory.workspace import IMPORTED_FILE, KEY_FILE, SESSIONS_DIR, Workspace, Workspaces
@@ -268,8 +268,11 @@ def _merge_history(source: Workspace, target: Workspace) -> int:
     added = history_merge.merge_into(source.history_path, target.history_path)
     if added:
         history_index.drop(target.history_path)  # rebuilt from the merged text when searched
+    # the vectors of both, at the merged text's offsets (the missing embedded at first need)
+    meaning.prune(target.history_path, extra=meaning.load(source.history_path))
     os.unlink(source.history_path)
     history_index.drop(source.history_path)
+    meaning.drop(source.history_path)
     return added
 
 

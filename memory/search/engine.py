@@ -53,6 +53,7 @@ from typing import Any, BinaryIO
 from memory.safefs import open_binary
 from memory.search import history_index, rerank, stems, terms
 from memory.search.dates import DateSpan
+from memory.search.meaning import DEPTH, Meaning, fuse, read_entry
 from memory.search.regex import RegexError
 from memory.search.regions import SAMPLE_BYTES, cut_regions, walk
 from memory.search.regions import estimate_entries as _estimate_entries
@@ -666,12 +667,18 @@ def search_history(
     offset: int = 0,
     regex: bool = False,
     now: datetime | None = None,
+    meaning: Meaning | None = None,
 ) -> SearchResult:
     """Search HISTORY.md: whole entries, most relevant first, paged by limit and offset.
 
     ``now`` (UTC) anchors relative dates in the query ("last week"); ``total`` counts every
-    entry matching a searched keyword or a named date.
+    entry matching a searched keyword or a named date. With ``meaning`` (memory/search/
+    meaning.py), bare keywords and questions are also ranked by meaning and the two rankings
+    fused; a regex, a phrase or a date stays exact, and without vectors or an endpoint the
+    keyword ranking is the answer.
     """
+    if meaning is not None:
+        return _fused(path, query, limit, offset, regex, now, meaning)
     if limit < 1 or offset < 0:
         raise SearchError("limit must be at least 1 and offset at least 0.")
     if not query or not query.strip():
@@ -716,3 +723,35 @@ def search_history(
         spans, why = _marks(c.text, parsed)
         hits.append(HistoryHit(c.stamp[:16].decode("ascii"), c.text, c.score, spans, why))
     return SearchResult(hits, tally.total)
+
+
+def _fused(
+    path: Path,
+    query: str,
+    limit: int,
+    offset: int,
+    regex: bool,
+    now: datetime | None,
+    meaning: Meaning,
+) -> SearchResult:
+    """The keyword ranking and the meaning ranking fused by reciprocal rank (a page of it)."""
+    want = offset + limit
+    keyword = search_history(path, query, limit=max(want, DEPTH), regex=regex, now=now)
+    parsed = parse_query(query, regex, now or datetime.now(UTC))  # it parsed above
+    exact = parsed.regex or parsed.dates or any(t.kind != "word" for t in parsed.words)
+    near = None if exact else meaning.rank(Path(path), query, max(want, DEPTH))
+    if not near:
+        return SearchResult(keyword.hits[offset:want], keyword.total)
+    hits = {hit.text: hit for hit in keyword.hits}
+    found: list[str] = []
+    for start, length, sha in near:
+        text = read_entry(Path(path), start, length, sha)
+        if text is None:
+            continue  # HISTORY.md rewritten since: its vectors are being brought up to date
+        found.append(text)
+        if text not in hits:
+            stamp = text[1:17] if text.startswith("[") else ""
+            hits[text] = HistoryHit(stamp, text, 0.0, [], [("meaning", "")])
+    order = fuse([hit.text for hit in keyword.hits], found)
+    extra = sum(1 for text in found if text not in {hit.text for hit in keyword.hits})
+    return SearchResult([hits[text] for text in order[offset:want]], keyword.total + extra)

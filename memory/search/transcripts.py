@@ -43,7 +43,7 @@ from typing import Any
 from memory import clock
 from memory.atomic import atomic_write_text
 from memory.safefs import append_all, open_binary, open_fd
-from memory.search import history_index
+from memory.search import history_index, meaning
 from memory.search.engine import SearchResult, search_history
 from memory.session import METADATA_TYPE, TURN, WITHDRAWN, read_lines, text_of
 from memory.threads import polite
@@ -272,7 +272,9 @@ def search(
 
     ``update=False`` (the operator's `lightgrep recall`, beside a running bot that alone writes
     the workspace): the derived text as the bot last left it, nothing written."""
-    first = search_history(history, query, limit=limit, offset=offset, regex=regex, now=now)
+    first = search_history(
+        history, query, limit=limit, offset=offset, regex=regex, now=now, meaning=meaning.current
+    )
     derived = refresh(history.parent, sessions_dir) if update else existing(history.parent)
     if derived is None:
         return first
