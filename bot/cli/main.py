@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot import logsafe
-from bot.cli import backup, control, imports, init, links, usage
+from bot.cli import backup, control, imports, init, links, reindex, usage
 from bot.cli.cluster import cmd_ingress, cmd_partitions, cmd_worker
 from bot.cli.common import (
     EXIT_BROKEN_PIPE,
@@ -308,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     backup.add_command(sub, common)  # backup create|verify|restore
     usage.add_command(sub, common)  # what each person spent
     imports.add_command(sub, common)  # a ChatGPT/Claude export, a LightGrep archive
+    reindex.add_command(sub, common)  # [search] embeddings' vectors brought up to date
     _describe(sub)
     return parser
 

@@ -19,7 +19,7 @@ import pytest
 
 from memory.keys import encode_key
 from memory.search import meaning
-from tests.rigs.cli import STEP_TIMEOUT, read_until, start_run, stopped, write_config
+from tests.rigs.cli import STEP_TIMEOUT, read_until, run_cli, start_run, stopped, write_config
 from tests.rigs.fakes.embeddings_server import FakeEmbeddings
 from tests.rigs.fakes.openai_server import FakeOpenAI, completion
 from tests.rigs.fakes.telegram_server import TOKEN, FakeTelegram, Sent
@@ -142,3 +142,32 @@ async def test_recall_ranks_by_meaning_and_survives_the_endpoint(
         assert len(embeddings.inputs("fake-passage-2")) - before == 4
     finally:
         await stopped(proc)
+
+
+async def test_lightgrep_reindex_embeds_with_progress_and_says_when_it_cannot(
+    fake_llm: FakeOpenAI, embeddings: FakeEmbeddings, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    home = tmp_path / "workspaces" / encode_key("telegram-7")
+    home.mkdir(parents=True)
+    history = home / "HISTORY.md"
+    history.write_text("\n\n".join([DOG, *FILLER]) + "\n")
+    config = write_config(
+        tmp_path,
+        fake_llm,
+        "max_retries = 0\n"  # (of [llm], which write_config ends with; [search] follows it)
+        f'[search]\nembeddings = true\nbase_url = "{embeddings.base_url}"\n'
+        'model = "fake-passage"\nbatch_size = 2\n',
+    )
+    args = ("reindex", "--user", "telegram-7", "--config", str(config))
+    code, out, err = await asyncio.to_thread(run_cli, child_env, *args)
+    assert code == 0, err
+    assert "telegram-7: 2/5 entries" in err and "telegram-7: 5/5 entries" in err
+    assert "embedded 5 entries of 1 people with fake-passage" in out
+    assert len(meaning.load(history).records) == 5  # type: ignore[union-attr]
+    code, out, err = await asyncio.to_thread(run_cli, child_env, *args)
+    assert code == 0 and "embedded 0 entries" in out, err  # nothing again
+
+    await embeddings.stop()
+    history.write_text(history.read_text() + "\n[2026-03-01 10:00] A new entry.\n")
+    code, out, err = await asyncio.to_thread(run_cli, child_env, *args)
+    assert code != 0 and "the embeddings endpoint failed: could not be reached" in err
