@@ -21,6 +21,7 @@ import re
 import struct
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ PASSAGE_WORDS = 150
 K = 20
 WEIGHT = 1.0
 DEPTH = 30  # entries of each ranking fused (at least the page asked for)
+LOADED = 4  # histories whose vectors stay in RAM between searches
 DOWN_FOR_S = 60.0  # after a failed query embedding, keywords alone this long (no waiting)
 USAGE_FILE = "embeddings.jsonl"
 Kind = Literal["query", "passage"]
@@ -281,7 +283,10 @@ class Meaning:
         self._pending: set[Path] = set()
         self._pending_lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._loaded: dict[Path, tuple[Any, Vectors, Any, Any]] = {}
+        # The vectors of the histories searched last, as matrices (a 100 MiB history's are
+        # ~170 MB as float32): at most LOADED of them, the least recently searched dropped.
+        self._loaded: OrderedDict[Path, tuple[Any, Vectors, Any, Any]] = OrderedDict()
+        self._loaded_lock = threading.Lock()
         self._synced: dict[Path, Any] = {}  # a history's identity when last brought up to date
 
     # --- embedding entries ---
@@ -425,17 +430,20 @@ class Meaning:
 
     def _vectors(self, history: Path) -> tuple[Vectors, Any, Any] | None:
         seen = _identity(vectors_path(history))
+        with self._loaded_lock:
+            cached = self._loaded.pop(history, None)
         if seen is None:
-            self._loaded.pop(history, None)
             return None
-        cached = self._loaded.get(history)
         if cached is None or cached[0] != seen:
-            vectors = load(history)
+            vectors = load(history)  # (outside the lock: others' searches need not wait)
             if vectors is None:
                 return None
             matrix, owner = vectors.matrix()
             cached = (seen, vectors, matrix, owner)
-            self._loaded[history] = cached
+        with self._loaded_lock:
+            self._loaded[history] = cached  # the most recent, last
+            while len(self._loaded) > LOADED:
+                self._loaded.popitem(last=False)
         if cached[1].model != self.embedder.model:
             return None  # being embedded again with this model (rank scheduled it)
         return cached[1], cached[2], cached[3]
