@@ -122,6 +122,7 @@ class Vectors:
     dim: int
     records: list[tuple[bytes, int, int]] = field(default_factory=list)  # sha1, offset, length
     blocks: list[Any] = field(default_factory=list)  # per record, its passages' vectors
+    whole: bool = True  # the file ends with a whole record (no torn append to write after)
 
     def matrix(self) -> tuple[Any, Any]:
         """All passages' vectors (float32) and, per passage, its record's number."""
@@ -173,16 +174,17 @@ def load(history: Path) -> Vectors | None:
         vectors.records.append((sha, offset, length))
         vectors.blocks.append(block.reshape(n, vectors.dim))
         pos = end
+    vectors.whole = pos == len(data)
     return vectors
 
 
-def _rewrite(history: Path, vectors: Vectors) -> None:
+def _rewrite(history: Path, vectors: Vectors, more: Sequence[bytes] = ()) -> None:
     from memory.atomic import atomic_write_chunks
 
     chunks = [_header(vectors.model, vectors.dim)]
     for (sha, offset, length), block in zip(vectors.records, vectors.blocks, strict=True):
         chunks.append(_record(sha, offset, length, block))
-    atomic_write_chunks(vectors_path(history), chunks)
+    atomic_write_chunks(vectors_path(history), [*chunks, *more])
 
 
 def drop(history: Path) -> None:
@@ -224,7 +226,7 @@ def prune(history: Path, extra: Vectors | None = None) -> Vectors | None:
         if i is not None:
             kept.records.append((sha, offset, length))
             kept.blocks.append(vectors.blocks[i])
-    if changed or kept.records != vectors.records:
+    if changed or kept.records != vectors.records or not vectors.whole:
         _rewrite(history, kept)
     return kept
 
@@ -243,7 +245,7 @@ def fuse(
     for rank, key in enumerate(meaning, 1):
         score[key] = score.get(key, 0.0) + weight / (k + rank)
     order = {key: i for i, key in enumerate([*keyword, *meaning])}
-    return sorted(score, key=lambda key: (-score[key], order[key]))
+    return sorted(score, key=lambda key: (-round(score[key], 12), order[key]))
 
 
 _LOCKS = [threading.Lock() for _ in range(64)]
@@ -382,6 +384,8 @@ class Meaning:
                 from memory.atomic import atomic_write_chunks
 
                 atomic_write_chunks(path, [_header(model, dim), *records])
+            elif not current.whole:  # after a torn record: the whole ones, then these
+                _rewrite(history, current, records)
             else:
                 fd = open_fd(path, os.O_WRONLY | os.O_APPEND, PRIVATE_FILE_MODE)
                 try:
