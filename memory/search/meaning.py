@@ -244,7 +244,9 @@ def fuse(
         score[key] = score.get(key, 0.0) + 1.0 / (k + rank)
     for rank, key in enumerate(meaning, 1):
         score[key] = score.get(key, 0.0) + weight / (k + rank)
-    order = {key: i for i, key in enumerate([*keyword, *meaning])}
+    order: dict[str, int] = {}
+    for key in [*keyword, *meaning]:
+        order.setdefault(key, len(order))
     return sorted(score, key=lambda key: (-round(score[key], 12), order[key]))
 
 
