@@ -178,6 +178,24 @@ def load(history: Path) -> Vectors | None:
     return vectors
 
 
+def _head(path: Path) -> tuple[str, int] | None:
+    """The model and size a vectors file was written with (None: no such file, or not one)."""
+    import json
+
+    try:
+        with open_binary(path) as f:
+            first = f.read(4096)
+    except FileNotFoundError:
+        return None
+    if not first.startswith(MAGIC) or b"\n" not in first[len(MAGIC) :]:
+        return None
+    try:
+        head = json.loads(first[len(MAGIC) : first.index(b"\n", len(MAGIC))])
+        return str(head["model"]), int(head["dim"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def _rewrite(history: Path, vectors: Vectors, more: Sequence[bytes] = ()) -> None:
     from memory.atomic import atomic_write_chunks
 
@@ -219,6 +237,13 @@ def prune(history: Path, extra: Vectors | None = None) -> Vectors | None:
     except FileNotFoundError:
         drop(history)
         return None
+    return _kept(history, vectors, current, changed)
+
+
+def _kept(
+    history: Path, vectors: Vectors, current: list[tuple[int, int, bytes]], changed: bool
+) -> Vectors:
+    """``vectors`` less those of entries gone, at the entries' offsets now; written if changed."""
     by_sha = {sha: i for i, (sha, _, _) in enumerate(vectors.records)}
     kept = Vectors(vectors.model, vectors.dim)
     for offset, length, sha in current:
@@ -336,10 +361,12 @@ class Meaning:
             if old is not None and old.model != model:
                 drop(history)
                 old = None
-            kept = prune(history) if old is not None else None
             data = read_bytes(history)
+            current = entries_of(data)
+            kept = _kept(history, old, current, False) if old is not None else None
         have = {sha for sha, _, _ in kept.records} if kept else set()
-        missing = [e for e in entries_of(data) if e[2] not in have]
+        missing = [e for e in current if e[2] not in have]
+        del current, old
         done = 0
         batch: list[tuple[int, int, bytes, list[str]]] = []
         size = 0
@@ -381,13 +408,11 @@ class Meaning:
                 self.schedule(history)  # rewritten meanwhile (/forget, /link): again from it
                 return False
             path = vectors_path(history)
-            current = load(history) if not fresh else None
-            if current is None or current.model != model or current.dim != dim:
+            # index() left the file whole (and only this thread appends): its header suffices
+            if fresh or _head(path) != (model, dim):
                 from memory.atomic import atomic_write_chunks
 
                 atomic_write_chunks(path, [_header(model, dim), *records])
-            elif not current.whole:  # after a torn record: the whole ones, then these
-                _rewrite(history, current, records)
             else:
                 fd = open_fd(path, os.O_WRONLY | os.O_APPEND, PRIVATE_FILE_MODE)
                 try:
