@@ -228,7 +228,7 @@ def table(sets: list[EvalSet], folder: Path, steps: list[tuple[str, str]]) -> No
 # --- ranking by meaning ---------------------------------------------------------------------------
 
 KS = (5, 10, 20, 40, 60)
-WEIGHTS = (0.5, 0.75, 1.0, 1.5, 2.0)
+WEIGHTS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5)
 DEPTH = 30  # of each ranking, fused (memory/search/meaning.py DEPTH)
 
 
