@@ -10,7 +10,6 @@ holds it (the bot does the same work itself in the background).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from typing import Any
@@ -31,6 +30,8 @@ def add_command(sub: Any, common_options: argparse.ArgumentParser) -> None:
 
 
 async def cmd_reindex(args: argparse.Namespace) -> int:
+    import asyncio  # (here: `lightgrep memory`, which loads this module, runs without a loop)
+
     from bot.llm.embeddings import meaning_of
     from memory.search.meaning import EmbedError
 
