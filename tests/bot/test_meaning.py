@@ -48,7 +48,9 @@ def test_an_entry_is_cut_into_near_equal_passages_of_at_most_150_words() -> None
 
 
 def test_fusion_puts_first_what_both_rank_high() -> None:
-    assert set(meaning.fuse(["a", "b", "c"], ["c", "d", "b"])[:2]) == {"b", "c"}
+    assert meaning.fuse(["a", "b", "c"], ["c", "d", "b"], k=20, weight=1.0)[:2] == ["c", "b"]
+    # as chosen (K 5, weight 0.1): the keywords lead, what only meaning found comes after
+    assert meaning.fuse(["a", "b", "c"], ["d", "c"]) == ["a", "b", "c", "d"]
     assert meaning.fuse(["a", "b"], ["b", "a"]) == ["a", "b"]  # a tie: the keywords' order
     assert meaning.fuse(["a", "b"], []) == ["a", "b"]  # no vectors: keywords as they were
 
