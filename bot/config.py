@@ -170,7 +170,7 @@ class SearchConfig(Section):
     query_model: str | None = setting(None, rule=NON_EMPTY)  # questions; unset: `model`
     batch_size: int = setting(32, rule=POSITIVE_INT)
     # A question's embedding: past it, keywords alone (and the endpoint left alone a minute).
-    timeout_s: float = setting(5.0, rule=Rule("a positive number of seconds", lambda v: v > 0))
+    timeout_s: float = setting(2.0, rule=Rule("a positive number of seconds", lambda v: v > 0))
 
 
 @dataclass(repr=False)
