@@ -86,7 +86,7 @@ def is_ref(part: Any) -> bool:
 
 
 def file_name(ref: dict[str, Any]) -> str | None:
-    """ "<sha256>.<ext>" of a valid reference, else None (it can name nothing outside media/)."""
+    """"<sha256>.<ext>" of a valid reference, else None (it can name nothing outside media/)."""
     sha, ext = ref.get("sha256"), ref.get("ext")
     if not (isinstance(sha, str) and isinstance(ext, str)):
         return None

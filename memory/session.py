@@ -623,7 +623,9 @@ def _load(key: str, path: Path) -> Session:
             file.seek(start)
             _read_tail(session, file.read(), start, session.offset, path)
             if not _tail_agrees(session, record, at):
-                log.warning("session %s: its cursor disagrees with the file; read whole", path.name)
+                log.warning(
+                    "session %s: its cursor disagrees with the file; read whole", path.name
+                )
                 session = Session(key=key, path=path)
                 start = None
         if last is None or start is None:

@@ -161,6 +161,7 @@ def open_workspaces(config: Config) -> Workspaces:
 def folder_held(config: Config, action: str) -> Iterator[None]:
     """The folder lock, or one line saying who holds it and what to do instead."""
 
+
     lock = FolderLock(common.workspaces_dir(config))
     try:
         lock.acquire()
@@ -180,6 +181,7 @@ def folder_held(config: Config, action: str) -> Iterator[None]:
 
 def _confirm(yes: bool, question: str) -> None:
     """--yes, or a "y" typed at a terminal; anything else removes nothing."""
+
 
     if yes:
         return

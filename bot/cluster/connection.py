@@ -119,7 +119,9 @@ class Names:
         return f"ingress-{ingress_id}"
 
 
-PRIVATE = "or private_network = true if nothing but this cluster's processes can reach NATS"
+PRIVATE = (
+    "or private_network = true if nothing but this cluster's processes can reach NATS"
+)
 
 
 def inbox_prefix(settings: ClusterConfig, role: str) -> str:

@@ -60,6 +60,7 @@ from bot.tasks import cancel_and_wait
 log = logging.getLogger(__name__)
 
 
+
 def new_ingress_id() -> str:
     """Unique per process run: host, pid, and a random part (a subject token: no dots)."""
     return f"{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"

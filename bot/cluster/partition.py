@@ -29,7 +29,7 @@ class RangeError(ValueError):
 
 
 def parse_ranges(text: str, partitions: int) -> list[int]:
-    """ "0-7", "3", "0-3,8-11" → the sorted partition numbers; each must be below `partitions`."""
+    """"0-7", "3", "0-3,8-11" → the sorted partition numbers; each must be below `partitions`."""
     chosen: set[int] = set()
     for part in text.split(","):
         part = part.strip()

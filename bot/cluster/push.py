@@ -113,7 +113,6 @@ async def deliver_pushed(
 
     await pull_forever(sub, lambda: _subscribe(js, names, settings, platform), take, "reminder")
 
-
 async def _subscribe(
     js: JetStreamContext, names: Names, settings: ClusterConfig, platform: str
 ) -> Any:

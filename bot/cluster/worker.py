@@ -470,7 +470,9 @@ class Worker:
         log.info("worker: message %s is of %s's partition now; forwarded", seq, person)
         return True
 
-    async def _drop(self, msg: Msg, reason: str, out: PublishingOutbound | None = None) -> None:
+    async def _drop(
+        self, msg: Msg, reason: str, out: PublishingOutbound | None = None
+    ) -> None:
         """Done with a message that cannot be handled: its sender is told the turn failed (the
         adapter apologises), JetStream never delivers it again, /metrics counts it."""
         count_rejected("message", reason)

@@ -61,7 +61,7 @@ FULL = Offer(
     },
     # (It goes on the guide's first line, about MEMORY.md, so it is the first tool listed.)
     "  When you learn something lasting (their name, preferences, projects, important dates), "
-    'save it\n  with `edit_memory`. Correct a stale fact with action "replace"; delete one '
+    "save it\n  with `edit_memory`. Correct a stale fact with action \"replace\"; delete one "
     'with "remove".',
 )
 PUBLIC = Offer(

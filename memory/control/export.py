@@ -64,7 +64,9 @@ def workspace_files(root: Path) -> Iterator[tuple[Path, str]]:
                     yield path, f"{root.name}/{path.relative_to(root).as_posix()}"
 
 
-def write_archive(root: Path, out: IO[bytes], extra: dict[str, bytes] | None = None) -> ArchiveInfo:
+def write_archive(
+    root: Path, out: IO[bytes], extra: dict[str, bytes] | None = None
+) -> ArchiveInfo:
     """Write the zip of the workspace at `root` to `out` (a file opened for binary writing);
     `extra` names files kept outside the workspace that are the person's too (their links)."""
     count = 0

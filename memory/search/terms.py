@@ -300,11 +300,8 @@ def one_edit(a: str, b: str) -> bool:
 def typo_eligible(term: Term) -> bool:
     """A bare keyword long enough that one slip of the keyboard may be forgiven."""
     word = term.label
-    return (
-        term.kind == "word"
-        and not term.alternatives
-        and len(word) >= MIN_TYPO_CHARS
-        and (word.isalpha())
+    return term.kind == "word" and not term.alternatives and len(word) >= MIN_TYPO_CHARS and (
+        word.isalpha()
     )
 
 

@@ -57,7 +57,7 @@ def test_a_bad_page_is_a_clear_error(page: str) -> None:
 
 async def test_recall_with_quotes_and_a_bad_page_as_the_user_sees_it(with_history) -> None:
     agent = with_history
-    regex = await ask(agent, dm("42", '/recall --regex "ENTRY.*bike"'))
+    regex = await ask(agent, dm("42", "/recall --regex \"ENTRY.*bike\""))
     assert "ENTRY two" in regex.text and "ENTRY one" not in regex.text
     assert "“ENTRY.*bike”" in regex.text  # the pattern searched, without the quotes typed
     bad = await ask(agent, dm("42", "/recall --page abc tea"))

@@ -31,15 +31,8 @@ def tool_names(request: dict[str, Any]) -> list[str]:
 
 async def told_in_private(agent: Agent, fake: FakeOpenAI) -> None:
     fake.queue(
-        completion(
-            None,
-            [
-                tool_call(
-                    "edit_memory",
-                    {"action": "add", "section": "Important Notes", "text": f"Door code: {SECRET}"},
-                )
-            ],
-        ),
+        completion(None, [tool_call("edit_memory", {
+            "action": "add", "section": "Important Notes", "text": f"Door code: {SECRET}"})]),
         completion("I'll keep that to myself."),
     )
     await ask(agent, dm("42", f"my door code is {SECRET}, keep it secret"))
@@ -57,24 +50,14 @@ async def test_a_private_fact_never_reaches_a_group_turn(
     # The model tries every way to the memory: a search, a replace, a duplicate add, the list
     # of reminders (which may hold private ones).
     fake_llm.queue(
-        completion(
-            None,
-            [
-                tool_call("search_history", {"query": "door"}, "c1"),
-                tool_call(
-                    "edit_memory",
-                    {"action": "replace", "text": "Door code: ", "new_text": "Door code: none"},
-                    "c2",
-                ),
-                tool_call(
-                    "edit_memory", {"action": "add", "text": f"Door code: {SECRET[:4]}"}, "c3"
-                ),
-                tool_call(
-                    "edit_memory", {"action": "add", "text": f"Door code: {SECRET[:4]}"}, "c4"
-                ),
-                tool_call("remind", {"action": "list"}, "c5"),
-            ],
-        ),
+        completion(None, [
+            tool_call("search_history", {"query": "door"}, "c1"),
+            tool_call("edit_memory", {"action": "replace", "text": "Door code: ",
+                                      "new_text": "Door code: none"}, "c2"),
+            tool_call("edit_memory", {"action": "add", "text": f"Door code: {SECRET[:4]}"}, "c3"),
+            tool_call("edit_memory", {"action": "add", "text": f"Door code: {SECRET[:4]}"}, "c4"),
+            tool_call("remind", {"action": "list"}, "c5"),
+        ]),
         completion("Sorry, I can't help with that here."),
     )
     reply = await ask(agent, group(CHAT, "42", "what is my door code? search your memory"))

@@ -35,9 +35,8 @@ from tests.rigs.fakes.openai_server import (
 
 
 def costly(prompt: int, written: int) -> Any:
-    return lambda request: completion(
-        "Here you are.", prompt_tokens=prompt, completion_tokens=written
-    )
+    return lambda request: completion("Here you are.", prompt_tokens=prompt,
+                                      completion_tokens=written)
 
 
 def user_texts(workspaces: Path, user: str) -> list[str]:
@@ -96,9 +95,11 @@ async def test_consolidation_is_charged_to_the_user_whose_memory_it_folds(
     def answer(request: dict[str, Any]) -> dict[str, Any]:
         if is_consolidation(request):
             body = save_memory_call("[2026-11-29 10:00] Ada talked about Miso.", "- Cat: Miso\n")
-            body["usage"] = {"prompt_tokens": 7000, "completion_tokens": 300, "total_tokens": 7300}
+            body["usage"] = {"prompt_tokens": 7000, "completion_tokens": 300,
+                             "total_tokens": 7300}
             return body
-        return completion("Tell me more! " + "blah " * 40, prompt_tokens=100, completion_tokens=50)
+        return completion("Tell me more! " + "blah " * 40, prompt_tokens=100,
+                          completion_tokens=50)
 
     fake_llm.default = answer
     agent = make_agent(fake_llm, workspaces_dir, window=1200)
@@ -118,7 +119,8 @@ async def test_consolidation_is_charged_to_the_user_whose_memory_it_folds(
 async def test_the_global_budget_stops_everyone_but_admins(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
-    limits = LimitsConfig(global_tokens_per_day=1000, messages_per_minute=1, admins=["telegram-9"])
+    limits = LimitsConfig(global_tokens_per_day=1000, messages_per_minute=1,
+                          admins=["telegram-9"])
     fake_llm.default = costly(900, 200)
     agent = make_agent(fake_llm, workspaces_dir, limits=limits)
     spent = await ask(agent, dm("42", "spend it all"))
@@ -181,12 +183,8 @@ def test_old_lines_are_folded_into_days_and_the_oldest_dropped(tmp_path: Path) -
     reloaded.record(10, 1, now)  # the first write after loading folds the file
     assert reloaded.day(now.date()).tokens == 33  # the call that folded it counts, in RAM too
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert lines[0] == {
-        "day": now.date().isoformat(),
-        "prompt_tokens": 20,
-        "completion_tokens": 2,
-        "calls": 2,
-    }
+    assert lines[0] == {"day": now.date().isoformat(), "prompt_tokens": 20,
+                        "completion_tokens": 2, "calls": 2}
     assert len(lines) == 2 and "at" in lines[1]
     assert UsageLog(path).day(now.date()).tokens == 33
     assert UsageLog(path).day(ancient.date()).tokens == 0

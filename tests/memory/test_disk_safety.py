@@ -64,11 +64,7 @@ def run_child(kind: str, folder: Path, room: int) -> str:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run(
         [sys.executable, "-c", CHILD, kind, str(folder), str(room)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=30,
-        check=False,
+        capture_output=True, text=True, env=env, timeout=30, check=False,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
@@ -325,19 +321,15 @@ def test_every_folder_is_private_even_under_umask_000(tmp_path: Path, open_umask
     config.chmod(0o644)  # the operator's file, not the bot's: one others can change is refused
     base = load_config(config, env={}).memory.workspaces_dir
     workspace = Workspaces(base, keep_memory_versions=2).get("telegram-42")
-    workspace.sessions.append(
-        workspace.sessions.get("telegram:dm:42"), {"role": "user", "content": "hi"}
-    )
+    workspace.sessions.append(workspace.sessions.get("telegram:dm:42"), {"role": "user",
+                                                                           "content": "hi"})
     workspace.memory.write("## Preferences\n- tea\n")
     workspace.memory.write("## Preferences\n- coffee\n")  # keeps a version
     workspace.memory.append_history("[2026-01-02 09:00] Talked.")
     found = modes(base)
-    assert set(found) >= {
-        "workspaces",
-        "workspaces/telegram-42",
-        "workspaces/telegram-42/sessions",
-        "workspaces/telegram-42/.memory_versions",
-    }
+    assert set(found) >= {"workspaces", "workspaces/telegram-42",
+                          "workspaces/telegram-42/sessions",
+                          "workspaces/telegram-42/.memory_versions"}
     assert set(found.values()) == {"0o700"}, found
     assert oct(stat.S_IMODE((tmp_path / "data").stat().st_mode)) == "0o700"
     files = [p for p in base.rglob("*") if p.is_file() and p.name != ".lightgrep.lock"]

@@ -61,7 +61,9 @@ async def messages_waiting(nats: NatsServer, stream: str) -> int:
         await client.close()
 
 
-async def killed_before_sending(ingress: BotProcess, nats: NatsServer, fake: FakeDiscord) -> None:
+async def killed_before_sending(
+    ingress: BotProcess, nats: NatsServer, fake: FakeDiscord
+) -> None:
     """A DM answered by the worker, its ingress SIGKILLed while Discord holds the send (the
     answer never reached Discord)."""
     await ingress.start()

@@ -190,11 +190,9 @@ async def test_a_spooled_message_killed_mid_turn_is_answered_after_the_restart(r
     assert traffic.sent == names
     await until(answered(rig, names[:2]), "the first two answers")
     await until(
-        lambda: (
-            rig.persisted().get(names[2]) == 1
-            and rig.telegram.acked_token(names[2])
-            and rig.telegram.acked_token(names[3])
-        ),
+        lambda: rig.persisted().get(names[2]) == 1
+        and rig.telegram.acked_token(names[2])
+        and rig.telegram.acked_token(names[3]),
         "the third message persisted, the last two acknowledged",
     )
     await rig.kill()

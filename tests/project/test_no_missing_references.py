@@ -18,6 +18,8 @@ def test_no_source_cites_sections_of_a_design_file_that_is_not_in_the_repo() -> 
     ]
     assert len(sources) > 20
     citing = [
-        str(path.relative_to(REPO)) for path in sources if CITATION.search(path.read_text("utf-8"))
+        str(path.relative_to(REPO))
+        for path in sources
+        if CITATION.search(path.read_text("utf-8"))
     ]
     assert citing == []

@@ -107,6 +107,8 @@ class Terminal:
         os.close(self.fd)
 
 
+
+
 def open_terminal(rows: int = 24, columns: int = 80) -> tuple[int, int]:
     """(our side, the child's side) of a new pseudo-terminal of that size."""
     ours, theirs = pty.openpty()

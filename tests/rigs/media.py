@@ -51,7 +51,9 @@ def pdf(*pages: str) -> bytes:
             b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
             b"/Resources << /Font << /F1 3 0 R >> >> >>" % (5 + 2 * number)
         )
-        objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
+        objects.append(
+            b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream"
+        )
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for index, body in enumerate(objects, start=1):

@@ -248,7 +248,9 @@ async def test_with_a_big_fixed_part_recent_turns_stay_in_the_prompt(
     await agent.aclose()
 
     assert fake_llm.consolidation_requests
-    after = [r for r in fake_llm.chat_requests if r is not fake_llm.requests[0] and r["messages"]]
+    after = [
+        r for r in fake_llm.chat_requests if r is not fake_llm.requests[0] and r["messages"]
+    ]
     # Once consolidation has run, each turn still carries the earlier exchange.
     late = after[-3:]
     for request in late:

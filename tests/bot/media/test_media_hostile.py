@@ -123,9 +123,8 @@ async def test_a_pdf_is_stopped_at_its_deadline_and_what_was_read_is_answered(
         await agent.aclose()
 
     assert reply.text.startswith("It begins with the lighthouse keeper.")
-    cut = re.search(
-        r"Reading book\.pdf took too long, so I read only the first (\d+) of its 61 ", reply.text
-    )
+    cut = re.search(r"Reading book\.pdf took too long, so I read only the first (\d+) of its 61 ",
+                    reply.text)
     assert cut is not None, reply.text
     assert 1 <= int(cut[1]) < 61
     [said] = user_texts(fake_llm.chat_requests[0])
@@ -273,7 +272,9 @@ async def test_the_pictures_of_a_request_stay_within_the_byte_cap(
     """Three 400 KB pictures, 1 MB for the pictures of a request: the two newest go as
     pictures, the oldest as its caption."""
     pictures = [png(n) + bytes(400_000) for n in range(3)]  # a PNG and padding after its end
-    agent = make_agent(fake_llm, workspaces_dir, vision=True, max_image_bytes_in_context=1_000_000)
+    agent = make_agent(
+        fake_llm, workspaces_dir, vision=True, max_image_bytes_in_context=1_000_000
+    )
     try:
         for number, picture in enumerate(pictures):
             await ask(agent, sent("1", picture, "p.png", "image/png", f"picture {number}"))

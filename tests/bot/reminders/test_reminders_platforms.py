@@ -73,11 +73,9 @@ async def test_discord_sends_a_reminder_in_the_dm_or_channel_it_was_asked_in(
         )
         await discord_fake.dispatch("INTERACTION_CREATE", slash)
         await discord_fake.wait_until(
-            lambda: (
-                "⏰ Reminder: drink water" in discord_fake.seen_in(DM)
-                and "⏰ Reminder for Alice: book the room" in discord_fake.seen_in(CHANNEL)
-                and "⏰ Reminder for Alice: call Bo" in discord_fake.seen_in(CHANNEL)
-            ),
+            lambda: "⏰ Reminder: drink water" in discord_fake.seen_in(DM)
+            and "⏰ Reminder for Alice: book the room" in discord_fake.seen_in(CHANNEL)
+            and "⏰ Reminder for Alice: call Bo" in discord_fake.seen_in(CHANNEL),
             within=15,
         )
     reminders = [m for m in discord_fake.sent_messages() if "⏰" in m["content"]]

@@ -139,8 +139,8 @@ async def test_an_update_over_budget_is_condensed_by_one_request(
     update = MEMORY + story
     condensed = MEMORY + "- The boat: planks, varnish, rain\n"
     agent = make_agent(fake_llm, workspaces_dir, memory={"max_memory_tokens": 120})
-    assert (
-        agent.consolidator.memory_tokens(update) > 120 > agent.consolidator.memory_tokens(condensed)
+    assert agent.consolidator.memory_tokens(update) > 120 > agent.consolidator.memory_tokens(
+        condensed
     )
     fake_llm.default = answers(update, condensed)
     after = await file_a_conversation(agent)
@@ -302,7 +302,7 @@ async def test_the_notice_waits_for_a_private_chat(
     fake_llm.default = answers(DROPS_THREE)
     await ask(agent, group("-100", "42", "I am building a boat"))
     await ask(agent, group("-100", "42", "/new"))
-    in_group = await ask(agent, group("-100", "42", "I'm back"))  # waits for the filing
+    in_group = (await ask(agent, group("-100", "42", "I'm back")))  # waits for the filing
     status = (await ask(agent, group("-100", "42", "/status"))).text
     private = (await ask(agent, dm("42", "hello"))).text
     await agent.aclose()

@@ -130,9 +130,10 @@ def is_ogg_opus(data: bytes) -> bool:
     size = 27 + segments + sum(data[27 : 27 + segments])
     page = data[:size]
     unchecked = page[:22] + b"\0\0\0\0" + page[26:]
-    return struct.unpack("<I", page[22:26])[0] == _crc(unchecked) and page[
-        27 + segments :
-    ].startswith(b"OpusHead")
+    return (
+        struct.unpack("<I", page[22:26])[0] == _crc(unchecked)
+        and page[27 + segments :].startswith(b"OpusHead")
+    )
 
 
 def _page(sequence: int, granule: int, flags: int, packets: list[bytes]) -> bytes:
