@@ -124,7 +124,9 @@ class Score:
 
     def cells(self) -> str:
         n = max(self.n, 1)
-        return f"{self.top1 / n:6.1%} {self.top5 / n:6.1%} {self.rr / n:5.3f} {self.none / n:5.1%}"
+        return (
+            f"{self.top1 / n:6.1%} {self.top5 / n:6.1%} {self.rr / n:5.3f} {self.none / n:5.1%}"
+        )
 
 
 def answer_with(path: Path, now: datetime) -> Callable[[str], list[str]]:
