@@ -47,10 +47,47 @@ async def cmd_doctor(args: argparse.Namespace) -> int:
     report(*_check_tokens())
     if config.tools.read_page:
         report(*_check_read_page())
+    if config.search.embeddings:
+        report(*_check_embeddings(config))  # (nothing else runs in doctor meanwhile)
     if config.mcp:
         for line in await _check_mcp(config):
             report(*line)
     return 0 if all(results) else EXIT_FAILURE
+
+
+def _check_embeddings(config: Config) -> tuple[bool, str, str]:
+    """[search] embeddings is on: numpy (its extra) is there, and the endpoint embeds a
+    question within [search] timeout_s (past it, searches rank by keywords alone)."""
+    from bot.llm.embeddings import Embeddings
+    from memory.search.meaning import EmbedError
+
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        return (
+            False,
+            "embeddings",
+            "on in [search], but numpy is missing: pip install 'lightgrep[embeddings]'",
+        )
+    embedder = Embeddings.from_config(config)
+    assert embedder is not None  # (on)
+    where = config.search.base_url or config.llm.base_url or "the OpenAI API"
+    started = time.monotonic()
+    try:
+        got = embedder.embed(["is the endpoint there?"], "query", timeout_s=config.search.timeout_s)
+    except EmbedError as exc:
+        hint = " (searches rank by keywords alone meanwhile; docs/recall.md)"
+        return False, "embeddings", f"{where}: {exc}{hint}"
+    finally:
+        embedder.close()
+    ms = (time.monotonic() - started) * 1000
+    dimensions = len(got.vectors[0])
+    model = embedder.query_model
+    return (
+        True,
+        "embeddings",
+        f"{where} embedded a question with {model} ({dimensions} dimensions) in {ms:.0f} ms",
+    )
 
 
 async def _check_mcp(config: Config) -> list[tuple[bool, str, str]]:

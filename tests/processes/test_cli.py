@@ -30,6 +30,7 @@ from tests.rigs.cli import (
     write_config,
 )
 from tests.rigs.fakes.discord_server import FakeDiscord, user_payload
+from tests.rigs.fakes.embeddings_server import FakeEmbeddings
 from tests.rigs.fakes.openai_server import (
     Delay,
     FakeOpenAI,
@@ -351,6 +352,30 @@ async def test_doctor_starts_each_mcp_server_and_names_what_it_offers(
         "FAIL  MCP gone: not connected: FileNotFoundError: [Errno 2] No such file or "
         "directory: '/nonexistent/mcp-server' (docs/mcp.md)",
     ]
+
+
+async def test_doctor_asks_the_embeddings_endpoint(
+    fake_llm: FakeOpenAI, tmp_path: Path, clean_env: None, capsys
+) -> None:
+    """[search] embeddings on: a line saying the endpoint embedded a question (model, size),
+    or a FAIL naming it when it cannot be reached (before: nothing, and searches quietly ranked
+    by keywords alone)."""
+    server = await FakeEmbeddings().start()
+    try:
+        on = f'[search]\nembeddings = true\nbase_url = "{server.base_url}"\nmodel = "e5"\n'
+        config = write_config(tmp_path, fake_llm, on)
+        assert await asyncio.to_thread(main, ["doctor", "--config", str(config)]) == 0
+        line = capsys.readouterr().out.splitlines()[-1]
+        assert line.startswith(f"OK    embeddings: {server.base_url} embedded a question with e5 "
+                               "(64 dimensions) in "), line  # fmt: skip
+        assert server.inputs("e5") == ["is the endpoint there?"]
+    finally:
+        await server.stop()
+    assert await asyncio.to_thread(main, ["doctor", "--config", str(config)]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"FAIL  embeddings: {server.base_url}: could not be reached (searches rank by keywords "
+        "alone meanwhile; docs/recall.md)"
+    )
 
 
 def test_doctor_against_a_closed_port(tmp_path: Path, clean_env: None, capsys) -> None:
