@@ -187,6 +187,19 @@ class Limits:
             return None
         return self._per_day(user_key) or self._budget()
 
+    def used_up(self, user_key: str) -> str | None:
+        """Which token or cost limit of this person, or of the bot, is used up, in words
+        ("a limit is reached (your 1,500 tokens for today); it can go on after midnight UTC (in
+        5 h)"), or None: for work that is not a message (learning from imported conversations)."""
+        if self.is_admin(user_key):
+            return None
+        spent = self._spent(user_key) or self._spent_by_all()
+        return (
+            None
+            if spent is None
+            else f"a limit is reached ({spent.what}); it can go on {spent.until}"
+        )
+
     def report(self, user_key: str) -> UsageReport:
         now = clock.now()
         usage = self.book.of(user_key)

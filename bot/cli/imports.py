@@ -1,4 +1,4 @@
-"""`lightgrep import chatgpt|claude|lightgrep FILE --user KEY`: a person's past brought in.
+"""`lightgrep import chatgpt|claude|lightgrep FILE --user KEY [--facts]`: a past brought in.
 
 The file work is memory.importing's (docs/import.md); here: the folder lock (a running bot is
 the folder's only writer, as for `forget`), the person behind a linked key, a progress bar on
@@ -33,6 +33,13 @@ def add_command(sub: Any, common_options: argparse.ArgumentParser) -> None:
     command.add_argument("kind", choices=KINDS, metavar="KIND", help=" | ".join(KINDS))
     command.add_argument("path", type=Path, metavar="FILE", help="the export's zip or its JSON")
     command.add_argument("--user", required=True, metavar="KEY", help="e.g. telegram-42")
+    command.add_argument(
+        "--facts",
+        action="store_true",
+        help="then learn facts from the imported conversations into MEMORY.md (asks the model; "
+        "the estimate of tokens and cost is shown first)",
+    )
+    command.add_argument("--yes", action="store_true", help="with --facts: do not ask")
     command.set_defaults(func=cmd_import)
 
 
@@ -52,10 +59,19 @@ def cmd_import(args: argparse.Namespace) -> int:
         workspaces = open_workspaces(config)
         try:
             if args.kind == "lightgrep":
+                if args.facts:
+                    raise common.UserError("--facts is for ChatGPT and Claude exports")
                 return _restore(workspaces, person, args.path)
-            return _conversations(workspaces, person, args.kind, args.path)
+            _conversations(workspaces, person, args.kind, args.path)
         except ImportRefused as exc:
             raise common.UserError(f"nothing imported: {exc}") from None
+        if not args.facts:
+            return 0
+        import asyncio
+
+        from bot.cli.learning import learn_facts
+
+        return asyncio.run(learn_facts(config, person, args.kind, yes=args.yes))
 
 
 def _conversations(workspaces: Workspaces, person: str, service: str, path: Path) -> int:

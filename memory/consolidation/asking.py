@@ -29,6 +29,7 @@ from memory.consolidation.checks import (
     check_history_entry,
     check_memory_update,
     echo_fragments,
+    fact_lines,
     held_because,
     keeps_said,
     kept_fact_lines,
@@ -39,6 +40,7 @@ from memory.consolidation.plain import (
     PLAIN_ASK,
     PLAIN_SYSTEM,
     checked,
+    duplicate,
     merged,
     parse_plain,
     plain_request,
@@ -47,7 +49,7 @@ from memory.consolidation.plain import (
 from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMContextOverflow, LLMError
 from memory.media import is_ref, ref_text
 from memory.session import HIDDEN, OUTSIDE, reply_context
-from memory.store import MEMORY_TEMPLATE, SECTIONS
+from memory.store import MEMORY_TEMPLATE, SECTIONS, merged_memory
 from memory.text import valid_text
 from memory.threads import in_thread
 from memory.tokens import TokenEstimator
@@ -285,17 +287,10 @@ class MemoryWriter:
         """
         async with workspace.memory_lock:
             current = workspace.memory.read()
-            for way in self.ways:
-                if way == TOOL_WAY:
-                    answer = await self._by_tool(current, chunk)
-                else:
-                    answer = await self._in_plain_text(current, chunk)
-                self._learn(way, answer is not None)
-                if answer is not None:
-                    break
-            else:
+            asked = await self._answer(current, chunk)
+            if asked is None:
                 return False
-            entry, memory = answer
+            way, (entry, memory) = asked
             held = held_because(current, memory)
             changed = memory.strip() != current.strip()
             if held is None and changed:
@@ -320,6 +315,55 @@ class MemoryWriter:
             log.info("consolidated %d messages (%s)", len(chunk), way)
             self.on_way(way)
             return True
+
+    async def learn(self, workspace: Workspace, chunk: list[dict[str, Any]]) -> int | None:
+        """For an imported conversation (memory/importing/facts.py): the same request and
+        checks as `save`, but only the fact lines MEMORY.md lacks are added, each under its
+        section, and no history entry is written (the conversation's entries exist). The
+        number of lines added; None when no answer passed the checks."""
+        async with workspace.memory_lock:
+            current = workspace.memory.read()
+            asked = await self._answer(current, chunk)
+            if asked is None:
+                return None
+            known = fact_lines(current)
+            kept = []
+            for line in asked[1][1].splitlines():
+                fact = fact_lines(line)
+                if not fact or line.lstrip().startswith("#"):
+                    kept.append(line)  # headings and blank lines: where facts go
+                elif not duplicate(line.strip(" -*"), known):
+                    kept.append(line)
+                    known.extend(fact)
+            memory, added = merged_memory(current, "\n".join(kept))
+            if added:
+                await in_thread(lambda: workspace.memory.write(memory))
+            return added
+
+    async def _answer(
+        self, current: str, chunk: list[dict[str, Any]]
+    ) -> tuple[str, tuple[str, str]] | None:
+        """(the way that answered, (history entry, MEMORY.md)) that passed the checks, each
+        way of asking in turn (see `ways`); None when none did."""
+        for way in self.ways:
+            if way == TOOL_WAY:
+                answer = await self._by_tool(current, chunk)
+            else:
+                answer = await self._in_plain_text(current, chunk)
+            self._learn(way, answer is not None)
+            if answer is not None:
+                return way, answer
+        return None
+
+    def chunk_room(self, current: str) -> int:
+        """Raw tokens of conversation lines one request can carry: instructions, MEMORY.md
+        (`current`), the chunk and the answer's budget must fit in the window together."""
+        raw = self.request_raw(current, [])
+        fixed = self.estimator.corrected(raw, "consolidation")
+        budget = self.shares.budget
+        limit = budget.window - self.answer_tokens(current) - budget.margin
+        factor = self.estimator.calibration("consolidation").factor
+        return max(0, math.floor((limit - fixed) / max(factor, 0.1)))
 
     def _request(self, current: str, chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [

@@ -358,13 +358,7 @@ class MemoryConsolidator:
         return self.estimator.count_text(format_messages([message]), remember) + 1
 
     def _chunk_room(self, current: str) -> int:
-        """Raw tokens of conversation lines one consolidation request can carry: instructions,
-        MEMORY.md, the chunk and the answer's budget must fit in the window together."""
-        raw = self.writer.request_raw(current, [])
-        fixed = self.estimator.corrected(raw, "consolidation")
-        limit = self.window - self.writer.answer_tokens(current) - self.budget.margin
-        factor = self.estimator.calibration("consolidation").factor
-        return max(0, math.floor((limit - fixed) / max(factor, 0.1)))
+        return self.writer.chunk_room(current)
 
     # -- one attempt ----------------------------------------------------------------------------
 

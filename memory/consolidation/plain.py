@@ -234,14 +234,14 @@ def checked(
             or check_history_entry(fact, fragments) is not None
             or not _grounded(fact, said, GROUNDED_SHARE)
             or (_norm(fact) in spoken and not _grounded(fact, said, 1.0))  # the assistant's
-            or _duplicate(fact, kept)
+            or duplicate(fact, kept)
         ):
             continue
         kept.append(fact)
     return problem, PlainAnswer(summary, tuple(kept[:MAX_FACTS]))
 
 
-def _duplicate(fact: str, lines: Iterable[str]) -> bool:
+def duplicate(fact: str, lines: Iterable[str]) -> bool:
     """Whether `fact` says what one of `lines` says (most of its own words are that line's)."""
     words = set(_own_words(fact))
     if not words:
@@ -264,7 +264,7 @@ def merged(current: str, facts: Iterable[str]) -> str:
     text = current if current.strip() else MEMORY_TEMPLATE
     known = fact_lines(text)
     for fact in facts:
-        if _duplicate(fact, known):
+        if duplicate(fact, known):
             continue
         try:
             edited, _ = added_to_section(text, section_of(fact), fact)

@@ -26,7 +26,7 @@ from memory.store import ENTRY_STAMP, MemoryStore
 from memory.workspace import IMPORTED_FILE
 
 MAX_ENTRY_CHARS = 3000
-_PART = re.compile(r"\((\d+)/(\d+); import (\S+)\)$")
+PART = re.compile(r"\((\d+)/(\d+); import (\S+)\)$")
 _STAMPED = re.compile(ENTRY_STAMP)
 
 
@@ -158,7 +158,7 @@ def _parts_present(history: Path, key: str) -> set[int]:
     with file:  # a line at a time: HISTORY.md may be large
         for raw in file:
             line = raw.decode("utf-8", "replace").rstrip("\n")
-            match = _PART.search(line) if _STAMPED.match(line) else None
+            match = PART.search(line) if _STAMPED.match(line) else None
             if match and match.group(3) == key:
                 found.add(int(match.group(1)))
     return found
