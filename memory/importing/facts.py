@@ -29,7 +29,7 @@ from memory.importing.formats import NAMES
 from memory.importing.history import PART
 from memory.safefs import append_line, open_binary
 from memory.store import ENTRY_STAMP, MemoryStore
-from memory.threads import in_thread
+from memory.threads import in_thread, polite
 from memory.workspace import IMPORTED_FILE
 
 if TYPE_CHECKING:
@@ -154,43 +154,51 @@ def messages_of(store: MemoryStore, source: Source) -> list[dict[str, Any]]:
 
 def chunks(
     writer: MemoryWriter, room: int, messages: list[dict[str, Any]]
-) -> tuple[list[list[dict[str, Any]]], int]:
-    """`messages` cut into runs that fit one request (`room`: MemoryWriter.chunk_room), and
-    how many messages were too long for any request (left out)."""
-    runs: list[list[dict[str, Any]]] = [[]]
+) -> tuple[list[tuple[list[dict[str, Any]], int]], int]:
+    """`messages` cut into runs that fit one request (`room`: MemoryWriter.chunk_room), each
+    with its raw tokens, and how many messages were too long for any request (left out).
+    Counted without the estimator's caches: safe in a thread."""
+    runs: list[tuple[list[dict[str, Any]], int]] = []
+    run: list[dict[str, Any]] = []
     used = too_long = 0
     for message in messages:
         size = writer.estimator.count_text(format_messages([message]), False) + 1
         if size > room:
             too_long += 1
             continue
-        if runs[-1] and used + size > room:
-            runs.append([])
-            used = 0
-        runs[-1].append(message)
+        if run and used + size > room:
+            runs.append((run, used))
+            run, used = [], 0
+        run.append(message)
         used += size
-    return [run for run in runs if run], too_long
+    if run:
+        runs.append((run, used))
+    return runs, too_long
 
 
 async def estimate(workspace: Workspace, writer: MemoryWriter) -> Estimate:
     """The requests and tokens learning from every pending conversation would take (MEMORY.md
-    as it is now: it grows as facts are added, so a long run spends a little more)."""
+    as it is now: it grows as facts are added, so a long run reads a little more). Counted in
+    a thread: an export of 20 MB is seconds of counting."""
     store = workspace.memory
     current = store.read()
     room = writer.chunk_room(current)
+    fixed = writer.request_raw(current, [])
     answer = writer.memory_tokens(current) + HISTORY_ENTRY_TOKENS
-    found = Estimate()
-    for source in await in_thread(partial(pending, store)):
-        messages = await in_thread(partial(messages_of, store, source))
-        runs, too_long = await in_thread(partial(chunks, writer, room, messages))
-        found.conversations += 1
-        found.too_long += too_long
-        for run in runs:
-            raw = writer.request_raw(current, run)
-            found.requests += 1
-            found.prompt_tokens += writer.estimator.corrected(raw, "consolidation")
-            found.completion_tokens += answer
-    return found
+
+    def count() -> Estimate:
+        found = Estimate()
+        for source in polite(pending(store), 1):
+            runs, too_long = chunks(writer, room, messages_of(store, source))
+            found.conversations += 1
+            found.too_long += too_long
+            for _, raw in runs:
+                found.requests += 1
+                found.prompt_tokens += writer.estimator.corrected(fixed + raw, "consolidation")
+                found.completion_tokens += answer
+        return found
+
+    return await in_thread(count)
 
 
 async def learn(
@@ -211,7 +219,7 @@ async def learn(
         room = writer.chunk_room(store.read())
         runs, _ = await in_thread(partial(chunks, writer, room, messages))
         whole = True
-        for run in runs:
+        for run, _ in runs:
             why = stop()
             if why is None and failed_in_a_row >= MAX_FAILED_IN_A_ROW:
                 why = f"{failed_in_a_row} answers in a row failed the checks or did not come"
