@@ -218,6 +218,15 @@ class Prices:
         return Cost(amount, unpriced)
 
 
+def priced_estimate(config: Config, model: str, prompt: int, completion: int) -> str | None:
+    """What so many tokens of `model` would cost at [prices], in words ("~$0.0123"); None when
+    the model has no price (an estimate shown before work that asks the model)."""
+    cost = Prices.of(config).of_model(
+        model, Totals(prompt_tokens=prompt, completion_tokens=completion)
+    )
+    return None if cost is None else f"~{money(cost)}"
+
+
 def _exact(price: Price) -> tuple[Decimal, Decimal, Decimal]:
     """(input, cached input, output) as the decimals the config file wrote (0.15, not
     0.1499999…)."""

@@ -241,6 +241,8 @@ class Agent:
             model=self.model_in_use,
             voice=self.voice,
             models=self.models(),
+            background=self.background,
+            closing=lambda: self.policy.closing,
         )
 
     # ---- entry points -------------------------------------------------------------------

@@ -4,9 +4,11 @@ what the turn does for /new, /undo, /retry and the figures of /status."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from bot.agent.background import BackgroundWork
 from bot.agent.conversation import conversation_start
 from bot.agent.people import People
 from bot.agent.residency import LoadedSessions, Residents
@@ -16,6 +18,7 @@ from bot.commands.confirm import Confirmations
 from bot.commands.context import (
     ChatControl,
     CommandContext,
+    FactsLearning,
     ModelChoice,
     NewSession,
     SessionStatus,
@@ -28,11 +31,15 @@ from bot.media.voice import VoiceReplies
 from bot.reminders.desk import PersonReminders, ReminderBook
 from bot.reminders.groupdesk import GroupReminders
 from bot.tools.tool import Tool
+from bot.usage import charged_to, priced_estimate
 from memory.consolidation.consolidator import MemoryConsolidator
 from memory.control.versions import held_update
+from memory.importing import facts
 from memory.session import Session
 from memory.tokens import TokenEstimator
 from memory.workspace import Workspace, Workspaces
+
+log = logging.getLogger(__name__)
 
 PERSONA_SHARE = 10  # a persona may take at most 1/PERSONA_SHARE of the context window
 
@@ -72,8 +79,13 @@ class Commanding:
         model: Callable[[], str],
         voice: VoiceReplies | None = None,
         models: ModelChoice | None = None,
+        background: BackgroundWork | None = None,
+        closing: Callable[[], bool] = lambda: False,
     ) -> None:
         self._config = config
+        self._background = background or BackgroundWork()
+        self._closing = closing
+        self._learning: set[str] = set()  # people whose imported conversations are learnt now
         self._voice = voice
         self._models = models
         self._turn = turn
@@ -118,7 +130,50 @@ class Commanding:
             else GroupReminders(self._reminders, inbound, inbound.chat_key),
             voice=self._voice,
             models=self._models,
+            facts=self._facts(workspace),
         )
+
+    def _facts(self, workspace: Workspace) -> FactsLearning:
+        """/import facts for this person: the estimate in words, and the run in the background
+        (a /wipe cancels it, /forget waits for it), charged to them and stopped at their limits
+        or when the bot stops."""
+        person, writer = workspace.user_key, self._consolidator.writer
+
+        async def estimate() -> str | None:
+            planned = await facts.estimate(workspace, writer)
+            if not planned.requests:
+                return None
+            cost = priced_estimate(
+                self._config, writer.llm.model, planned.prompt_tokens, planned.completion_tokens
+            )
+            return f"{planned.conversations:,} conversations, about {planned.tokens:,} tokens" + (
+                f", {cost}" if cost else ""
+            )
+
+        def stop() -> str | None:
+            return "the bot is stopping" if self._closing() else self._limits.used_up(person)
+
+        async def run() -> None:
+            try:
+                with charged_to(person):
+                    done = await facts.learn(workspace, writer, stop=stop)
+                log.info(
+                    "learnt %d facts from %d imported conversations%s",
+                    done.facts,
+                    done.conversations,
+                    f"; stopped: {done.stopped}" if done.stopped else "",
+                )
+            finally:
+                self._learning.discard(person)
+
+        def start() -> bool:
+            if person in self._learning:
+                return False
+            self._learning.add(person)
+            self._background.start(run(), person)
+            return True
+
+        return FactsLearning(estimate, start, lambda: person in self._learning)
 
     def _chat_control(self, inbound: Inbound, own: str) -> ChatControl:
         """This chat's settings, and whether this person may change them: in a private chat

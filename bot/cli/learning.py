@@ -80,14 +80,10 @@ async def learn_facts(config: Config, person: str, kind: str, *, yes: bool) -> i
 
 def describe(planned: Estimate, config: Config, model: str) -> str:
     """The line shown before any request: conversations, requests, tokens, cost at [prices]."""
-    from bot.usage import Prices, money
-    from memory.usage import Totals
+    from bot.usage import priced_estimate
 
-    cost = Prices.of(config).of_model(
-        model,
-        Totals(prompt_tokens=planned.prompt_tokens, completion_tokens=planned.completion_tokens),
-    )
-    priced = f", ~{money(cost)} at [prices]" if cost is not None else " (no price set)"
+    cost = priced_estimate(config, model, planned.prompt_tokens, planned.completion_tokens)
+    priced = f", {cost} at [prices]" if cost is not None else " (no price set)"
     left_out = (
         f"; {planned.too_long:,} messages too long for one request are left out"
         if planned.too_long

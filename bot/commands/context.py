@@ -114,6 +114,19 @@ class CommandContext:
     group_reminders: GroupReminders | None = None
     voice: VoiceReplies | None = None  # /voice: whether answers are read aloud too
     models: ModelChoice | None = None  # /model: the models the operator offers
+    facts: FactsLearning | None = None  # /import facts: learning from imported conversations
+
+
+@dataclass(frozen=True)
+class FactsLearning:
+    """Facts learnt from this person's imported conversations into MEMORY.md, in the
+    background (memory.importing.facts): what it would cost, and starting it."""
+
+    # The pending work in words ("3 conversations, about 4,100 tokens, ~$0.0020"); None:
+    # every imported conversation was learnt from.
+    estimate: Callable[[], Awaitable[str | None]]
+    start: Callable[[], bool]  # False: a run of this person's is going on already
+    running: Callable[[], bool]
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ HISTORY.md (memory.importing; docs/import.md).
 The file was downloaded by the intake within [media] max_import_bytes (bot.media.rules,
 `importing`); a larger one is the operator's, through `lightgrep import`. The import runs in a
 thread, with the person's files held (exclusive()): no turn or consolidation of theirs writes
-meanwhile, and other people's turns go on.
+meanwhile, and other people's turns go on. Then it asks whether to learn facts from them
+(`/import facts`, the estimate of tokens and cost in the question; confirmed, the agent runs it
+in the background: bot.commands.context.FactsLearning).
 """
 
 from __future__ import annotations
@@ -15,14 +17,17 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from bot.commands.context import CommandContext
+from bot.commands.confirm import CONFIRM_TTL_S
+from bot.commands.context import CommandContext, FactsLearning
 from bot.inbound import Attachment
 from bot.media.rules import EXPORT, TOO_LARGE
+from bot.outbound import Button, Reply
 from memory.importing.formats import NAMES, conversations, detect
 from memory.importing.history import Imported, import_conversations
 from memory.importing.sources import ImportRefused, open_json
 from memory.workspace import Workspace
 
+FACTS = "import-facts"  # the confirmation's action
 HOW = (
     "Send your export as a file with /import as its caption: the zip ChatGPT mails you "
     "(Settings → Data controls → Export data), or Claude's (Settings → Privacy → Export data), "
@@ -30,8 +35,11 @@ HOW = (
 )
 
 
-async def cmd_import(ctx: CommandContext, args: str) -> str:
+async def cmd_import(ctx: CommandContext, args: str) -> str | Reply:
     files = [a for a in ctx.inbound.attachments if a.kind == EXPORT]
+    first, _, rest = args.strip().partition(" ")
+    if not files and first.lower() == "facts" and ctx.facts is not None:
+        return await _facts(ctx, ctx.facts, rest.strip())
     if not files:
         return HOW
     file = files[0]
@@ -64,7 +72,44 @@ async def cmd_import(ctx: CommandContext, args: str) -> str:
                 else " Nothing was added."
             )
             return f"I couldn't import that file: {exc}.{kept}"
-    return _done_text(NAMES[service], done)
+    text = _done_text(NAMES[service], done)
+    if not done.conversations or ctx.facts is None or ctx.facts.running():
+        return text
+    return await _ask_facts(ctx, ctx.facts, text + "\n\n")
+
+
+async def _facts(ctx: CommandContext, facts: FactsLearning, args: str) -> str | Reply:
+    """/import facts asks (with the estimate); /import facts confirm [token] starts."""
+    user = ctx.inbound.user_key
+    word, _, token = args.partition(" ")
+    if word.lower() != "confirm":
+        return await _ask_facts(ctx, facts, "")
+    answer = ctx.confirmations.take(user, FACTS, token.strip())
+    if answer.question is None:
+        why = "has expired" if answer.problem == "expired" else "is not waiting"
+        return f"That question {why}; nothing was asked of the model. /import facts asks again."
+    if not facts.start():
+        return "I'm learning from your imported conversations already."
+    return (
+        "Learning facts from your imported conversations now, oldest first, in the background: "
+        "they are added to your memory as they come (/memory shows it; nothing there is "
+        "removed). If a limit stops it, /import facts goes on later."
+    )
+
+
+async def _ask_facts(ctx: CommandContext, facts: FactsLearning, before: str) -> str | Reply:
+    if facts.running():
+        return before + "I'm learning from your imported conversations now."
+    estimate = await facts.estimate()
+    if estimate is None:
+        return before + "Every conversation you imported was learnt from already."
+    question = ctx.confirmations.ask(ctx.inbound.user_key, FACTS)
+    text = (
+        f"{before}Learn facts from them into your memory? That asks the model about {estimate} "
+        f"(it counts towards your limits). Press “Learn facts” or type /import facts confirm "
+        f"within {CONFIRM_TTL_S / 60:.0f} minutes."
+    )
+    return Reply(text, buttons=(Button("Learn facts", f"/import facts confirm {question.token}"),))
 
 
 def _run(

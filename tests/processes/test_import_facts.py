@@ -16,24 +16,11 @@ from typing import Any
 import pytest
 
 from tests.rigs.cli import STEP_TIMEOUT, write_config
-from tests.rigs.exports import chatgpt_conversation, zipped
-from tests.rigs.fakes.openai_server import FakeOpenAI, Held, save_memory_call
+from tests.rigs.exports import ANIMALS, chatgpt_conversation, learning, zipped
+from tests.rigs.fakes.openai_server import FakeOpenAI, Held
 
 USER = "telegram-42"
-ANIMALS = ("quokka", "marmot", "pangolin", "axolotl")  # a fact of its own per conversation
 KNOWN = "## User Information\n\n- Lives in Ghent\n\n## Preferences\n\n- Likes oboe music\n"
-
-
-def learning(request: dict[str, Any]) -> dict[str, Any]:
-    """A model that answers the consolidator's request well, but for one thing: its MEMORY.md
-    drops "Likes oboe music" (an update that only adds must keep it anyway)."""
-    text = request["messages"][1]["content"]
-    current = text.split("## Current MEMORY.md\n", 1)[1].split("\n\n## Conversation", 1)[0]
-    numbers = sorted(set(re.findall(r"USER: Question \d+ of conversation (\d+)", text)), key=int)
-    facts = "".join(f"- The user keeps a {ANIMALS[int(n)]}\n" for n in numbers)
-    update = current.replace("- Likes oboe music\n", "").rstrip("\n") + "\n" + facts
-    said = ", ".join(f"Question 0 of conversation {n}" for n in numbers)
-    return save_memory_call(f"[2023-04-01 10:00] The user asked {said}.", update)
 
 
 def requests_of(fake: FakeOpenAI) -> list[str]:

@@ -4,12 +4,16 @@ stream so the benchmark can make hundreds of MB without holding them."""
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from tests.rigs.fakes.openai_server import save_memory_call
+
 START = 1_680_000_000.0  # 2023-03-28 10:40 UTC
+ANIMALS = ("quokka", "marmot", "pangolin", "axolotl")  # a fact of its own per conversation
 
 
 def chatgpt_conversation(number: int, turns: int = 4, words: str = "") -> dict[str, Any]:
@@ -135,3 +139,16 @@ def zipped(path: Path, items: Iterator[dict[str, Any]], folder: str = "") -> Pat
             text.detach()
         archive.writestr(f"{folder}file-abc.png", b"\x89PNG not really")
     return path
+
+
+def learning(request: dict[str, Any]) -> dict[str, Any]:
+    """A model learning from imported conversations of `chatgpt_conversation`: save_memory with
+    a fact of its own per conversation in the request (the user keeps a quokka, …), well but for
+    one thing: its MEMORY.md drops "Likes oboe music" (an update that only adds keeps it)."""
+    text = request["messages"][1]["content"]
+    current = text.split("## Current MEMORY.md\n", 1)[1].split("\n\n## Conversation", 1)[0]
+    numbers = sorted(set(re.findall(r"USER: Question \d+ of conversation (\d+)", text)), key=int)
+    facts = "".join(f"- The user keeps a {ANIMALS[int(n)]}\n" for n in numbers)
+    update = current.replace("- Likes oboe music\n", "").rstrip("\n") + "\n" + facts
+    said = ", ".join(f"Question 0 of conversation {n}" for n in numbers)
+    return save_memory_call(f"[2023-04-01 10:00] The user asked {said}.", update)
