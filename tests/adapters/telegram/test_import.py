@@ -1,16 +1,18 @@
 """/import through the real Telegram bot: python-telegram-bot against the fake Bot API, the real
 Agent. An export sent with /import as its caption lands in HISTORY.md, /recall finds it, the
-same file again adds nothing; too large a file is refused before it is downloaded."""
+same file again adds nothing; too large a file is refused before it is downloaded; the question
+to learn facts from it, answered yes, learns while another person is answered."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import zipfile
 from pathlib import Path
 
 from memory.keys import encode_key
-from tests.rigs.exports import chatgpt_conversation, claude_conversation, zipped
-from tests.rigs.fakes.openai_server import FakeOpenAI
+from tests.rigs.exports import ANIMALS, chatgpt_conversation, claude_conversation, learning, zipped
+from tests.rigs.fakes.openai_server import FakeOpenAI, Held, completion, is_consolidation
 from tests.rigs.fakes.telegram_server import FakeTelegram
 from tests.rigs.telegram import make_config, running
 
@@ -71,3 +73,44 @@ async def test_an_export_larger_than_the_chat_takes_is_refused_before_downloadin
     assert "lightgrep import chatgpt|claude FILE --user telegram-42" in said
     assert tg.downloads == []
     assert not (workspaces_dir / encode_key("telegram-42") / "HISTORY.md").exists()
+
+
+async def test_import_asks_to_learn_facts_and_yes_learns_while_another_is_answered(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path, tmp_path: Path
+) -> None:
+    export = zipped(tmp_path / "export.zip", iter([chatgpt_conversation(n, 2) for n in range(3)]))
+    folder = workspaces_dir / encode_key("telegram-42")
+    folder.mkdir(parents=True)
+    (folder / "MEMORY.md").write_text("## Preferences\n\n- Likes oboe music\n")
+    release = asyncio.Event()
+    fake_llm.default = lambda r: learning(r) if is_consolidation(r) else completion("Hi, 43")
+    fake_llm.queue(Held(release, learning))  # the first request of the learning waits
+    async with running(make_config(tg, fake_llm, workspaces_dir)):
+        tg.document(42, export.read_bytes(), "export.zip", "application/zip", caption="/import")
+        asked = (await tg.wait_sent(42, 1))[-1]
+        assert fake_llm.requests == []  # the estimate asks no model
+        (label, command), *_ = tg.buttons(asked)
+        tg.press(42, asked, command)
+        started = await _reply(tg, 2)
+        await fake_llm.wait_requests(1)
+        tg.dm(43, "hello")
+        other = (await tg.wait_sent(43, 1))[-1].text  # answered while the learning waits
+        release.set()
+        for _ in range(100):
+            if "pangolin" in (text := (folder / "MEMORY.md").read_text()):
+                break
+            await asyncio.sleep(0.05)
+        tg.dm(42, "/import facts")
+        again = await _reply(tg, 3)
+    assert asked.text.startswith("Imported 3 ChatGPT conversations")
+    assert (
+        "Learn facts from them into your memory? That asks the model about 3 conversations, "
+        in (asked.text)
+    )
+    assert label == "Learn facts" and command.startswith("/import facts confirm ")
+    assert started.startswith("Learning facts from your imported conversations now")
+    assert other == "Hi, 43"
+    assert "- Likes oboe music" in text and all(a in text for a in ANIMALS[:3])
+    assert again == "Every conversation you imported was learnt from already."
+    usage = (folder / "usage.jsonl").read_text()
+    assert usage.count("\n") >= 1
