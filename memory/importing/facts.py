@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from memory.workspace import Workspace
 
 LEARNED = "learned"
+GROWTH_TOKENS = 20  # what MEMORY.md is reckoned to grow by per request, for the estimate
 MAX_FAILED_IN_A_ROW = 3  # requests whose answer failed the checks (or the server failed)
 _STAMP = re.compile(rf"^({ENTRY_STAMP}) ")
 _SPEAKER = re.compile(
@@ -60,7 +61,7 @@ class Estimate:
     conversations: int = 0
     requests: int = 0
     prompt_tokens: int = 0
-    completion_tokens: int = 0  # at most: the answer rewrites MEMORY.md and adds an entry
+    completion_tokens: int = 0  # the answer rewrites MEMORY.md whole and writes an entry
     too_long: int = 0  # messages longer than one request can carry: left out
 
     @property
@@ -177,25 +178,32 @@ def chunks(
 
 
 async def estimate(workspace: Workspace, writer: MemoryWriter) -> Estimate:
-    """The requests and tokens learning from every pending conversation would take (MEMORY.md
-    as it is now: it grows as facts are added, so a long run reads a little more). Counted in
-    a thread: an export of 20 MB is seconds of counting."""
+    """The requests and tokens learning from every pending conversation would take. Each
+    request reads MEMORY.md and its answer rewrites it whole, so MEMORY.md's growth is counted:
+    GROWTH_TOKENS more per request (a fact or two), up to its budget. Counted in a thread: an
+    export of 20 MB is seconds of counting."""
     store = workspace.memory
     current = store.read()
     room = writer.chunk_room(current)
     fixed = writer.request_raw(current, [])
-    answer = writer.memory_tokens(current) + HISTORY_ENTRY_TOKENS
+    now = writer.memory_tokens(current)
+    ceiling = max(now, writer.memory_budget)
 
     def count() -> Estimate:
         found = Estimate()
         for source in polite(pending(store), 1):
-            runs, too_long = chunks(writer, room, messages_of(store, source))
+            grown = min(now + GROWTH_TOKENS * found.requests, ceiling) - now
+            # MEMORY.md is in the request and in the answer's share: a room smaller by twice
+            runs, too_long = chunks(writer, max(1, room - 2 * grown), messages_of(store, source))
             found.conversations += 1
             found.too_long += too_long
             for _, raw in runs:
+                grown = min(now + GROWTH_TOKENS * found.requests, ceiling) - now
                 found.requests += 1
-                found.prompt_tokens += writer.estimator.corrected(fixed + raw, "consolidation")
-                found.completion_tokens += answer
+                found.prompt_tokens += (
+                    writer.estimator.corrected(fixed + raw, "consolidation") + grown
+                )
+                found.completion_tokens += now + grown + HISTORY_ENTRY_TOKENS
         return found
 
     return await in_thread(count)
@@ -216,7 +224,16 @@ async def learn(
     failed_in_a_row = 0
     for number, source in enumerate(sources):
         messages = await in_thread(partial(messages_of, store, source))
-        room = writer.chunk_room(store.read())
+        current = store.read()
+        used, budget = writer.memory_tokens(current), writer.memory_budget
+        if used >= budget:  # only adding: no room to learn more without condensing
+            result.stopped = (
+                f"MEMORY.md is at its budget ({used:,} of {budget:,} tokens); after the person "
+                "has tidied it (/memory, /forget) the same command goes on"
+            )
+            result.left = len(sources) - number
+            return result
+        room = writer.chunk_room(current)
         runs, _ = await in_thread(partial(chunks, writer, room, messages))
         whole = True
         for run, _ in runs:
