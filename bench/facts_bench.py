@@ -101,7 +101,7 @@ async def measure(args: argparse.Namespace) -> dict[str, float]:
             line = next(x for x in out.decode().splitlines() if "requests, about" in x)
     finally:
         await fake.stop()
-    figures = re.search(r"in ([\d,]+) requests.*\(([\d,]+) read, at most ([\d,]+) written\)", line)
+    figures = re.search(r"in ([\d,]+) requests.*\(([\d,]+) read, ([\d,]+) written\)", line)
     assert figures is not None, line
     requests, prompt, written = (int(group.replace(",", "")) for group in figures.groups())
     asked = [r for r in fake.requests if r.get("tools")]

@@ -91,7 +91,7 @@ def describe(planned: Estimate, config: Config, model: str) -> str:
     )
     return (
         f"facts: {planned.conversations:,} imported conversations in {planned.requests:,} "
-        f"requests, about {planned.tokens:,} tokens ({planned.prompt_tokens:,} read, at most "
+        f"requests, about {planned.tokens:,} tokens ({planned.prompt_tokens:,} read, "
         f"{planned.completion_tokens:,} written){priced}{left_out}"
     )
 
