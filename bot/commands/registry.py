@@ -141,7 +141,8 @@ COMMANDS: tuple[Command, ...] = (
         private=True,
         heavy=lambda args: True,
         takes_file=True,
-        details="the export's zip or its conversations.json, as a file with /import as caption",
+        details="the export's zip or its conversations.json, as a file with /import as caption; "
+        "/import facts: learn facts from what you imported",
     ),
     Command(
         "wipe",

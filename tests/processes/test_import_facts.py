@@ -140,3 +140,16 @@ async def test_a_token_limit_stops_it_politely_and_says_how_to_go_on(
     assert "a limit is reached (your 30 tokens for today)" in err
     assert "2 conversations left" in err and f"--user {USER} --facts` goes on" in err
     assert len(requests_of(fake_llm)) == 2 and "pangolin" not in memory(tmp_path)
+
+
+async def test_a_memory_at_its_budget_stops_it_before_any_request(
+    fake_llm: FakeOpenAI, tmp_path: Path, child_env: dict[str, str]
+) -> None:
+    config, export = setup(tmp_path, fake_llm, 2, "context_window_tokens = 4096\n")
+    full = KNOWN + "".join(f"- Fact number {n} about the garden and its bees\n" for n in range(60))
+    (tmp_path / "workspaces" / USER / "MEMORY.md").write_text(full)
+    fake_llm.default = learning
+    code, _, err = await run(child_env, config, export, "--yes")
+    assert code == 1
+    assert "stopped: MEMORY.md is at its budget" in err and "2 conversations left" in err
+    assert fake_llm.requests == [] and memory(tmp_path) == full
