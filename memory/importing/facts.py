@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -79,7 +79,6 @@ class Learned:
     failed: int = 0
     stopped: str | None = None
     left: int = 0  # conversations still pending
-    done: list[str] = field(default_factory=list)
 
 
 def learned_keys(root: Path) -> set[str]:
@@ -255,7 +254,6 @@ async def learn(
         if whole:
             line = json.dumps({LEARNED: source.key}, ensure_ascii=False) + "\n"
             await in_thread(partial(append_line, store.root / IMPORTED_FILE, line.encode("utf-8")))
-            result.done.append(source.key)
         result.conversations += 1
         if progress is not None:
             progress(result)
