@@ -115,6 +115,8 @@ class CommandContext:
     voice: VoiceReplies | None = None  # /voice: whether answers are read aloud too
     models: ModelChoice | None = None  # /model: the models the operator offers
     facts: FactsLearning | None = None  # /import facts: learning from imported conversations
+    # Text shown at once, the answer following it (a long command's "working on it"); None: not.
+    say: Callable[[str], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True)

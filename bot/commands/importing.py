@@ -28,6 +28,7 @@ from memory.importing.sources import ImportRefused, open_json
 from memory.workspace import Workspace
 
 FACTS = "import-facts"  # the confirmation's action
+SAY_FROM_BYTES = 1_000_000  # an export this large is said to be importing before it is done
 HOW = (
     "Send your export as a file with /import as its caption: the zip ChatGPT mails you "
     "(Settings → Data controls → Export data), or Claude's (Settings → Privacy → Export data), "
@@ -62,6 +63,9 @@ async def cmd_import(ctx: CommandContext, args: str) -> str | Reply:
                     f"`lightgrep import lightgrep FILE --user {ctx.inbound.user_key}` "
                     "(it restores or merges whole files)."
                 )
+            if ctx.say is not None and len(file.data) >= SAY_FROM_BYTES:
+                size = f"{len(file.data) / 1e6:.1f} MB"
+                await ctx.say(f"Importing your {NAMES[service]} export ({size})…\n\n")
             async with ctx.exclusive():
                 done = await asyncio.to_thread(_run, ctx.workspace, service, path, keep)
         except ImportRefused as exc:

@@ -8,7 +8,7 @@ commands stay testable on their own and bot.agent.agent is the only module that 
 import difflib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bot.commands.basic import (
     cmd_memory,
@@ -325,7 +325,7 @@ async def run_command(
     if command is None:
         reply = Reply(unknown_command(parsed.name))
     else:
-        answer = await command.handler(context(), parsed.args)
+        answer = await command.handler(replace(context(), say=out.add_text), parsed.args)
         reply = answer if isinstance(answer, Reply) else Reply(answer)
     await out.add_text(reply.text)
     for file in reply.files:

@@ -41,6 +41,24 @@ async def test_an_export_sent_with_import_is_found_by_recall_and_not_added_twice
     assert fake_llm.requests == []  # an import asks no model
 
 
+async def test_a_large_export_is_said_to_be_importing_before_it_is_done(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path, tmp_path: Path
+) -> None:
+    """An export of over 1 MB: "Importing your ChatGPT export (… MB)…" is shown at once (a
+    draft, while the import runs), and the answer follows it; before, nothing was shown until
+    the import had finished. A small one is answered without it."""
+    import json
+
+    export = json.dumps([chatgpt_conversation(n, 6, "word " * 300) for n in range(300)]).encode()
+    assert len(export) > 1_000_000
+    async with running(make_config(tg, fake_llm, workspaces_dir)):
+        tg.document(42, export, "conversations.json", "application/json", caption="/import")
+        answer = await _reply(tg, 1)
+    said = f"Importing your ChatGPT export ({len(export) / 1e6:.1f} MB)…"
+    assert answer.startswith(said + "\n\nImported 300 ChatGPT conversations"), answer
+    assert any(draft.text.startswith(said) for draft in tg.drafts), tg.drafts
+
+
 async def test_claude_json_and_a_broken_file(
     tg: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
