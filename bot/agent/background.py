@@ -4,8 +4,9 @@ person it belongs to: /forget waits for a person's, /wipe cancels them, a stop w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable, Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -14,6 +15,26 @@ log = logging.getLogger(__name__)
 class BackgroundWork:
     def __init__(self) -> None:
         self._tasks: dict[asyncio.Task[Any], str] = {}
+        self._held: dict[str, int] = {}  # people an exclusive() waits for: no new drain starts
+
+    @contextlib.contextmanager
+    def holding(self, user_keys: Iterable[str]) -> Iterator[None]:
+        """While a block waits for these people's work to end (bot/agent/residency.py), no new
+        consolidation of theirs begins (`held`): a person who keeps talking started a new one
+        after each turn, and a backup waited for a moment with none, for ever."""
+        keys = list(user_keys)
+        for key in keys:
+            self._held[key] = self._held.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            for key in keys:
+                self._held[key] -= 1
+                if not self._held[key]:
+                    del self._held[key]
+
+    def held(self, user_key: str) -> bool:
+        return user_key in self._held
 
     def start(self, coro: Coroutine[Any, Any, Any], user_key: str) -> None:
         """Run tracked: a failure is logged, never lost silently."""

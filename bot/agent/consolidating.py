@@ -160,6 +160,8 @@ class ConsolidationPolicy:
         key = (user, session.key)
         if key in self._draining or not self.due(self.estimate(prompt.frozen(), session)):
             return
+        if self._background.held(user):
+            return  # a backup or /forget waits for this person's work: the next turn starts it
         if self._limits.check_tokens(user) is not None:
             # Past the person's limit (or the bot's): it waits, and the first turn they may
             # have again makes room before it answers.
@@ -174,6 +176,8 @@ class ConsolidationPolicy:
                 ):
                     if self._limits.check_tokens(user) is not None:
                         break  # the person's (or the bot's) tokens are spent: it waits
+                    if self._background.held(user):
+                        break  # a backup or /forget waits for it: the next turn goes on
                     if not await self.consolidator.maybe_consolidate(
                         workspace, session, prompt.target, due=self.due
                     ):

@@ -191,21 +191,8 @@ class Residents:
         held: list[asyncio.Lock] = []
         locked: set[str] = set()
         try:
-            while True:
-                pending = [task for key in keys for task in self._background.of(key)]
-                if pending:
-                    for task in pending if cancel else ():
-                        task.cancel()
-                    await asyncio.gather(*pending, return_exceptions=True)
-                    continue
-                todo = sorted(set().union(*(self._sessions_of(key) for key in keys)) - locked)
-                if not todo:
-                    break
-                for key in todo:
-                    lock = self.sessions.lock(key)
-                    await lock.acquire()
-                    held.append(lock)
-                    locked.add(key)
+            with self._background.holding(keys):
+                await self._take_sessions(keys, held, locked, cancel=cancel)
             async with contextlib.AsyncExitStack() as stack:
                 for key in keys:
                     await stack.enter_async_context(self._workspaces.get(key).memory_lock)
@@ -217,6 +204,27 @@ class Residents:
                 self._prompts.forget_sessions(key, locked)
             for lock in held:
                 lock.release()
+
+    async def _take_sessions(
+        self, keys: list[str], held: list[asyncio.Lock], locked: set[str], *, cancel: bool
+    ) -> None:
+        """Every session lock of `keys`, once their background work has ended (no new
+        consolidation of theirs begins meanwhile: BackgroundWork.holding)."""
+        while True:
+            pending = [task for key in keys for task in self._background.of(key)]
+            if pending:
+                for task in pending if cancel else ():
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                continue
+            todo = sorted(set().union(*(self._sessions_of(key) for key in keys)) - locked)
+            if not todo:
+                return
+            for key in todo:
+                lock = self.sessions.lock(key)
+                await lock.acquire()
+                held.append(lock)
+                locked.add(key)
 
     def _sessions_of(self, user_key: str) -> set[str]:
         keys = self.sessions.known_sessions(user_key)
