@@ -135,6 +135,9 @@ async def test_a_hostile_server_leaves_the_bot_answering(
         flood = await call(agent, fake_llm, "evil_flood", {})
         fine = await call(agent, fake_llm, "evil_t42", {})
         crash = await call(agent, fake_llm, "evil_crash", {})
+        # The call's error and the news that the server's tools are gone come on their own
+        # lines from the servers' process, in either order: the tools go within moments.
+        await offered(agent, 0, within=5.0)
         fake_llm.queue(completion("Fine."))
         await ask(agent, dm("42", "and now?"))
         absent = sent_tools(chat_requests(fake_llm)[-1])
