@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from memory.atomic import PRIVATE_FILE_MODE, atomic_write_text
-from memory.safefs import append_all, make_private_dir, open_fd, read_bytes
+from memory.safefs import append_all, json_records, make_private_dir, open_fd, read_bytes
 from memory.threads import in_thread, polite
 
 if TYPE_CHECKING:
@@ -315,25 +315,19 @@ def _read_log(lines: Iterable[bytes]) -> tuple[dict[str, ChatSettings], int, set
     and the owners they name."""
     chats: dict[str, ChatSettings] = {}
     owners: set[str] = set()
-    count = 0
-    for line in lines:
-        if not line.strip():
+    whole = [line for line in lines if line.strip()]
+    for _, record in json_records(whole):
+        key = record.get("chat")
+        if not isinstance(key, str) or "settings" not in record:
             continue
-        count += 1
-        try:
-            record = json.loads(line)
-            key, value = record["chat"], record["settings"]
-        except (ValueError, KeyError, TypeError):
-            continue
-        if not isinstance(key, str):
-            continue
+        value = record["settings"]
         if isinstance(value, dict):
             chats[key] = settings = settings_of(value)
             if settings.owner:
                 owners.add(settings.owner)
         else:
             chats.pop(key, None)
-    return chats, count, owners
+    return chats, len(whole), owners
 
 
 def _read_old(path: Path) -> dict[str, ChatSettings]:

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 PRIVATE_DIR_MODE = 0o700
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
@@ -149,3 +151,18 @@ def append_line(path: Path | str, data: bytes, mode: int = 0o600) -> None:
         append_all(fd, data)
     finally:
         os.close(fd)
+
+
+def json_records(lines: Iterable[bytes]) -> Iterator[tuple[bytes, dict[str, Any]]]:
+    """Each line of a JSON-lines file that holds a JSON object, with the object. A line that
+    is blank, torn (a crash tears at most the last append; nothing after it depends on it) or
+    foreign is passed over: each caller checks the keys it needs."""
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:  # torn, or not UTF-8 / JSON
+            continue
+        if isinstance(record, dict):
+            yield line, record

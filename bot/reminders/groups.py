@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from memory.atomic import PRIVATE_FILE_MODE, atomic_write_text
-from memory.safefs import append_all, open_fd, read_bytes
+from memory.safefs import append_all, json_records, open_fd, read_bytes
 
 GROUPS_FILE = ".reminders-groups.jsonl"
 
@@ -67,12 +67,8 @@ class GroupIndex:
                 data = read_bytes(self.path)
             except FileNotFoundError:
                 data = b""
-            for line in data.split(b"\n"):
-                try:
-                    record = json.loads(line)
-                    chat, user = record["chat"], record["user"]
-                except (ValueError, KeyError, TypeError):
-                    continue  # a torn or foreign line
+            for _, record in json_records(data.split(b"\n")):
+                chat, user = record.get("chat"), record.get("user")
                 if isinstance(chat, str) and isinstance(user, str):
                     self._members[chat].add(user)
         return self._members

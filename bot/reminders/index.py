@@ -23,7 +23,7 @@ from pathlib import Path
 
 from memory import clock
 from memory.atomic import PRIVATE_FILE_MODE, atomic_write_text
-from memory.safefs import append_all, open_fd, read_bytes
+from memory.safefs import append_all, json_records, open_fd, read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +52,10 @@ class DueIndex:
             data = b""
         found: dict[str, datetime] = {}
         kept: dict[str, bytes] = {}
-        lines = 0
-        for line in data.split(b"\n"):
-            if not line.strip():
-                continue
-            lines += 1
-            try:
-                record = json.loads(line)
-                user, due = record["user"], record["next"]
-            except (ValueError, KeyError, TypeError):
-                continue
-            if not isinstance(user, str):
+        whole = [line for line in data.split(b"\n") if line.strip()]
+        for line, record in json_records(whole):
+            user, due = record.get("user"), record.get("next")
+            if not isinstance(user, str) or "next" not in record:
                 continue
             self._named.add(user)
             moment = clock.parse(due)
@@ -72,7 +65,7 @@ class DueIndex:
             else:
                 found[user] = moment
                 kept[user] = line.strip() + b"\n"
-        self._next, self._line, self._lines = dict(found), kept, lines
+        self._next, self._line, self._lines = dict(found), kept, len(whole)
         return found
 
     def rebuild(self, entries: Iterable[tuple[str, datetime]]) -> None:

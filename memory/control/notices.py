@@ -18,7 +18,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from memory.safefs import append_line, read_bytes
+from memory.safefs import append_line, json_records, read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +70,11 @@ class NoticeFile:
             data = read_bytes(self.path)
         except FileNotFoundError:
             return []
-        records = []
-        for line in data.split(b"\n"):
-            try:
-                record = json.loads(line) if line.strip() else None
-            except ValueError:
-                record = None  # a torn last line: the append that tore is not done
-            if isinstance(record, dict) and record.get("type") in _KINDS and record.get("id"):
-                records.append(record)
-        return records
+        return [
+            record
+            for _, record in json_records(data.split(b"\n"))
+            if record.get("type") in _KINDS and record.get("id")
+        ]
 
     def _append(self, record: dict[str, Any]) -> None:
         append_line(self.path, json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n")
