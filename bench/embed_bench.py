@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import json
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -28,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.harness import BotProcess, child_env, percentile  # noqa: E402
+from bench.backlog_bench import answered_in, figures  # noqa: E402
+from bench.harness import BotProcess, child_env  # noqa: E402
 from bot.keys import user_key  # noqa: E402
 from memory.search import engine, history_index  # noqa: E402
 from tests.rigs.fakes.embeddings_server import FakeEmbeddings  # noqa: E402
@@ -64,21 +64,6 @@ def config(folder: Path, llm: FakeOpenAI, telegram: FakeTelegram, emb: FakeEmbed
         f'api_base = "{telegram.api_base}"\npoll_timeout_s = 1\n'
     )
     return path
-
-
-async def answered_in(telegram: FakeTelegram, user: int, text: str) -> float:
-    before = len(telegram.sent_to(user))
-    started = time.monotonic()
-    telegram.dm(user, text)
-    sent = await telegram.wait_sent(user, before + 1, wait_s=300)
-    return sent[before].at - started
-
-
-def figures(values: list[float]) -> str:
-    return (
-        f"median {statistics.median(values):.3f} s, p90 {percentile(values, 90):.3f} s, "
-        f"slowest {max(values):.3f} s"
-    )
 
 
 def passages(emb: FakeEmbeddings) -> int:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
+CALL_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)  # seconds: an answer, a model call
 TURNS = Counter(
     "lightgrep_turns",
     "Messages handed to the core, by platform, kind (turn or command) and outcome.",
@@ -43,7 +44,7 @@ ANSWER_SECONDS = Histogram(
     "lightgrep_answer_seconds",
     "Time from a message reaching the core to its whole answer, by platform and kind.",
     ["platform", "kind"],
-    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120),
+    buckets=CALL_BUCKETS,
     registry=REGISTRY,
 )
 LLM_CALLS = Counter(
@@ -56,7 +57,7 @@ LLM_SECONDS = Histogram(
     "lightgrep_llm_call_seconds",
     "Duration of one model call, by purpose.",
     ["purpose"],
-    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120),
+    buckets=CALL_BUCKETS,
     registry=REGISTRY,
 )
 ENDPOINT_CALLS = Counter(
@@ -71,7 +72,7 @@ ENDPOINT_SECONDS = Histogram(
     "lightgrep_llm_endpoint_seconds",
     "Duration of one call of a chain's endpoint, until it answered or failed.",
     ["endpoint"],
-    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120),
+    buckets=CALL_BUCKETS,
     registry=REGISTRY,
 )
 BREAKER_STATE = Gauge(
