@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import os
+import sys
+import threading
 import tomllib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -46,6 +50,37 @@ def private_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
     return home
+
+
+@pytest.fixture(autouse=True)
+def tasks_shown_before_a_timeout(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test about to run into its timeout prints where each asyncio task waits: pytest-timeout
+    shows the threads only, and in an async test the main thread just waits in the selector
+    (seen: a cluster test that timed out once in CI, with nothing to say where)."""
+    marker = request.node.get_closest_marker("timeout")
+    given = marker.args[0] if marker and marker.args else request.config.getini("timeout")
+    limit = float(given or 0)
+    if limit <= 4:
+        yield
+        return
+    timer = threading.Timer(limit - 2, _print_tasks)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _print_tasks() -> None:
+    loops = [o for o in gc.get_objects() if issubclass(type(o), asyncio.AbstractEventLoop)]
+    for loop in loops:
+        if not loop.is_running():
+            continue
+        for task in asyncio.all_tasks(loop):
+            print(f"--- task {task.get_name()}: {task.get_coro()!r}", file=sys.stderr)
+            task.print_stack(file=sys.stderr)
+    sys.stderr.flush()
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -137,14 +138,15 @@ async def stored(client: Client, stream: str) -> int:
 
 
 async def until(check: Any, what: str) -> None:
-    async def poll() -> None:
-        while not await check():  # noqa: ASYNC110 - polled: it asks NATS or a fake
-            await asyncio.sleep(0.02)
-
-    try:
-        await asyncio.wait_for(poll(), WAIT_S)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
+    """Poll the async `check` until it is true; AssertionError after WAIT_S. The deadline is
+    read between checks, not enforced by cancelling the poll: a check that asks NATS (whose
+    client waits with wait_for inside) can swallow the cancellation, and the poll then went on
+    for ever, past the test's timeout, with nothing said of what it waited for."""
+    deadline = time.monotonic() + WAIT_S
+    while not await asyncio.wait_for(check(), WAIT_S):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
 
 
 async def _none_left(client: Client, stream: str) -> bool:
