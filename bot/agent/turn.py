@@ -436,11 +436,13 @@ class Turns:
             return made[-1]
 
         try:
-            return await self._respond_with(workspace, session, prompt, out, tools, since)
+            reply = await self._respond_with(workspace, session, prompt, out, tools, since)
         finally:
             for held in [one.held for one in made if one.held is not None]:
                 # told under this answer, or the next private one
                 self.news.note(inbound.user_key, held.event())
+        told = [line for one in made for line in one.told]  # a reminder the model set
+        return replace(reply, text="\n\n".join([reply.text, *told])) if told else reply
 
     async def _respond_with(
         self,

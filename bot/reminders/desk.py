@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from bot.config import Config
 
 LONGEST_WHAT = 2000  # characters of what to remind of that are kept (and echoed)
+SET_OK = "OK, I'll remind you"  # how a confirmation of a reminder set begins
 
 
 @dataclass(frozen=True)
@@ -380,7 +381,7 @@ class PersonReminders:
         guessed = " (no time given, so at 9:00)" if default_time else ""
         cut = f" (shortened to its first {LONGEST_WHAT:,} characters)" if shortened else ""
         shown = literal(what)  # never markup, in a group above all (bot.formatting)
-        return f"OK, I'll remind you{where} {when}{guessed}{how} ({label(zone)}){cut}: {shown}"
+        return f"{SET_OK}{where} {when}{guessed}{how} ({label(zone)}){cut}: {shown}"
 
     async def cancel(self, which: str, *, once: bool = True) -> str:
         """`which`: a number of the list (/reminders), or "all". `once`: a message delivered

@@ -2,13 +2,17 @@
 desk /remind uses), sent back to the chat the message came from.
 
 Offered in the full form only (a small window keeps /remind). In a group turn whose answer is
-public it may only set one: the list could show private ones.
+public it may only set one: the list could show private ones. What it set is shown under the
+answer whatever the model says (`ToolTurn.told`), so that no reminder is set unseen.
 """
 
 from __future__ import annotations
 
 from bot.observe.metrics import count_limit_refusal
+from bot.reminders.desk import SET_OK
 from bot.tools.tool import REMINDERS, Arguments, Offer, Tool, ToolTurn
+
+SET_BY_MODEL = "(Set while answering: /reminders lists them, /reminders cancel N removes one.)"
 
 FULL = Offer(
     {
@@ -71,7 +75,10 @@ async def run(turn: ToolTurn, args: Arguments) -> str:
         when, what = args.get("when"), args.get("what")
         if not isinstance(when, str) or not isinstance(what, str):
             return "Error: 'set' needs `when` and `what` as strings."
-        return await desk.set(when, what)
+        text = await desk.set(when, what)
+        if text.startswith(SET_OK):
+            turn.told.append(f"{text}\n{SET_BY_MODEL}")
+        return text
     if turn.public:
         return "Error: in a group chat reminders can only be set (action 'set')."
     if action == "list":

@@ -96,6 +96,9 @@ class ToolTurn:
     outside: Outside | None = None
     limits: Limits | None = None
     edits: TurnEdits = field(init=False)  # the turn's MEMORY.md edits and their guard
+    # Lines shown under the answer whatever the model says of them: a reminder it set (a small
+    # model set one nobody asked for, and said nothing of it).
+    told: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.edits = TurnEdits(self.workspace)

@@ -86,6 +86,11 @@ class Toolbox:
         self._calls = 0
 
     @property
+    def told(self) -> list[str]:
+        """Lines the person is shown under the answer (`ToolTurn.told`)."""
+        return self._turn.told
+
+    @property
     def held(self) -> HeldEdit | None:
         """The turn's MEMORY.md edits that were held (bot/tools/held.py), if any."""
         return self._turn.edits.held

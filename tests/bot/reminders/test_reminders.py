@@ -421,3 +421,27 @@ async def test_a_long_reminder_is_echoed_as_it_is_kept(
     short = (await ask(agent, dm("42", "/remind in 1 hour water the fern"))).text
     assert short.endswith(": water the fern") and "shortened" not in short
     await agent.aclose()
+
+
+async def test_a_reminder_the_model_set_is_shown_under_its_answer(
+    fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """A small local model set a reminder nobody asked for and said nothing of it (issue 33's
+    real-model run): what it set is shown under the answer, with how to cancel it; a set that
+    failed, and a listing, add nothing."""
+    agent = make_agent(fake_llm, workspaces_dir)
+    unasked = tool_call("remind", {"action": "set", "when": "in 10 minutes", "what": "stretch"})
+    fake_llm.queue(completion(None, [unasked]), completion("Paris is the capital of France."))
+    answer = (await ask(agent, dm("42", "What is the capital of France?"))).text
+    said, gap, shown, hint = answer.split("\n")
+    assert said == "Paris is the capital of France." and gap == ""
+    assert shown.startswith("OK, I'll remind you ") and shown.endswith("(UTC): stretch")
+    assert "/reminders cancel N removes one" in hint
+    [kept] = [r.what for r in ReminderFile(workspaces_dir / "telegram-42").load()]
+    assert kept == "stretch"
+
+    failed = tool_call("remind", {"action": "set", "when": "someday maybe", "what": "x"})
+    listed = tool_call("remind", {"action": "list"}, "c2")
+    fake_llm.queue(completion(None, [failed, listed]), completion("Done."))
+    assert (await ask(agent, dm("42", "remind me someday"))).text == "Done."
+    await agent.aclose()
