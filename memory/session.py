@@ -53,6 +53,11 @@ REMINDER_MARK = "reminder"  # an assistant message that is a reminder sent, not 
 # A tool result from outside the bot (a web page, search results): the model of the turn reads
 # it, consolidation only its length (memory/consolidation/asking.py): it can carry instructions.
 OUTSIDE = "outside"
+# A tool result quoting the person's own history (search_history's hits): the model of the turn
+# reads it, consolidation and raw archives only its length. The entries are kept already, and
+# archived again each search nested the last (a real model that searched every turn filled
+# HISTORY.md with archives quoting archives).
+QUOTED = "quoted"
 LLM_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
 RECENT_IDS = 32  # platform ids of consolidated user messages remembered per session
 FILED = -1  # index_of(): the message was consolidated (it is no longer in RAM)

@@ -81,6 +81,7 @@ SEARCH_HISTORY = Tool(
     run=run,
     full=FULL,
     compact=COMPACT,
+    quotes_history=True,
 )
 
 

@@ -120,7 +120,8 @@ class Tool:
     toolbox: its calls count towards the person's hourly limit, its results reach the model
     marked as data, never instructions, and after it ran, the turn's MEMORY.md edits are held
     for the person (bot/tools/held.py). `in_groups`: its switch for group chats (None: offered
-    there as `public` says)."""
+    there as `public` says). `quotes_history`: its results are marked (memory.session.QUOTED)
+    and consolidation sees only their length."""
 
     name: str
     reaches: tuple[Reach, ...]  # what it may touch: the system prompt promises no more
@@ -131,6 +132,7 @@ class Tool:
     public: Offer | None = None
     public_compact: Offer | None = None
     in_groups: Callable[[Config], bool] | None = None
+    quotes_history: bool = False  # its results quote HISTORY.md: never archived into it again
 
     @property
     def outside(self) -> bool:

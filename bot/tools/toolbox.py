@@ -24,7 +24,7 @@ from bot.tools.remind import REMIND
 from bot.tools.search_history import SEARCH_HISTORY
 from bot.tools.tool import PromptForm, Schema, Tool, ToolTurn, listed
 from bot.tools.web_search import WEB_SEARCH
-from memory.session import HIDDEN, OUTSIDE
+from memory.session import HIDDEN, OUTSIDE, QUOTED
 from memory.text import valid_text
 
 log = logging.getLogger(__name__)
@@ -97,9 +97,12 @@ class Toolbox:
 
     def marks(self, name: str) -> dict[str, Any]:
         """What a result of tool `name` is marked with in the session: one from outside the bot
-        is data that consolidation does not read (memory.session.OUTSIDE)."""
+        is data that consolidation does not read (memory.session.OUTSIDE), nor one quoting the
+        history (QUOTED)."""
         tool = self._tools.get(name)
-        return {OUTSIDE: True} if tool is not None and tool.outside else {}
+        if tool is None:
+            return {}
+        return {OUTSIDE: True} if tool.outside else {QUOTED: True} if tool.quotes_history else {}
 
     def room(self) -> int:
         """Tool calls this turn may still make."""

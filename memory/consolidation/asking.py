@@ -48,7 +48,7 @@ from memory.consolidation.plain import (
 )
 from memory.llm import ChatLLM, ChatResult, LLMBadRequest, LLMContextOverflow, LLMError
 from memory.media import is_ref, ref_text
-from memory.session import HIDDEN, OUTSIDE, reply_context
+from memory.session import HIDDEN, OUTSIDE, QUOTED, reply_context
 from memory.store import MEMORY_TEMPLATE, SECTIONS, merged_memory
 from memory.text import valid_text
 from memory.threads import in_thread
@@ -178,6 +178,9 @@ def format_messages(messages: list[dict[str, Any]]) -> str:
         if message.get(OUTSIDE):  # data from outside, which may carry instructions: not read
             tool = message.get("name") or "a tool"
             said = f"(what {tool} returned from outside: {len(said):,} characters, not shown)"
+        elif message.get(QUOTED):  # the person's own history, kept already
+            tool = message.get("name") or "a tool"
+            said = f"({tool} quoted {len(said):,} characters of the history, not repeated)"
         lines.append(f"[{stamp}] {role}{tools}: {said}")
     return "\n".join(lines)
 

@@ -20,7 +20,13 @@ from bot.tools.toolbox import TOOLS, Toolbox, enabled_tools, tools_text
 from memory.tokens import TokenEstimator
 from memory.workspace import Workspaces
 from tests.rigs.agent import ask, dm, user_home
-from tests.rigs.fakes.openai_server import FakeOpenAI, completion, is_consolidation, tool_call
+from tests.rigs.fakes.openai_server import (
+    FakeOpenAI,
+    completion,
+    is_consolidation,
+    save_memory_call,
+    tool_call,
+)
 
 # The fixed part of every prompt (system prompt with an empty MEMORY.md, and the tool schemas)
 # in each form, with the default config, as sizing counts it before any server has corrected
@@ -160,3 +166,28 @@ def test_the_prompt_promises_no_more_than_the_tools_reach() -> None:
     assert "reminders, and the web." in prompt(TOOLS)
     assert "Never claim to know anything about other people" in prompt(())
     assert "only ever reach" not in prompt(())
+
+
+async def test_consolidation_is_not_given_the_history_a_search_quoted(
+    fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A real model that called search_history every turn filled HISTORY.md with archives
+    quoting archives: each search's hits were filed again with the turn. Consolidation is told
+    only how much the search quoted; the model of the turn still read it all."""
+    agent = agent_with(tmp_path / "bot", fake_llm)
+    entry = "Tomasz moved to the Kralingen district of Rotterdam."
+    agent.workspaces.get("telegram-42").memory.append_history(entry)
+    search = tool_call("search_history", {"query": "Rotterdam"})
+    fake_llm.queue(completion(None, [search]), completion("You moved to Kralingen."))
+    await ask(agent, dm("42", "where did I move to?"))
+    fake_llm.queue(save_memory_call("[2026-01-01 10:00] Asked where they moved.", "# Memory\n"))
+    await ask(agent, dm("42", "/new"))
+    await fake_llm.wait_requests(3)
+    await agent.aclose()
+    answering = [r for r in fake_llm.requests if not is_consolidation(r)][-1]
+    assert any("Kralingen district" in text for text in tool_results(answering))
+    filing = [json.dumps(r["messages"]) for r in fake_llm.requests if is_consolidation(r)]
+    assert filing and not any("Kralingen district" in text for text in filing)
+    assert "search_history quoted" in filing[0] and "You moved to Kralingen." in filing[0]
+    history = (user_home(tmp_path / "bot" / "workspaces", "42") / "HISTORY.md").read_text()
+    assert history.count("Kralingen district") == 1  # nor filed again by a raw archive
