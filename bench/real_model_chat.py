@@ -83,7 +83,9 @@ QUESTIONS: list[tuple[str, str]] = [
 RECALLS = ["Rotterdam", "Biscuit", "Ingrid", "chess"]
 FACTS = [fact for _, fact in CONVERSATION if fact]
 RAW_CALL = re.compile(r'"name"\s*:|<tool_call>|\bfunctions\.[a-z_]+', re.IGNORECASE)
-FAILED = re.compile(r"something went wrong|too long for me|went round in circles", re.I)
+FAILED = re.compile(
+    r"something went wrong|too long for m[ey]|went round in circles|nothing to say to that", re.I
+)
 
 
 class Chat:
