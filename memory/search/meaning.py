@@ -399,6 +399,9 @@ class Meaning:
         got = self.embedder.embed(texts, "passage")
         if len(got.vectors) != len(texts):
             raise EmbedError(f"{len(got.vectors)} vectors for {len(texts)} passages")
+        # Counted once the endpoint answered (spent even if the history changed meanwhile), and
+        # before the vectors are written: whoever sees them finds their tokens counted.
+        self._count(history, got.tokens)
         model, dim = self.embedder.model, len(got.vectors[0])
         records, at = [], 0
         for offset, length, sha, parts in batch:
@@ -421,7 +424,6 @@ class Meaning:
                     append_all(fd, b"".join(records))
                 finally:
                     os.close(fd)
-        self._count(history, got.tokens)
         self._recovered()
         return True
 
