@@ -36,6 +36,7 @@ from bot.commands.control import memory_notice
 from bot.config import Config
 from bot.inbound import Delivered, Inbound
 from bot.limits import Limits, Refusal
+from bot.llm import entities
 from bot.llm.client import LLMImagesRefused
 from bot.llm.habits import ServerHabits, habits_of
 from bot.media.attachments import AttachmentReader, Prepared
@@ -706,13 +707,21 @@ class ModelCall:
         streaming.py: each call is a round of the answer shown as it is written). Calls the
         model wrote as text, with tools offered, come back as its calls (_with_text_calls).
         `names`: the tools whose calls its text may hold (those offered, unless given): such
-        text is held back from the stream until it is known not to be calls."""
+        text is held back from the stream until it is known not to be calls. Quote marks
+        written as HTML entities are shown as quote marks (bot/llm/entities.py)."""
         options.setdefault("max_tokens", self.window.budget.answer)  # (may be learnt later)
+        as_written = entities.writes_entities(messages)
         if not isinstance(out, AnswerStream):
-            return _with_text_calls(await self.llm.chat(messages, tools=tools, **options), tools)
+            answer = await self.llm.chat(messages, tools=tools, **options)
+            answer = answer if as_written else entities.result_unescaped(answer)
+            return _with_text_calls(answer, tools)
         names = _names(tools) if names is None else names
         out.new_round(tools=bool(names))  # held back while it may be calls written as text
-        streamed = await self.llm.stream(messages, on_text=out.add_text, tools=tools, **options)
+        shown = out.add_text if as_written else entities.Unescaping(out.add_text)
+        streamed = await self.llm.stream(messages, on_text=shown, tools=tools, **options)
+        if isinstance(shown, entities.Unescaping):
+            await shown.flush()
+            streamed = entities.result_unescaped(streamed)
         result = _with_text_calls(streamed, tools)
         await out.end_round(calls=bool(names) and _call_text(result.content, tools, names))
         return result

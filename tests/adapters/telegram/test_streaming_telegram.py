@@ -236,3 +236,26 @@ async def _until_answered(
 
 def _joined(tg: FakeTelegram, chat: int) -> str:
     return "".join(s.text for s in tg.sent_to(chat))
+
+
+async def test_quote_marks_a_model_wrote_as_entities_show_as_quote_marks(
+    fake_telegram: FakeTelegram, fake_llm: FakeOpenAI, workspaces_dir: Path
+) -> None:
+    """Both small models behind llama-cpp-python's chatml-function-calling (whose template
+    escapes the prompt) wrote "My sister&#39;s name": shown as it is meant, in every draft too,
+    an escape split between two pieces included; saved so. A person who writes an entity
+    themselves gets the answer as written."""
+    tg = fake_telegram
+    pieces = ["My sister", "&#3", "9;s name is ", "Ingrid. She said &quot;hi", "&quot;."]
+    fake_llm.queue(Streamed(pieces, every_s=0.3))
+    fake_llm.queue(Streamed(["Write &#39; for an apostrophe."]))
+    meant = "My sister's name is Ingrid. She said \"hi\"."
+    async with running(make_config(tg, fake_llm, workspaces_dir)):
+        tg.dm(42, "who is my sister?")
+        await _until_answered(tg, 42, meant)
+        tg.dm(43, "what is &#39; in HTML?")
+        await _until_answered(tg, 43, "Write &#39; for an apostrophe.")
+    assert [d.text for d in tg.drafts if d.chat_id == 42 and "&" in d.text] == []
+    assert any(d.text.startswith("My sister's") for d in tg.drafts if d.chat_id == 42)
+    saved = session_lines(workspaces_dir, "telegram-42", "telegram:dm:42")
+    assert [line["content"] for line in saved if line.get("role") == "assistant"] == [meant]
