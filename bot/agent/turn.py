@@ -657,7 +657,10 @@ class ModelCall:
         it then writes out again as text. Such text is never shown: the turn says it went
         round in circles."""
         schemas = tools.schemas
-        result = await self._ask(_plain_request(messages), [], out, names=_names(schemas))
+        as_written = entities.writes_entities(messages)  # the person's, not the tools' text
+        result = await self._ask(
+            _plain_request(messages), [], out, names=_names(schemas), as_written=as_written
+        )
         text = (result.content or "").strip()
         if text and _call_text(text, schemas):
             log.info("the answer asked without tools was tool calls again; not shown")
@@ -701,6 +704,7 @@ class ModelCall:
         out: Outbound | None,
         *,
         names: set[str] | None = None,
+        as_written: bool | None = None,
         **options: Any,
     ) -> ChatResult:
         """One model call; streamed through `out` when it is the turn's AnswerStream (bot/
@@ -708,9 +712,11 @@ class ModelCall:
         model wrote as text, with tools offered, come back as its calls (_with_text_calls).
         `names`: the tools whose calls its text may hold (those offered, unless given): such
         text is held back from the stream until it is known not to be calls. Quote marks
-        written as HTML entities are shown as quote marks (bot/llm/entities.py)."""
+        written as HTML entities are shown as quote marks (bot/llm/entities.py) unless
+        `as_written` (None: unless the person wrote an entity in `messages`)."""
         options.setdefault("max_tokens", self.window.budget.answer)  # (may be learnt later)
-        as_written = entities.writes_entities(messages)
+        if as_written is None:
+            as_written = entities.writes_entities(messages)
         if not isinstance(out, AnswerStream):
             answer = await self.llm.chat(messages, tools=tools, **options)
             answer = answer if as_written else entities.result_unescaped(answer)

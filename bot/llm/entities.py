@@ -2,10 +2,11 @@
 
 WHY: llama-cpp-python's `chatml-function-calling` template HTML-escapes the prompt, so the model
 reads every apostrophe as `&#39;` and copies that: answers read "My sister&#39;s name is…" (both
-small models of the real-model runs, docs/local-models.md). Only the escapes of quote marks are
-undone, which is what escaping makes of ordinary prose; `&lt;`, `&gt;` and `&amp;` are left, as
-a model may mean them. A conversation in which the person wrote an entity themselves (a question
-about HTML) gets its answers exactly as written.
+small models of the real-model runs, docs/local-models.md), and, copying its own earlier answer,
+`&amp;#39;`. Only the escapes of quote marks are undone (escaped again or not), which is what
+escaping makes of ordinary prose; `&lt;`, `&gt;` and `&amp;` are left, as a model may mean them.
+A conversation in which the person wrote an entity themselves (a question about HTML) gets its
+answers exactly as written.
 """
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ from typing import Any
 
 from memory.llm import ChatResult
 
-ESCAPES = {"&#39;": "'", "&#x27;": "'", "&#34;": '"', "&quot;": '"'}
-_ESCAPE = re.compile("|".join(re.escape(escape) for escape in ESCAPES))
+# A quote mark's escape, escaped again any number of times ("&amp;#39;": a model copying its own
+# earlier answer, escaped once more by the template).
+_ESCAPE = re.compile(r"&(?:amp;)*(#39|#x27|#34|quot);")
+_QUOTE = {"#39": "'", "#x27": "'", "#34": '"', "quot": '"'}
+# What a stream's piece may end in that the next piece can make an escape of.
+_BEGUN = re.compile(r"&(?:amp;)*(?:a|am|amp|#|#3|#39|#34|#x|#x2|#x27|q|qu|quo|quot)?")
+_HELD_AT_MOST = 64  # characters: a run of "&amp;" longer than that is not waited for
 _ANY_ENTITY = re.compile(r"&(?:#\d+|#x[0-9a-f]+|[a-z]+);", re.I)
-_LONGEST = max(len(escape) for escape in ESCAPES)
 
 
 def unescaped(text: str) -> str:
     """`text` with the quote marks' escapes turned back into quote marks."""
-    return _ESCAPE.sub(lambda match: ESCAPES[match.group()], text) if "&" in text else text
+    return _ESCAPE.sub(lambda match: _QUOTE[match.group(1)], text) if "&" in text else text
 
 
 def writes_entities(messages: Iterable[dict[str, Any]]) -> bool:
@@ -61,10 +66,12 @@ class Unescaping:
 
     async def __call__(self, piece: str) -> None:
         text, self._held = self._held + piece, ""
-        start = text.rfind("&", max(0, len(text) - _LONGEST + 1))
-        tail = text[start:] if start != -1 else ""
-        if tail and any(escape.startswith(tail) and escape != tail for escape in ESCAPES):
-            text, self._held = text[:start], text[start:]
+        start = text.find("&", max(0, len(text) - _HELD_AT_MOST))
+        while start != -1:  # the first "&" from which the end may still become an escape
+            if _BEGUN.fullmatch(text, start):
+                text, self._held = text[:start], text[start:]
+                break
+            start = text.find("&", start + 1)
         if text:
             await self._on_text(unescaped(text))
 

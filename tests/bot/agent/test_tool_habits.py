@@ -157,14 +157,16 @@ async def test_an_answer_that_is_still_a_call_is_never_shown(
 async def test_a_round_that_writes_a_call_it_cannot_make_is_not_the_answer(
     fake_llm: FakeOpenAI, workspaces_dir: Path
 ) -> None:
-    """Offered tools, the model wrote a call as text that cannot be run (escaped quotes): it
-    was shown as the answer. Asked without tools, the model answers."""
+    """Offered tools, the model wrote a call as text that cannot be run (a tool not offered):
+    it was shown as the answer. Asked without tools, the model answers. (Its arguments escaped,
+    `{ &#34;query&#34;: …}`, it was such a call too, until quote marks written as entities were
+    read as quote marks: bot/llm/entities.py.)"""
 
     def model(request: dict[str, Any]) -> Any:
         from tests.rigs.fakes.openai_server import completion
 
         if request.get("tools"):
-            return completion("functions.search_history:\n{ &#34;query&#34;: &#34;x&#34; }")
+            return completion('function.get_history:\n{ "query": "x" }')
         return completion(ANSWER)
 
     fake_llm.default = model

@@ -9,6 +9,7 @@ ANSWERS = [
     "My sister&#39;s name is Ingrid; she said &quot;hi&quot; &#34;twice&#34; &#x27;x&#x27;.",
     "AT&T & Co. &amp; &lt;b&gt; stay as written, and so does a lone & at the end &",
     "An escape at the very end&#39;",
+    "Copied from its own answer: they&amp;#39;re &amp;amp;#34;here&amp;amp;#34; &amp;amp;",
 ]
 
 
@@ -32,6 +33,7 @@ async def test_every_cut_of_a_stream_shows_what_the_whole_answer_unescapes_to() 
                 assert "".join(shown) == whole, (answer, cut, size)
     assert unescaped(ANSWERS[0]) == "My sister's name is Ingrid; she said \"hi\" \"twice\" 'x'."
     assert unescaped(ANSWERS[1]) == ANSWERS[1]
+    assert unescaped(ANSWERS[3]).endswith("they're \"here\" &amp;amp;")
 
 
 def test_a_person_who_writes_an_entity_gets_answers_as_written() -> None:
