@@ -7,8 +7,11 @@ used by the usage and metrics wrappers), `http` (the aiohttp transport the SDK r
 `body` (a request's JSON, its pictures spliced in: `Spliced` marks a data URL that needs no
 escaping), `habits` (what a server was seen to do with tools: the turn asks in the shape that
 gets an answer), `chain` (endpoints in order, each with its window and its circuit breaker:
-`breaker`). `sse` (the event-stream
-reader) and `overflow` (the wording providers use for a context overflow) are its own.
+`breaker`), `entities` (quote marks a model wrote as HTML entities, shown as quote marks).
+`sse` (the event-stream reader) and `overflow` (the wording providers use for a context
+overflow) are its own.
 """
 
-__all__ = ["body", "breaker", "chain", "client", "embeddings", "habits", "http", "stream"]
+__all__ = [
+    "body", "breaker", "chain", "client", "embeddings", "entities", "habits", "http", "stream",
+]  # fmt: skip
