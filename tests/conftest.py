@@ -110,6 +110,7 @@ def child_env(entry_points_dir: Path, private_home: Path) -> dict[str, str]:
         USER="tester",
         LOGNAME="tester",
         PYTHONUNBUFFERED="1",
+        PYTHONFAULTHANDLER="1",  # a child sent SIGABRT (a test's last resort) shows its stacks
     )
     return env
 
